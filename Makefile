@@ -1,0 +1,52 @@
+# portmat quick start: `make bench` or `make test` on a fresh Debian/Ubuntu machine (as root, or
+# with sudo). Each sets up what it needs: system packages, .venv, a build of portmat in it.
+#   make bench   benchmark on the default device (BENCH_ARGS="--sizes 512,1024 --repeat 5")
+#   make test    every test suite: C++ (GoogleTest via ctest) and Python (pytest)
+PYTHON      ?= python3
+VENV        := .venv
+VPY         := $(VENV)/bin/python
+BUILD_CPP   := build/cpp
+BENCH_ARGS  ?=
+BENCH_JSON  ?= bench/results/latest.json
+JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
+
+# Debian/Ubuntu packages: compilers and CMake, Python's venv and headers, the Khronos OpenCL
+# headers, an ICD loader with PoCL (OpenCL on the CPU, so every machine has a device), GoogleTest.
+APT_PACKAGES := build-essential cmake ninja-build python3-dev python3-venv \
+                opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo libgtest-dev
+
+.PHONY: bench test test-cpp test-python system venv install clean
+bench: install
+	$(VPY) -m portmat devices
+	$(VPY) -m portmat bench --json $(BENCH_JSON) $(BENCH_ARGS)
+
+test: test-cpp test-python
+
+test-cpp: system
+	cmake -S . -B $(BUILD_CPP) -G Ninja -DPORTMAT_BUILD_TESTS=ON -DPORTMAT_BUILD_PYTHON=OFF
+	cmake --build $(BUILD_CPP) -j $(JOBS)
+	ctest --test-dir $(BUILD_CPP) --output-on-failure -j $(JOBS)
+
+test-python: install
+	$(VPY) -m pytest -q tests/python
+
+system:
+	@if command -v dpkg >/dev/null && ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $(APT_PACKAGES); \
+	fi
+
+$(VPY): | system
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+
+venv: $(VPY)
+	$(VPY) -m pip install -q "numpy>=1.22" "nanobind>=2.0" "scikit-build-core>=0.10" \
+	    pytest hypothesis threadpoolctl
+
+install: venv
+	$(VPY) -m pip install -q --no-build-isolation .
+
+clean:
+	rm -rf build $(VENV)

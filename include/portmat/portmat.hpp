@@ -1,0 +1,85 @@
+// portmat public C++ API: matrix multiplication of strided host matrices on any device.
+//
+// A C++ user links the `portmat_core` library and calls portmat::matmul(); the Python package is a
+// thin nanobind layer over the same calls. Devices come from backends (OpenCL today; native CPU and
+// CUDA next) behind the small interface in backend.hpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace portmat {
+
+// ---- errors -------------------------------------------------------------------------------------
+// Every failure is one of these, with context (which call, which shapes or device, the driver's
+// code); the Python layer maps them to exceptions of the same names.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// A driver call failed (build failure, lost device, bad argument, ...).
+struct DeviceError : Error {
+  using Error::Error;
+};
+// The device could not allocate memory; the caller may free something and try again.
+struct OutOfDeviceMemory : DeviceError {
+  using DeviceError::DeviceError;
+};
+
+// ---- element types ------------------------------------------------------------------------------
+enum class DType { f32, f64 };
+std::size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // "float32", "float64"
+
+// A 2-D view of memory, strides in elements (either may be negative or zero).
+struct MatrixView {
+  void* data = nullptr;
+  std::int64_t rows = 0, cols = 0;
+  std::int64_t row_stride = 0, col_stride = 0;
+  DType dtype = DType::f32;
+
+  std::string shape_str() const;  // "(rows, cols)"
+};
+
+// ---- devices ------------------------------------------------------------------------------------
+enum class DeviceKind { gpu, cpu, other };
+const char* device_kind_name(DeviceKind k);  // "gpu", "cpu", "other"
+
+struct DeviceInfo {
+  std::string backend;  // "opencl", later "cpu", "cuda"
+  int index = 0;        // index within the backend
+  std::string name, vendor, driver_version;
+  DeviceKind kind = DeviceKind::other;
+  std::uint64_t memory_bytes = 0;
+  bool host_unified = false;  // shares system memory: host buffers are used in place
+  int compute_units = 0;
+  bool supports_f64 = false;
+
+  std::string id() const { return backend + ":" + std::to_string(index); }
+};
+
+// All devices of all backends that could be opened; a backend whose driver is absent adds none.
+std::vector<DeviceInfo> devices();
+
+// Resolves a device spec: "" (the default), "opencl:1", "gpu", "cpu", or a bare backend name
+// ("opencl" = its first device). Throws std::invalid_argument naming the choices if none matches.
+DeviceInfo find_device(const std::string& spec);
+
+// The default device: set_default_device(), else $PORTMAT_DEVICE, else the first GPU, else a CPU.
+DeviceInfo default_device();
+void set_default_device(const std::string& spec);  // "" restores the automatic choice
+
+// ---- the operation ------------------------------------------------------------------------------
+// c = a @ b. a is (M, K), b is (K, N), c is (M, N); all of one dtype. a and b may be any strided
+// views; c must be row-major with unit column stride. Thread-safe.
+void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
+            const std::string& device = "");
+
+// Kernel-only timing: runs a (M,K)x(K,N) product on device-resident random data `repeat` times and
+// returns each run's seconds (device event time where the backend has one). For benchmarks.
+std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,
+                              std::int64_t k, DType dtype, int repeat);
+
+}  // namespace portmat

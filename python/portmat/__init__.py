@@ -1,0 +1,106 @@
+"""portmat: matrix multiplication with hand-written kernels on any GPU vendor and on the CPU.
+
+    import numpy as np, portmat
+    c = portmat.matmul(a, b)                  # NumPy in, NumPy out, on the default device
+    portmat.devices()                         # every device; pick one with device=...
+    c = portmat.matmul(a, b, device="opencl:0")
+
+This module owns NumPy semantics (array-likes, dtype promotion, the output array); the C++ core
+(portmat._ext) owns devices and kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as _np
+
+from . import _ext
+from ._ext import DeviceError, DeviceInfo, Error, OutOfDeviceMemory
+
+__all__ = [
+    "matmul",
+    "devices",
+    "default_device",
+    "set_default_device",
+    "DeviceInfo",
+    "Error",
+    "DeviceError",
+    "OutOfDeviceMemory",
+]
+__version__ = "0.1.0"
+
+_SUPPORTED = (_np.dtype(_np.float32), _np.dtype(_np.float64))
+
+
+def devices() -> list[DeviceInfo]:
+    """Every device portmat can use, of every backend."""
+    return _ext.devices()
+
+
+def _device_spec(device) -> str:
+    if device is None:
+        return ""
+    if isinstance(device, DeviceInfo):
+        return device.id
+    if isinstance(device, str):
+        return device
+    raise TypeError(
+        f"device must be None, a string such as 'opencl:0' or an entry of portmat.devices(), "
+        f"not {type(device).__name__}"
+    )
+
+
+def default_device() -> DeviceInfo:
+    """The device used when none is given: set_default_device(), else $PORTMAT_DEVICE, else the
+    first GPU, else a CPU."""
+    return _ext.default_device()
+
+
+def set_default_device(device) -> None:
+    """Sets the default device (an entry of devices() or a spec such as 'opencl:0', 'gpu',
+    'cpu'); None restores the automatic choice."""
+    _ext.set_default_device(_device_spec(device))
+
+
+def _as_operand(x, name: str) -> _np.ndarray:
+    if isinstance(x, _np.ndarray):
+        arr = x
+    else:
+        try:
+            arr = _np.asarray(x)
+        except Exception as e:  # ragged lists and the like
+            raise TypeError(f"matmul: {name} is not an array ({type(x).__name__}): {e}") from None
+        if arr.dtype.kind not in "biuf":
+            raise TypeError(f"matmul: {name} is not a numeric array (got {type(x).__name__})")
+    if arr.ndim != 2:
+        raise ValueError(
+            f"matmul: {name} must be 2-D (batched matmul is not supported yet), "
+            f"got {arr.ndim}-D with shape {arr.shape}"
+        )
+    return arr
+
+
+def matmul(a, b, *, device=None) -> _np.ndarray:
+    """a @ b for 2-D arrays, as NumPy computes it, on a portmat device.
+
+    float32 computes in float32 and float64 in float64; mixed float32/float64 promotes to float64
+    as NumPy does. Any strides are accepted (transposed, sliced, negative). Returns a new
+    C-contiguous numpy.ndarray of shape (a.shape[0], b.shape[1]).
+    """
+    a = _as_operand(a, "a")
+    b = _as_operand(b, "b")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"matmul: inner dimensions differ: a has shape {a.shape}, b has shape {b.shape} "
+            f"({a.shape[1]} != {b.shape[0]})"
+        )
+    for name, arr in (("a", a), ("b", b)):
+        if arr.dtype not in _SUPPORTED:
+            raise TypeError(
+                f"matmul: {name} has dtype {arr.dtype}; portmat supports float32 and float64"
+            )
+    dtype = _np.result_type(a.dtype, b.dtype)
+    a = a.astype(dtype, copy=False)
+    b = b.astype(dtype, copy=False)
+    out = _np.empty((a.shape[0], b.shape[1]), dtype=dtype)
+    _ext.matmul_into(a, b, out, _device_spec(device))
+    return out

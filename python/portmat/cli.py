@@ -1,0 +1,65 @@
+"""Command line: `python -m portmat bench [...]` and `python -m portmat devices`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import bench
+
+
+def _devices_table() -> str:
+    import portmat
+
+    rows = [("id", "kind", "name", "memory", "shares host memory", "float64")]
+    try:
+        default = portmat.default_device().id
+    except portmat.Error:
+        default = None
+    for d in portmat.devices():
+        mark = " *" if d.id == default else ""
+        rows.append(
+            (
+                d.id + mark,
+                d.kind,
+                d.name,
+                f"{d.memory_bytes / 2**30:.1f} GiB",
+                "yes" if d.host_unified else "no",
+                "yes" if d.supports_float64 else "no",
+            )
+        )
+    if len(rows) == 1:
+        return "no devices found (is an OpenCL driver installed? e.g. apt-get install pocl-opencl-icd)"
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines) + "\n* = default device"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m portmat", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("devices", help="list the devices portmat can use")
+    b = sub.add_parser("bench", help="time portmat against NumPy (and peers) on one device")
+    b.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[512, 1024, 2048, 4096], help="comma-separated n (default 512,1024,2048,4096)")
+    b.add_argument("--repeat", type=int, default=10, help="timed runs per size (default 10)")
+    b.add_argument("--device", default=None, help="device spec, e.g. opencl:0, gpu, cpu (default: the default device)")
+    b.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    b.add_argument("--json", metavar="FILE", help="write the records as JSON to FILE")
+    args = parser.parse_args(argv)
+
+    if args.command == "devices":
+        print(_devices_table())
+        return 0
+    if args.repeat < 1 or any(n < 1 for n in args.sizes):
+        parser.error("--repeat and --sizes must be positive")
+    records = bench.run(args.sizes, args.repeat, args.device, args.dtype, progress=sys.stderr)
+    print(bench.table(records))
+    if args.json:
+        bench.write_json(records, args.json)
+        print(f"wrote {args.json}")
+    bad = [r for r in records if not r["verified"]]
+    if bad:
+        print(f"FAILED verification at n = {[r['size'] for r in bad]}", file=sys.stderr)
+        return 1
+    return 0

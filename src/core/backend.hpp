@@ -1,0 +1,82 @@
+// The backend interface: what each backend (src/opencl, later src/cpu and src/cuda) implements.
+//
+// Kept small on purpose: discover devices, hold device memory, move data, run one gemm. The core
+// (src/core/matmul.cpp) does everything that is the same for all backends: argument checks,
+// classifying strided views, packing views no kernel can read, K = 0 and empty results.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "portmat/portmat.hpp"
+
+namespace portmat::core {
+
+// Device memory. Released when the last owner drops it.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual std::size_t bytes() const = 0;
+};
+
+// A matrix a kernel can read directly: element (i, j) of a row-major matrix is at
+// data[offset + i * ld + j], of a column-major one at data[offset + j * ld + i].
+// Transposed NumPy views are column-major; slices keep their leading dimension.
+template <class Storage>
+struct DenseMatrix {
+  Storage data{};
+  std::size_t offset = 0;  // elements
+  std::int64_t rows = 0, cols = 0, ld = 0;
+  bool col_major = false;
+  DType dtype = DType::f32;
+
+  // Elements from the first to one past the last, offset not included.
+  std::size_t span() const {
+    const std::int64_t outer = col_major ? cols : rows, inner = col_major ? rows : cols;
+    return outer == 0 ? 0 : static_cast<std::size_t>((outer - 1) * ld + inner);
+  }
+};
+using HostMatrix = DenseMatrix<const void*>;
+using DeviceMatrix = DenseMatrix<const Buffer*>;
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceInfo& info() const = 0;
+
+  // Device memory of at least `bytes`; throws OutOfDeviceMemory.
+  virtual std::unique_ptr<Buffer> alloc(std::size_t bytes) = 0;
+  virtual void upload(Buffer& dst, const void* src, std::size_t bytes) = 0;
+  virtual void download(void* dst, const Buffer& src, std::size_t bytes) = 0;
+
+  // c = a @ b on device-resident matrices (c row-major, ld = c.ld). Waits for completion and
+  // returns the kernel's own time in seconds (for benchmarks).
+  virtual double gemm(const DeviceMatrix& a, const DeviceMatrix& b, const DeviceMatrix& c) = 0;
+
+  // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0.
+  // Each backend moves data its own best way: in place on shared memory, copies on discrete
+  // devices (pooled buffers, later pipelined). Must leave no device work referring to host
+  // memory when it returns or throws.
+  virtual void matmul_host(const HostMatrix& a, const HostMatrix& b, const MatrixView& c) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // Probed once by the registry. A backend whose driver is missing returns none.
+  virtual std::vector<std::shared_ptr<Device>> devices() = 0;
+};
+
+// Registered backends (registry.cpp), in order of preference for the default device.
+std::vector<std::unique_ptr<Backend>> make_backends();
+#ifdef PORTMAT_WITH_OPENCL
+std::unique_ptr<Backend> make_opencl_backend();
+#endif
+
+// The opened device behind a spec (see portmat::find_device).
+std::shared_ptr<Device> open_device(const std::string& spec);
+
+}  // namespace portmat::core

@@ -1,0 +1,50 @@
+// See layout.hpp. A dimension of extent 0 or 1 has no meaningful stride, so it never forces a copy.
+#include "core/layout.hpp"
+
+#include <cstring>
+
+namespace portmat::core {
+
+std::optional<HostMatrix> dense_in_place(const MatrixView& v) {
+  // Row-major: unit column steps, and rows at least a full row apart (ld >= cols).
+  const bool row_major = (v.cols <= 1 || v.col_stride == 1) && (v.rows <= 1 || v.row_stride >= v.cols);
+  // Column-major (a transposed view): unit row steps, columns at least a full column apart.
+  const bool col_major = (v.rows <= 1 || v.row_stride == 1) && (v.cols <= 1 || v.col_stride >= v.rows);
+  HostMatrix m;
+  m.data = v.data;
+  m.rows = v.rows;
+  m.cols = v.cols;
+  m.dtype = v.dtype;
+  if (row_major) {
+    m.ld = v.rows <= 1 ? std::max<std::int64_t>(v.cols, 1) : v.row_stride;
+    m.col_major = false;
+    return m;
+  }
+  if (col_major) {
+    m.ld = v.cols <= 1 ? std::max<std::int64_t>(v.rows, 1) : v.col_stride;
+    m.col_major = true;
+    return m;
+  }
+  return std::nullopt;
+}
+
+HostMatrix as_dense(const MatrixView& v, std::vector<unsigned char>& storage) {
+  if (auto m = dense_in_place(v)) return *m;
+  const std::size_t es = dtype_size(v.dtype);
+  storage.resize(static_cast<std::size_t>(v.rows * v.cols) * es);
+  const auto* src = static_cast<const unsigned char*>(v.data);
+  unsigned char* dst = storage.data();
+  for (std::int64_t i = 0; i < v.rows; ++i)
+    for (std::int64_t j = 0; j < v.cols; ++j, dst += es)
+      std::memcpy(dst, src + (i * v.row_stride + j * v.col_stride) * static_cast<std::int64_t>(es), es);
+  HostMatrix m;
+  m.data = storage.data();
+  m.rows = v.rows;
+  m.cols = v.cols;
+  m.ld = v.cols;
+  m.col_major = false;
+  m.dtype = v.dtype;
+  return m;
+}
+
+}  // namespace portmat::core

@@ -1,0 +1,19 @@
+// Classifying strided views: which ones a kernel can read in place (row-major or column-major with
+// a leading dimension), and packing the rest (negative, zero or doubly non-unit strides) into a
+// contiguous row-major copy.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "core/backend.hpp"
+
+namespace portmat::core {
+
+// The view as a dense matrix if a kernel can read it where it is, else nothing.
+std::optional<HostMatrix> dense_in_place(const MatrixView& v);
+
+// dense_in_place(v), or else a row-major copy of v made in `storage`.
+HostMatrix as_dense(const MatrixView& v, std::vector<unsigned char>& storage);
+
+}  // namespace portmat::core

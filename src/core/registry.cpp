@@ -1,0 +1,128 @@
+// Device registry: probes every backend once, keeps the opened devices, and resolves device specs
+// ("", "opencl:1", "gpu", "cpu", "opencl") including the default-device rules.
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+
+#include "core/backend.hpp"
+
+namespace portmat::core {
+
+std::vector<std::unique_ptr<Backend>> make_backends() {
+  std::vector<std::unique_ptr<Backend>> out;
+#ifdef PORTMAT_WITH_OPENCL
+  out.push_back(make_opencl_backend());
+#endif
+  return out;
+}
+
+namespace {
+
+struct Registry {
+  std::vector<std::unique_ptr<Backend>> backends;
+  std::vector<std::shared_ptr<Device>> devices;
+};
+
+Registry& registry() {
+  static Registry* reg = [] {
+    auto* r = new Registry;  // leaked on purpose: drivers must not be torn down at exit
+    r->backends = make_backends();
+    for (auto& b : r->backends)
+      for (auto& d : b->devices()) r->devices.push_back(d);
+    return r;
+  }();
+  return *reg;
+}
+
+std::mutex default_mutex;
+std::string default_spec;  // set_default_device(); empty = automatic
+
+// Lower is preferred: GPUs first, then the backends' own order (make_backends), so that a native
+// backend listed before OpenCL wins for the same hardware; PoCL-like OpenCL CPUs come last.
+int preference(const Device& d, std::size_t position) {
+  const int kind = d.info().kind == DeviceKind::gpu ? 0 : d.info().kind == DeviceKind::cpu ? 1 : 2;
+  return kind * 1000 + static_cast<int>(position);
+}
+
+std::string known_ids() {
+  std::string s;
+  for (auto& d : registry().devices) s += (s.empty() ? "" : ", ") + d->info().id();
+  return s.empty() ? "none (no OpenCL platform was found)" : s;
+}
+
+std::shared_ptr<Device> best_of(DeviceKind* kind, const std::string* backend) {
+  auto& devs = registry().devices;
+  std::shared_ptr<Device> best;
+  int best_pref = 0;
+  for (std::size_t i = 0; i < devs.size(); ++i) {
+    const DeviceInfo& info = devs[i]->info();
+    if (kind && info.kind != *kind) continue;
+    if (backend && info.backend != *backend) continue;
+    const int p = preference(*devs[i], i);
+    if (!best || p < best_pref) best = devs[i], best_pref = p;
+  }
+  return best;
+}
+
+std::shared_ptr<Device> resolve(const std::string& spec) {
+  if (spec.empty()) {
+    auto best = best_of(nullptr, nullptr);
+    if (!best) throw DeviceError("portmat: no device is available; devices found: " + known_ids());
+    return best;
+  }
+  for (auto& d : registry().devices)
+    if (d->info().id() == spec) return d;
+  if (spec == "gpu" || spec == "cpu") {
+    DeviceKind k = spec == "gpu" ? DeviceKind::gpu : DeviceKind::cpu;
+    if (auto d = best_of(&k, nullptr)) return d;
+  } else if (spec.find(':') == std::string::npos) {
+    if (auto d = best_of(nullptr, &spec)) return d;
+  }
+  throw std::invalid_argument("portmat: no device matches '" + spec + "'; available: " +
+                              known_ids() + " (or 'gpu', 'cpu', a backend name)");
+}
+
+}  // namespace
+
+std::shared_ptr<Device> open_device(const std::string& spec) {
+  if (!spec.empty()) return resolve(spec);
+  std::string chosen;
+  {
+    std::lock_guard<std::mutex> lock(default_mutex);
+    chosen = default_spec;
+  }
+  if (chosen.empty()) {
+    const char* env = std::getenv("PORTMAT_DEVICE");
+    if (env && *env) {
+      try {
+        return resolve(env);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("PORTMAT_DEVICE: ") + e.what());
+      }
+    }
+  }
+  return resolve(chosen);
+}
+
+}  // namespace portmat::core
+
+namespace portmat {
+
+std::vector<DeviceInfo> devices() {
+  std::vector<DeviceInfo> out;
+  for (auto& d : core::registry().devices) out.push_back(d->info());
+  return out;
+}
+
+DeviceInfo find_device(const std::string& spec) { return core::open_device(spec)->info(); }
+
+DeviceInfo default_device() { return core::open_device("")->info(); }
+
+void set_default_device(const std::string& spec) {
+  if (!spec.empty()) core::open_device(spec);  // validate now, not at the next matmul
+  std::lock_guard<std::mutex> lock(core::default_mutex);
+  core::default_spec = spec;
+}
+
+}  // namespace portmat

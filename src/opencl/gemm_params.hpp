@@ -1,0 +1,41 @@
+// Tunables of kernels/gemm.cl and how they are chosen per device and problem: a small database
+// (vendor/kind -> defaults), a switch to smaller tiles when a problem has too few blocks to fill the
+// device, and an override ($PORTMAT_OPENCL_PARAMS="MWG=64,KWG=32,...") for tuning sweeps.
+#pragma once
+
+#include <string>
+
+#include "portmat/portmat.hpp"
+
+namespace portmat::opencl {
+
+struct GemmParams {
+  int mwg = 128, nwg = 128, kwg = 16;  // block tile of C and slice depth
+  int mdimc = 16, ndimc = 16;          // work-group shape
+  int vwm = 4, vwn = 4;                // local-memory vector widths
+  int pada = 4, padb = 0;              // local row padding
+
+  int threads() const { return mdimc * ndimc; }
+  // Bytes of local memory the kernel declares (two slices of A and of B).
+  std::size_t local_bytes(std::size_t elem) const {
+    return 2 * static_cast<std::size_t>(kwg) * ((mwg + pada) + (nwg + padb)) * elem;
+  }
+  // Empty when the combination is valid, else why not (mirrors the #error checks in gemm.cl).
+  std::string invalid_reason() const;
+  std::string defines() const;  // "-DMWG=128 -DNWG=128 ..."
+  std::string str() const;      // "MWG=128,NWG=128,..."
+};
+
+struct DeviceTraits {
+  DeviceKind kind = DeviceKind::other;
+  std::string vendor;
+  int compute_units = 1;
+};
+
+// Parameters for an (m x k) @ (k x n) product of `dtype` on a device with these traits.
+GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n);
+
+// Applies "KEY=VALUE,..." on top of p; throws std::invalid_argument naming a bad key or value.
+GemmParams parse_params(const std::string& text, GemmParams p);
+
+}  // namespace portmat::opencl

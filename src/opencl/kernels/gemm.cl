@@ -1,0 +1,241 @@
+// gemm.cl: C = A * B for any M, N, K; the portable kernel every OpenCL device runs.
+//
+// The seed's design, generalised: each work-group computes an MWG x NWG block of C, staging
+// KWG-deep slices of A and B in local memory (double-buffered: the next slice is fetched from
+// global memory into registers while the current one is multiplied, so one barrier per slice
+// suffices); each work-item accumulates an MWI x NWI register tile by outer products, reading
+// local memory as VWM/VWN-wide vectors. Any M, N, K: loads outside the matrices read 0 and stores
+// outside are skipped (compiled out with EDGES = 0 when the sizes are multiples of the tiles).
+// A and B may each be row-major or column-major (a transposed view) with any leading dimension.
+//
+// The host (opencl_backend.cpp) prepends #defines for the tunables below, chosen per device and
+// problem (gemm_params.cpp); compiled programs are cached per (device, defines).
+
+// ---- tunables (defaults are for a 256-work-item GPU work-group) ---------------------------------
+#ifndef REAL_IS_DOUBLE
+#define REAL_IS_DOUBLE 0  // 0: float32, 1: float64
+#endif
+#ifndef MWG
+#define MWG 128  // rows of C per work-group
+#endif
+#ifndef NWG
+#define NWG 128  // columns of C per work-group
+#endif
+#ifndef KWG
+#define KWG 16  // depth of one local-memory slice
+#endif
+#ifndef MDIMC
+#define MDIMC 16  // work-items along M
+#endif
+#ifndef NDIMC
+#define NDIMC 16  // work-items along N
+#endif
+#ifndef VWM
+#define VWM 4  // vector width of local-memory reads along M (2, 4 or 8)
+#endif
+#ifndef VWN
+#define VWN 4  // vector width of local-memory reads along N (2, 4 or 8)
+#endif
+#ifndef PADA
+#define PADA 4  // extra elements per local row of A (a multiple of VWM): spreads stores over banks
+#endif
+#ifndef PADB
+#define PADB 0  // extra elements per local row of B (a multiple of VWN)
+#endif
+#ifndef A_COL_MAJOR
+#define A_COL_MAJOR 0  // 1: A(i,k) at A[k*lda + i] (a transposed view)
+#endif
+#ifndef B_COL_MAJOR
+#define B_COL_MAJOR 0  // 1: B(k,j) at B[j*ldb + k]
+#endif
+#ifndef EDGES
+#define EDGES 1  // 0 only when M % MWG == 0, N % NWG == 0 and K % KWG == 0
+#endif
+
+// ---- derived ------------------------------------------------------------------------------------
+#if REAL_IS_DOUBLE
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#define REAL double
+#else
+#define REAL float
+#endif
+typedef REAL real;
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define REALVM CAT(REAL, VWM)  // e.g. float4
+#define REALVN CAT(REAL, VWN)
+#define VSTOREM CAT(vstore, VWM)
+#define VSTOREN CAT(vstore, VWN)
+
+#define MWI (MWG / MDIMC)            // rows of C per work-item
+#define NWI (NWG / NDIMC)            // columns of C per work-item
+#define NTHREADS (MDIMC * NDIMC)     // work-items per work-group
+#define LDA_LOCAL (MWG + PADA)       // local row length of the A slice, stored k-major
+#define LDB_LOCAL (NWG + PADB)
+#define LPTA (MWG * KWG / NTHREADS)  // A elements each work-item moves per slice
+#define LPTB (NWG * KWG / NTHREADS)
+
+#if MWG % (MDIMC * VWM) != 0 || NWG % (NDIMC * VWN) != 0
+#error "MWG must be a multiple of MDIMC*VWM and NWG of NDIMC*VWN"
+#endif
+#if (MWG * KWG) % NTHREADS != 0 || (NWG * KWG) % NTHREADS != 0
+#error "each slice must divide evenly among the work-items"
+#endif
+#if PADA % VWM != 0 || PADB % VWN != 0
+#error "padding must keep local rows vector-aligned"
+#endif
+
+// Work-item (tm, tn) owns rows  mi*MDIMC*VWM + tm*VWM + v  (mi < MWI/VWM, v < VWM) of the block and
+// columns ni*NDIMC*VWN + tn*VWN + w: neighbouring work-items read neighbouring vectors, so a warp's
+// local-memory reads are contiguous (no bank conflicts) and its stores to C are coalesced.
+
+// Loads slice [k0, k0+KWG) of A rows [row0, row0+MWG) into registers. Consecutive work-items take
+// consecutive elements along A's contiguous dimension, so global reads coalesce.
+inline void load_a(__global const real* A, const int lda, const int M, const int K,
+                   const int row0, const int k0, const int tid, real ra[LPTA]) {
+#pragma unroll
+  for (int r = 0; r < LPTA; ++r) {
+    const int idx = tid + r * NTHREADS;
+#if A_COL_MAJOR
+    const int m = idx % MWG, k = idx / MWG;
+    const long at = (long)(k0 + k) * lda + (row0 + m);
+#else
+    const int k = idx % KWG, m = idx / KWG;
+    const long at = (long)(row0 + m) * lda + (k0 + k);
+#endif
+#if EDGES
+    ra[r] = (row0 + m < M && k0 + k < K) ? A[at] : (real)0;
+#else
+    ra[r] = A[at];
+#endif
+  }
+}
+
+inline void store_a(__local real* As, const int tid, const real ra[LPTA]) {
+#pragma unroll
+  for (int r = 0; r < LPTA; ++r) {
+    const int idx = tid + r * NTHREADS;
+#if A_COL_MAJOR
+    const int m = idx % MWG, k = idx / MWG;
+#else
+    const int k = idx % KWG, m = idx / KWG;
+#endif
+    As[k * LDA_LOCAL + m] = ra[r];
+  }
+}
+
+inline void load_b(__global const real* B, const int ldb, const int N, const int K,
+                   const int col0, const int k0, const int tid, real rb[LPTB]) {
+#pragma unroll
+  for (int r = 0; r < LPTB; ++r) {
+    const int idx = tid + r * NTHREADS;
+#if B_COL_MAJOR
+    const int k = idx % KWG, n = idx / KWG;
+    const long at = (long)(col0 + n) * ldb + (k0 + k);
+#else
+    const int n = idx % NWG, k = idx / NWG;
+    const long at = (long)(k0 + k) * ldb + (col0 + n);
+#endif
+#if EDGES
+    rb[r] = (col0 + n < N && k0 + k < K) ? B[at] : (real)0;
+#else
+    rb[r] = B[at];
+#endif
+  }
+}
+
+inline void store_b(__local real* Bs, const int tid, const real rb[LPTB]) {
+#pragma unroll
+  for (int r = 0; r < LPTB; ++r) {
+    const int idx = tid + r * NTHREADS;
+#if B_COL_MAJOR
+    const int k = idx % KWG, n = idx / KWG;
+#else
+    const int n = idx % NWG, k = idx / NWG;
+#endif
+    Bs[k * LDB_LOCAL + n] = rb[r];
+  }
+}
+
+__kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
+void gemm(const int M, const int N, const int K,
+          __global const real* restrict A, const long a_offset, const int lda,
+          __global const real* restrict B, const long b_offset, const int ldb,
+          __global real* restrict C, const long c_offset, const int ldc) {
+  __local real As[2][KWG * LDA_LOCAL];
+  __local real Bs[2][KWG * LDB_LOCAL];
+
+  const int tn = get_local_id(0), tm = get_local_id(1);
+  const int tid = tm * NDIMC + tn;
+  const int row0 = get_group_id(1) * MWG, col0 = get_group_id(0) * NWG;
+  A += a_offset;
+  B += b_offset;
+  C += c_offset;
+
+  real acc[MWI][NWI];
+#pragma unroll
+  for (int i = 0; i < MWI; ++i)
+#pragma unroll
+    for (int j = 0; j < NWI; ++j) acc[i][j] = (real)0;
+
+  real ra[LPTA], rb[LPTB];
+  const int num_slices = (K + KWG - 1) / KWG;
+  load_a(A, lda, M, K, row0, 0, tid, ra);
+  load_b(B, ldb, N, K, col0, 0, tid, rb);
+  store_a(As[0], tid, ra);
+  store_b(Bs[0], tid, rb);
+  barrier(CLK_LOCAL_MEM_FENCE);
+
+  for (int s = 0; s < num_slices; ++s) {
+    const int cur = s & 1;
+    const bool more = s + 1 < num_slices;
+    if (more) {  // fetch the next slice while this one is multiplied
+      load_a(A, lda, M, K, row0, (s + 1) * KWG, tid, ra);
+      load_b(B, ldb, N, K, col0, (s + 1) * KWG, tid, rb);
+    }
+    __local const real* as = As[cur];
+    __local const real* bs = Bs[cur];
+#pragma unroll
+    for (int k = 0; k < KWG; ++k) {
+      real a_reg[MWI], b_reg[NWI];
+#pragma unroll
+      for (int mi = 0; mi < MWI / VWM; ++mi)
+        VSTOREM(*(__local const REALVM*)&as[k * LDA_LOCAL + mi * MDIMC * VWM + tm * VWM], 0,
+                &a_reg[mi * VWM]);
+#pragma unroll
+      for (int ni = 0; ni < NWI / VWN; ++ni)
+        VSTOREN(*(__local const REALVN*)&bs[k * LDB_LOCAL + ni * NDIMC * VWN + tn * VWN], 0,
+                &b_reg[ni * VWN]);
+#pragma unroll
+      for (int i = 0; i < MWI; ++i)
+#pragma unroll
+        for (int j = 0; j < NWI; ++j) acc[i][j] = fma(a_reg[i], b_reg[j], acc[i][j]);
+    }
+    if (more) {  // the other buffer was last read before the previous barrier: safe to fill
+      store_a(As[cur ^ 1], tid, ra);
+      store_b(Bs[cur ^ 1], tid, rb);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+
+#pragma unroll
+  for (int mi = 0; mi < MWI / VWM; ++mi)
+#pragma unroll
+    for (int v = 0; v < VWM; ++v) {
+      const int row = row0 + mi * MDIMC * VWM + tm * VWM + v;
+#if EDGES
+      if (row >= M) continue;
+#endif
+      __global real* c_row = C + (long)row * ldc;
+#pragma unroll
+      for (int ni = 0; ni < NWI / VWN; ++ni)
+#pragma unroll
+        for (int w = 0; w < VWN; ++w) {
+          const int col = col0 + ni * NDIMC * VWN + tn * VWN + w;
+#if EDGES
+          if (col < N)
+#endif
+            c_row[col] = acc[mi * VWM + v][ni * VWN + w];
+        }
+    }
+}

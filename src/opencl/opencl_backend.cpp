@@ -1,0 +1,381 @@
+// The OpenCL backend: every OpenCL device of every platform (NVIDIA, AMD, Intel GPUs; PoCL CPUs).
+//
+// Per device, created once and shared by all threads (the seed's static queue, made thread-safe):
+// a context and an in-order profiling queue; compiled programs cached per kernel parameters
+// (in memory and, for the driver's binaries, on disk: program_cache.cpp); and a pool of device
+// buffers reused across calls. Devices sharing host memory (CL_DEVICE_HOST_UNIFIED_MEMORY: PoCL,
+// integrated GPUs) read NumPy's memory in place and write the result in place, as the seed does
+// with USM; discrete devices copy operands in (packing sliced views on the way) and the result out.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "opencl/cl_api.hpp"
+#include "opencl/gemm_params.hpp"
+#include "opencl/program_cache.hpp"
+
+namespace portmat::kernels {
+extern const char gemm_cl[];  // kernels/gemm.cl, embedded by CMake (cmake/Embed.cmake)
+}
+
+namespace portmat::opencl {
+
+namespace {
+
+std::string device_string(const ClApi& cl, cl_device_id d, cl_device_info what) {
+  std::size_t n = 0;
+  if (cl.GetDeviceInfo(d, what, 0, nullptr, &n) != CL_SUCCESS || n == 0) return {};
+  std::string s(n, '\0');
+  cl.GetDeviceInfo(d, what, n, s.data(), nullptr);
+  s.resize(s.find('\0') == std::string::npos ? n : s.find('\0'));
+  return s;
+}
+
+template <class T>
+T device_value(const ClApi& cl, cl_device_id d, cl_device_info what) {
+  T v{};
+  cl.GetDeviceInfo(d, what, sizeof v, &v, nullptr);
+  return v;
+}
+
+class ClBuffer final : public core::Buffer {
+ public:
+  ClBuffer(const ClApi& cl, cl_mem mem, std::size_t bytes) : cl_(cl), mem_(mem), bytes_(bytes) {}
+  ~ClBuffer() override { cl_.ReleaseMemObject(mem_); }
+  std::size_t bytes() const override { return bytes_; }
+  cl_mem mem() const { return mem_; }
+
+ private:
+  const ClApi& cl_;
+  cl_mem mem_;
+  std::size_t bytes_;
+};
+
+cl_mem mem_of(const core::Buffer* b) { return static_cast<const ClBuffer*>(b)->mem(); }
+
+class OpenClDevice final : public core::Device {
+ public:
+  OpenClDevice(const ClApi& cl, cl_platform_id platform, cl_device_id dev, int index)
+      : cl_(cl), platform_(platform), dev_(dev) {
+    info_.backend = "opencl";
+    info_.index = index;
+    info_.name = device_string(cl, dev, CL_DEVICE_NAME);
+    info_.vendor = device_string(cl, dev, CL_DEVICE_VENDOR);
+    info_.driver_version = device_string(cl, dev, CL_DRIVER_VERSION);
+    const auto type = device_value<cl_device_type>(cl, dev, CL_DEVICE_TYPE);
+    info_.kind = (type & CL_DEVICE_TYPE_GPU) ? DeviceKind::gpu
+                 : (type & CL_DEVICE_TYPE_CPU) ? DeviceKind::cpu
+                                               : DeviceKind::other;
+    info_.memory_bytes = device_value<cl_ulong>(cl, dev, CL_DEVICE_GLOBAL_MEM_SIZE);
+    info_.host_unified = device_value<cl_bool>(cl, dev, CL_DEVICE_HOST_UNIFIED_MEMORY) == CL_TRUE;
+    info_.compute_units = static_cast<int>(device_value<cl_uint>(cl, dev, CL_DEVICE_MAX_COMPUTE_UNITS));
+    info_.supports_f64 = device_value<cl_device_fp_config>(cl, dev, CL_DEVICE_DOUBLE_FP_CONFIG) != 0;
+    max_alloc_ = device_value<cl_ulong>(cl, dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+    local_mem_ = device_value<cl_ulong>(cl, dev, CL_DEVICE_LOCAL_MEM_SIZE);
+    max_work_group_ = device_value<std::size_t>(cl, dev, CL_DEVICE_MAX_WORK_GROUP_SIZE);
+    where_ = info_.id() + " (" + info_.name + ")";
+  }
+
+  ~OpenClDevice() override = default;  // devices live for the whole process (registry)
+
+  const DeviceInfo& info() const override { return info_; }
+
+  std::unique_ptr<core::Buffer> alloc(std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    return create_buffer(bytes);
+  }
+
+  void upload(core::Buffer& dst, const void* src, std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    cl_check(cl_.EnqueueWriteBuffer(queue_, mem_of(&dst), CL_TRUE, 0, bytes, src, 0, nullptr, nullptr),
+             "clEnqueueWriteBuffer", where_);
+  }
+
+  void download(void* dst, const core::Buffer& src, std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    cl_check(cl_.EnqueueReadBuffer(queue_, mem_of(&src), CL_TRUE, 0, bytes, dst, 0, nullptr, nullptr),
+             "clEnqueueReadBuffer", where_);
+  }
+
+  double gemm(const core::DeviceMatrix& a, const core::DeviceMatrix& b,
+              const core::DeviceMatrix& c) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    cl_event done = enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c);
+    return wait_and_time(done);
+  }
+
+  void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
+                   const MatrixView& c) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    // Whatever happens below, no enqueued command may outlive this call: they read host memory.
+    struct FinishGuard {
+      const ClApi& cl;
+      cl_command_queue q;
+      ~FinishGuard() { cl.Finish(q); }
+    } guard{cl_, queue_};
+    if (info_.host_unified)
+      matmul_in_place(a, b, c);
+    else
+      matmul_copying(a, b, c);
+  }
+
+ private:
+  // ---- set-up, once ------------------------------------------------------------------------------
+  void ready() {
+    if (queue_) return;
+    cl_int err = CL_SUCCESS;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM,
+                                     reinterpret_cast<cl_context_properties>(platform_), 0};
+    context_ = cl_.CreateContext(props, 1, &dev_, nullptr, nullptr, &err);
+    cl_check(err, "clCreateContext", where_);
+    cl_command_queue q = cl_.CreateCommandQueue(context_, dev_, CL_QUEUE_PROFILING_ENABLE, &err);
+    cl_check(err, "clCreateCommandQueue", where_);
+    queue_ = q;
+  }
+
+  // ---- memory ------------------------------------------------------------------------------------
+  std::unique_ptr<ClBuffer> create_buffer(std::size_t bytes, cl_mem_flags flags = CL_MEM_READ_WRITE,
+                                          void* host = nullptr) {
+    if (bytes > max_alloc_)
+      throw OutOfDeviceMemory("clCreateBuffer on " + where_ + ": " + std::to_string(bytes) +
+                              " bytes exceed the device's largest allocation (" +
+                              std::to_string(max_alloc_) + " bytes)");
+    cl_int err = CL_SUCCESS;
+    cl_mem m = cl_.CreateBuffer(context_, flags, std::max<std::size_t>(bytes, 1), host, &err);
+    if (err != CL_SUCCESS && !host && !pool_.empty()) {  // give cached buffers back and retry
+      trim_pool(0);
+      m = cl_.CreateBuffer(context_, flags, std::max<std::size_t>(bytes, 1), host, &err);
+    }
+    if (err == CL_OUT_OF_RESOURCES) err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    cl_check(err, "clCreateBuffer", where_ + " for " + std::to_string(bytes) + " bytes");
+    return std::make_unique<ClBuffer>(cl_, m, bytes);
+  }
+
+  // A pooled buffer returns to the pool when the lease ends. Reuse takes the smallest free buffer
+  // that fits and wastes at most half of it.
+  struct Lease {
+    OpenClDevice* dev;
+    std::unique_ptr<ClBuffer> buf;
+    Lease(OpenClDevice* d, std::unique_ptr<ClBuffer> b) : dev(d), buf(std::move(b)) {}
+    Lease(Lease&&) = default;
+    ~Lease() {
+      if (buf) dev->give_back(std::move(buf));
+    }
+    cl_mem mem() const { return buf->mem(); }
+  };
+
+  Lease lease(std::size_t bytes) {
+    auto it = pool_.lower_bound(bytes);
+    if (it != pool_.end() && it->first <= 2 * bytes) {
+      auto b = std::move(it->second);
+      pool_bytes_ -= it->first;
+      pool_.erase(it);
+      return Lease(this, std::move(b));
+    }
+    return Lease(this, create_buffer(bytes));
+  }
+
+  void give_back(std::unique_ptr<ClBuffer> b) {
+    pool_bytes_ += b->bytes();
+    pool_.emplace(b->bytes(), std::move(b));
+    trim_pool(info_.memory_bytes / 4);  // the pool may keep a quarter of the device
+  }
+
+  void trim_pool(std::size_t keep_bytes) {
+    while (pool_bytes_ > keep_bytes && !pool_.empty()) {
+      auto largest = std::prev(pool_.end());
+      pool_bytes_ -= largest->first;
+      pool_.erase(largest);
+    }
+  }
+
+  // ---- kernels -----------------------------------------------------------------------------------
+  cl_kernel kernel_for(const GemmParams& p, bool a_col, bool b_col, bool edges, DType dtype) {
+    if (auto why = p.invalid_reason(); !why.empty())
+      throw std::invalid_argument("OpenCL gemm parameters " + p.str() + ": " + why);
+    if (static_cast<std::size_t>(p.threads()) > max_work_group_)
+      throw std::invalid_argument("OpenCL gemm parameters " + p.str() + ": " +
+                                  std::to_string(p.threads()) + " work-items exceed " + where_ +
+                                  "'s limit of " + std::to_string(max_work_group_));
+    if (p.local_bytes(dtype_size(dtype)) > local_mem_)
+      throw std::invalid_argument("OpenCL gemm parameters " + p.str() + " need " +
+                                  std::to_string(p.local_bytes(dtype_size(dtype))) +
+                                  " bytes of local memory; " + where_ + " has " +
+                                  std::to_string(local_mem_));
+    const std::string options = p.defines() + " -DREAL_IS_DOUBLE=" +
+                                (dtype == DType::f64 ? "1" : "0") + " -DA_COL_MAJOR=" +
+                                (a_col ? "1" : "0") + " -DB_COL_MAJOR=" + (b_col ? "1" : "0") +
+                                " -DEDGES=" + (edges ? "1" : "0");
+    auto it = kernels_.find(options);
+    if (it != kernels_.end()) return it->second;
+    cl_program prog = build_program(cl_, context_, dev_, where_, kernels::gemm_cl, options);
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = cl_.CreateKernel(prog, "gemm", &err);
+    cl_.ReleaseProgram(prog);  // the kernel keeps it alive
+    cl_check(err, "clCreateKernel(gemm)", where_);
+    kernels_.emplace(options, k);
+    return k;
+  }
+
+  // Enqueues c = a @ b on buffers holding the matrices; returns the kernel's event.
+  cl_event enqueue_gemm(cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
+                        const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c) {
+    const cl_int M = static_cast<cl_int>(a.rows), N = static_cast<cl_int>(b.cols),
+                 K = static_cast<cl_int>(a.cols);
+    const GemmParams p = choose_params({info_.kind, info_.vendor, info_.compute_units}, a.dtype, M, N);
+    const bool edges = M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0;
+    cl_kernel k = kernel_for(p, a.col_major, b.col_major, edges, a.dtype);
+    const cl_long a_off = static_cast<cl_long>(a.offset), b_off = static_cast<cl_long>(b.offset),
+                  c_off = static_cast<cl_long>(c.offset);
+    const cl_int lda = static_cast<cl_int>(a.ld), ldb = static_cast<cl_int>(b.ld),
+                 ldc = static_cast<cl_int>(c.ld);
+    const void* args[] = {&M, &N, &K, &am, &a_off, &lda, &bm, &b_off, &ldb, &cm, &c_off, &ldc};
+    const std::size_t sizes[] = {sizeof M, sizeof N, sizeof K, sizeof am, sizeof a_off, sizeof lda,
+                                 sizeof bm, sizeof b_off, sizeof ldb, sizeof cm, sizeof c_off,
+                                 sizeof ldc};
+    for (cl_uint i = 0; i < 12; ++i)
+      cl_check(cl_.SetKernelArg(k, i, sizes[i], args[i]), "clSetKernelArg(gemm)", where_);
+    const std::size_t local[2] = {static_cast<std::size_t>(p.ndimc),
+                                  static_cast<std::size_t>(p.mdimc)};
+    const std::size_t global[2] = {static_cast<std::size_t>((N + p.nwg - 1) / p.nwg) * p.ndimc,
+                                   static_cast<std::size_t>((M + p.mwg - 1) / p.mwg) * p.mdimc};
+    cl_event ev = nullptr;
+    cl_int err = cl_.EnqueueNDRangeKernel(queue_, k, 2, nullptr, global, local, 0, nullptr, &ev);
+    cl_check(err, "clEnqueueNDRangeKernel(gemm)",
+             where_ + " for (" + std::to_string(M) + "x" + std::to_string(K) + ") @ (" +
+                 std::to_string(K) + "x" + std::to_string(N) + ") with " + p.str());
+    return ev;
+  }
+
+  double wait_and_time(cl_event ev) {
+    std::unique_ptr<std::remove_pointer_t<cl_event>, decltype(cl_.ReleaseEvent)> hold(ev, cl_.ReleaseEvent);
+    cl_check(cl_.WaitForEvents(1, &ev), "clWaitForEvents(gemm)", where_);
+    cl_ulong t0 = 0, t1 = 0;
+    if (cl_.GetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr) != CL_SUCCESS ||
+        cl_.GetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr) != CL_SUCCESS)
+      return -1.0;  // the driver keeps no profile: callers fall back to host time
+    return static_cast<double>(t1 - t0) * 1e-9;
+  }
+
+  void wait(cl_event ev) { wait_and_time(ev); }
+
+  // ---- host in, host out ---------------------------------------------------------------------
+  // Shared memory: wrap NumPy's buffers (CL_MEM_USE_HOST_PTR) and let the kernel read and write
+  // them where they are; the map/unmap of the result makes its contents visible to the host.
+  void matmul_in_place(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c) {
+    const std::size_t es = dtype_size(c.dtype);
+    auto wrap = [&](const void* p, std::size_t bytes, cl_mem_flags flags) {
+      return create_buffer(bytes, flags | CL_MEM_USE_HOST_PTR, const_cast<void*>(p));
+    };
+    auto ab = wrap(a.data, a.span() * es, CL_MEM_READ_ONLY);
+    auto bb = wrap(b.data, b.span() * es, CL_MEM_READ_ONLY);
+    core::DeviceMatrix dc{nullptr, 0, c.rows, c.cols, c.rows > 1 ? c.row_stride : c.cols, false, c.dtype};
+    auto cb = wrap(c.data, dc.span() * es, CL_MEM_WRITE_ONLY);
+    core::DeviceMatrix da{ab.get(), 0, a.rows, a.cols, a.ld, a.col_major, a.dtype};
+    core::DeviceMatrix db{bb.get(), 0, b.rows, b.cols, b.ld, b.col_major, b.dtype};
+    dc.data = cb.get();
+    wait(enqueue_gemm(ab->mem(), da, bb->mem(), db, cb->mem(), dc));
+    cl_int err = CL_SUCCESS;
+    void* p = cl_.EnqueueMapBuffer(queue_, cb->mem(), CL_TRUE, CL_MAP_READ, 0, dc.span() * es, 0,
+                                   nullptr, nullptr, &err);
+    cl_check(err, "clEnqueueMapBuffer(result)", where_);
+    cl_check(cl_.EnqueueUnmapMemObject(queue_, cb->mem(), p, 0, nullptr, nullptr),
+             "clEnqueueUnmapMemObject(result)", where_);
+  }
+
+  // Discrete memory: operands go into pooled device buffers, packed dense (a sliced view crosses
+  // the bus without its gaps, via a rectangular copy); the result comes back into c.
+  void matmul_copying(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c) {
+    const std::size_t es = dtype_size(c.dtype);
+    auto put = [&](const core::HostMatrix& h, Lease& dst) {
+      const std::size_t outer = h.col_major ? h.cols : h.rows, inner = h.col_major ? h.rows : h.cols;
+      if (static_cast<std::size_t>(h.ld) == inner || outer == 1) {
+        cl_check(cl_.EnqueueWriteBuffer(queue_, dst.mem(), CL_FALSE, 0, outer * inner * es, h.data,
+                                        0, nullptr, nullptr),
+                 "clEnqueueWriteBuffer(operand)", where_);
+      } else {
+        const std::size_t origin[3] = {0, 0, 0}, region[3] = {inner * es, outer, 1};
+        cl_check(cl_.EnqueueWriteBufferRect(queue_, dst.mem(), CL_FALSE, origin, origin, region,
+                                            inner * es, 0, h.ld * es, 0, h.data, 0, nullptr, nullptr),
+                 "clEnqueueWriteBufferRect(operand)", where_);
+      }
+    };
+    Lease la = lease(static_cast<std::size_t>(a.rows * a.cols) * es);
+    Lease lb = lease(static_cast<std::size_t>(b.rows * b.cols) * es);
+    Lease lc = lease(static_cast<std::size_t>(c.rows * c.cols) * es);
+    put(a, la);
+    put(b, lb);
+    core::DeviceMatrix da{la.buf.get(), 0, a.rows, a.cols, a.col_major ? a.rows : a.cols, a.col_major, a.dtype};
+    core::DeviceMatrix db{lb.buf.get(), 0, b.rows, b.cols, b.col_major ? b.rows : b.cols, b.col_major, b.dtype};
+    core::DeviceMatrix dc{lc.buf.get(), 0, c.rows, c.cols, c.cols, false, c.dtype};
+    cl_event ev = enqueue_gemm(la.mem(), da, lb.mem(), db, lc.mem(), dc);
+    cl_.ReleaseEvent(ev);
+    if (c.rows <= 1 || c.row_stride == c.cols) {
+      cl_check(cl_.EnqueueReadBuffer(queue_, lc.mem(), CL_TRUE, 0, c.rows * c.cols * es, c.data, 0,
+                                     nullptr, nullptr),
+               "clEnqueueReadBuffer(result)", where_);
+    } else {
+      const std::size_t origin[3] = {0, 0, 0}, region[3] = {c.cols * es, static_cast<std::size_t>(c.rows), 1};
+      cl_check(cl_.EnqueueReadBufferRect(queue_, lc.mem(), CL_TRUE, origin, origin, region,
+                                         c.cols * es, 0, c.row_stride * es, 0, c.data, 0, nullptr, nullptr),
+               "clEnqueueReadBufferRect(result)", where_);
+    }
+  }
+
+  const ClApi& cl_;
+  cl_platform_id platform_;
+  cl_device_id dev_;
+  DeviceInfo info_;
+  std::string where_;
+  std::size_t max_alloc_ = 0, local_mem_ = 0, max_work_group_ = 0;
+
+  std::mutex mu_;  // one command stream per device: guards everything below
+  cl_context context_ = nullptr;
+  cl_command_queue queue_ = nullptr;
+  std::map<std::string, cl_kernel> kernels_;  // by build options
+  std::multimap<std::size_t, std::unique_ptr<ClBuffer>> pool_;
+  std::size_t pool_bytes_ = 0;
+};
+
+class OpenClBackend final : public core::Backend {
+ public:
+  const char* name() const override { return "opencl"; }
+
+  std::vector<std::shared_ptr<core::Device>> devices() override {
+    std::vector<std::shared_ptr<core::Device>> out;
+    const ClApi* cl = cl_api();
+    if (!cl) return out;
+    cl_uint np = 0;
+    if (cl->GetPlatformIDs(0, nullptr, &np) != CL_SUCCESS || np == 0) return out;
+    std::vector<cl_platform_id> platforms(np);
+    cl->GetPlatformIDs(np, platforms.data(), nullptr);
+    int index = 0;
+    for (cl_platform_id p : platforms) {
+      cl_uint nd = 0;
+      if (cl->GetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, nullptr, &nd) != CL_SUCCESS || nd == 0) continue;
+      std::vector<cl_device_id> devs(nd);
+      cl->GetDeviceIDs(p, CL_DEVICE_TYPE_ALL, nd, devs.data(), nullptr);
+      for (cl_device_id d : devs) out.push_back(std::make_shared<OpenClDevice>(*cl, p, d, index++));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+}  // namespace portmat::opencl
+
+namespace portmat::core {
+std::unique_ptr<Backend> make_opencl_backend() {
+  return std::make_unique<opencl::OpenClBackend>();
+}
+}  // namespace portmat::core

@@ -1,0 +1,132 @@
+// portmat._ext: the nanobind binding of the core library. Kept thin: the Python package
+// (python/portmat/__init__.py) owns NumPy semantics (dtype promotion, array-likes, output
+// allocation); this file turns NumPy arrays into strided views, releases the GIL around device
+// work, and maps portmat's C++ exceptions to Python ones.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "core/backend.hpp"
+#include "portmat/portmat.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+PyObject* error_type = nullptr;       // portmat.Error(RuntimeError)
+PyObject* device_error_type = nullptr;  // portmat.DeviceError(Error)
+PyObject* oom_type = nullptr;         // portmat.OutOfDeviceMemory(DeviceError, MemoryError)
+
+template <class Array>
+portmat::DType dtype_of(const Array& a, const char* name) {
+  if (a.dtype() == nb::dtype<float>()) return portmat::DType::f32;
+  if (a.dtype() == nb::dtype<double>()) return portmat::DType::f64;
+  throw nb::type_error((std::string(name) + ": unsupported dtype (portmat multiplies float32 and "
+                        "float64)").c_str());
+}
+
+template <class Array>
+portmat::MatrixView view_of(const Array& a, const char* name) {
+  if (a.ndim() != 2)
+    throw nb::value_error((std::string(name) + " must be 2-D, got " + std::to_string(a.ndim()) +
+                           "-D").c_str());
+  portmat::MatrixView v;
+  v.data = const_cast<void*>(a.data());
+  v.rows = static_cast<std::int64_t>(a.shape(0));
+  v.cols = static_cast<std::int64_t>(a.shape(1));
+  v.row_stride = a.stride(0);
+  v.col_stride = a.stride(1);
+  v.dtype = dtype_of(a, name);
+  return v;
+}
+
+portmat::DType parse_dtype(const std::string& s) {
+  if (s == "float32") return portmat::DType::f32;
+  if (s == "float64") return portmat::DType::f64;
+  throw nb::value_error(("unsupported dtype '" + s + "' (float32 or float64)").c_str());
+}
+
+}  // namespace
+
+NB_MODULE(_ext, m) {
+  m.doc() = "portmat's C++ core (use the portmat package, not this module)";
+
+  error_type = PyErr_NewException("portmat.Error", PyExc_RuntimeError, nullptr);
+  device_error_type = PyErr_NewException("portmat.DeviceError", error_type, nullptr);
+  nb::object oom_bases = nb::make_tuple(nb::handle(device_error_type), nb::handle(PyExc_MemoryError));
+  oom_type = PyErr_NewException("portmat.OutOfDeviceMemory", oom_bases.ptr(), nullptr);
+  m.attr("Error") = nb::handle(error_type);
+  m.attr("DeviceError") = nb::handle(device_error_type);
+  m.attr("OutOfDeviceMemory") = nb::handle(oom_type);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const portmat::OutOfDeviceMemory& e) {
+      PyErr_SetString(oom_type, e.what());
+    } catch (const portmat::DeviceError& e) {
+      PyErr_SetString(device_error_type, e.what());
+    } catch (const portmat::Error& e) {
+      PyErr_SetString(error_type, e.what());
+    }
+  });
+
+  nb::class_<portmat::DeviceInfo>(m, "DeviceInfo", "A device portmat can run on")
+      .def_ro("backend", &portmat::DeviceInfo::backend)
+      .def_ro("index", &portmat::DeviceInfo::index)
+      .def_ro("name", &portmat::DeviceInfo::name)
+      .def_ro("vendor", &portmat::DeviceInfo::vendor)
+      .def_ro("driver_version", &portmat::DeviceInfo::driver_version)
+      .def_prop_ro("kind", [](const portmat::DeviceInfo& d) { return portmat::device_kind_name(d.kind); })
+      .def_ro("memory_bytes", &portmat::DeviceInfo::memory_bytes)
+      .def_ro("host_unified", &portmat::DeviceInfo::host_unified,
+              "True when the device shares system memory and uses NumPy buffers in place")
+      .def_ro("compute_units", &portmat::DeviceInfo::compute_units)
+      .def_ro("supports_float64", &portmat::DeviceInfo::supports_f64)
+      .def_prop_ro("id", &portmat::DeviceInfo::id, "'backend:index', e.g. 'opencl:0'")
+      .def("__eq__", [](const portmat::DeviceInfo& a, const portmat::DeviceInfo& b) { return a.id() == b.id(); })
+      .def("__hash__", [](const portmat::DeviceInfo& d) { return nb::hash(nb::str(d.id().c_str())); })
+      .def("__repr__", [](const portmat::DeviceInfo& d) {
+        return "<portmat device " + d.id() + ": " + d.name + " (" + portmat::device_kind_name(d.kind) +
+               ", " + std::to_string(d.memory_bytes >> 20) + " MiB" +
+               (d.host_unified ? ", shares host memory" : "") + ")>";
+      });
+
+  m.def("devices", &portmat::devices, "Every device of every backend");
+  m.def("find_device", &portmat::find_device, "spec"_a);
+  m.def("default_device", &portmat::default_device);
+  m.def("set_default_device", &portmat::set_default_device, "spec"_a);
+
+  m.def(
+      "matmul_into",
+      [](nb::ndarray<nb::ro, nb::device::cpu> a, nb::ndarray<nb::ro, nb::device::cpu> b,
+         nb::ndarray<nb::device::cpu> out, const std::string& device) {
+        const portmat::MatrixView va = view_of(a, "a"), vb = view_of(b, "b");
+        const portmat::MatrixView vc = view_of(out, "out");
+        nb::gil_scoped_release release;  // arrays stay alive: the caller holds them
+        portmat::matmul(va, vb, vc, device);
+      },
+      "a"_a, "b"_a, "out"_a, "device"_a,
+      "out = a @ b for 2-D float32/float64 arrays of one dtype; out row-major.");
+
+  m.def(
+      "time_gemm",
+      [](const std::string& device, std::int64_t mm, std::int64_t n, std::int64_t k,
+         const std::string& dtype, int repeat) {
+        const portmat::DType t = parse_dtype(dtype);
+        nb::gil_scoped_release release;
+        return portmat::time_gemm(device, mm, n, k, t, repeat);
+      },
+      "device"_a, "m"_a, "n"_a, "k"_a, "dtype"_a, "repeat"_a,
+      "Seconds of each of `repeat` kernel runs on device-resident random data");
+
+  m.def(
+      "_try_alloc",
+      [](const std::string& device, std::size_t bytes) {
+        auto dev = portmat::core::open_device(device);
+        nb::gil_scoped_release release;
+        dev->alloc(bytes);  // released at once
+      },
+      "device"_a, "bytes"_a, "Test hook: allocate and free device memory (raises when it cannot)");
+}

@@ -1,0 +1,31 @@
+"""The benchmark command runs, verifies its results and writes the JSON it promises."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import DEVICES
+
+
+@pytest.mark.skipif(not DEVICES, reason="no device")
+def test_bench_json(tmp_path):
+    out = tmp_path / "b.json"
+    r = subprocess.run([sys.executable, "-m", "portmat", "bench", "--sizes", "64,100", "--repeat", "2",
+                        "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    records = json.loads(out.read_text())
+    assert [rec["size"] for rec in records] == [64, 100]
+    for rec in records:
+        for key in ("size", "device", "numpy_s", "portmat_s", "kernel_s", "max_rel_error"):
+            assert key in rec
+        assert rec["numpy_s"] > 0 and rec["portmat_s"] > 0 and rec["kernel_s"] > 0
+        assert rec["max_rel_error"] < rec["size"] * 1.2e-7 and rec["verified"]
+    assert "ratio" in r.stdout and "64" in r.stdout
+
+
+def test_bench_rejects_bad_arguments():
+    r = subprocess.run([sys.executable, "-m", "portmat", "bench", "--repeat", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "positive" in r.stderr

@@ -1,0 +1,81 @@
+"""Device listing and choice: devices(), device=, set_default_device(), $PORTMAT_DEVICE."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import portmat
+from conftest import DEVICES, check_matmul, random_matrix
+
+pytestmark = pytest.mark.skipif(not DEVICES, reason="no device")
+
+
+def test_device_entries_describe_the_device():
+    ids = set()
+    for d in portmat.devices():
+        assert d.kind in ("gpu", "cpu", "other")
+        assert d.id == f"{d.backend}:{d.index}"
+        assert d.name and d.memory_bytes > 0 and d.compute_units > 0
+        assert isinstance(d.host_unified, bool)
+        assert d.id in repr(d)
+        ids.add(d.id)
+    assert len(ids) == len(portmat.devices())
+
+
+def test_default_prefers_a_gpu():
+    default = portmat.default_device()
+    if any(d.kind == "gpu" for d in portmat.devices()):
+        assert default.kind == "gpu"
+    else:
+        assert default.kind == "cpu"
+
+
+def test_device_by_entry_and_by_string(rng):
+    a, b = random_matrix(rng, (9, 11)), random_matrix(rng, (11, 4))
+    for d in portmat.devices():
+        check_matmul(portmat.matmul(a, b, device=d), a, b)
+        check_matmul(portmat.matmul(a, b, device=d.id), a, b)
+    first = portmat.devices()[0]
+    assert portmat._ext.find_device(first.backend) == portmat._ext.find_device(first.backend + ":0")
+    assert portmat._ext.find_device(first.kind).kind == first.kind
+
+
+def test_set_default_device():
+    last = portmat.devices()[-1]
+    try:
+        portmat.set_default_device(last)
+        assert portmat.default_device() == last
+        portmat.set_default_device(last.id)
+        assert portmat.default_device() == last
+    finally:
+        portmat.set_default_device(None)
+    assert portmat.default_device() == portmat._ext.find_device("")
+
+
+def _run(code, **env):
+    full = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=300)
+
+
+def test_portmat_device_variable():
+    last = portmat.devices()[-1]
+    r = _run("import portmat; print(portmat.default_device().id)", PORTMAT_DEVICE=last.id)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == last.id
+
+
+def test_portmat_device_variable_bad_value():
+    code = "import numpy as np, portmat; a = np.ones((2, 2), np.float32); portmat.matmul(a, a)"
+    r = _run(code, PORTMAT_DEVICE="nosuch:1")
+    assert r.returncode == 1
+    assert "PORTMAT_DEVICE" in r.stderr and "nosuch:1" in r.stderr and "ValueError" in r.stderr
+
+
+def test_devices_command():
+    r = subprocess.run([sys.executable, "-m", "portmat", "devices"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    for d in portmat.devices():
+        assert d.id in r.stdout and d.name in r.stdout

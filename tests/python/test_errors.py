@@ -1,0 +1,87 @@
+"""Bad input raises a clear exception naming what is wrong; nothing crashes, and later calls work."""
+
+import re
+
+import numpy as np
+import pytest
+
+import portmat
+from conftest import check_matmul, random_matrix
+
+
+def _ok(device):
+    a, b = np.ones((3, 4), np.float32) * 0.5, np.full((4, 2), 3.0, np.float32)
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
+@pytest.mark.parametrize("shape_a,shape_b", [((3,), (3, 2)), ((2, 3), (3,)), ((2, 2, 2), (2, 2)), ((), (2, 2))])
+def test_ndim_other_than_2(device, shape_a, shape_b):
+    with pytest.raises(ValueError, match="must be 2-D"):
+        portmat.matmul(np.ones(shape_a, np.float32), np.ones(shape_b, np.float32), device=device)
+    _ok(device)
+
+
+def test_inner_dimension_mismatch_shows_both_shapes(device):
+    with pytest.raises(ValueError, match=r"inner dimensions differ.*\(3, 4\).*\(5, 6\)"):
+        portmat.matmul(np.ones((3, 4), np.float32), np.ones((5, 6), np.float32), device=device)
+    _ok(device)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.bool_, np.float16, np.complex64,
+                                   np.complex128, object, "U3", "S3", "datetime64[s]"])
+def test_unsupported_dtypes(device, dtype):
+    a = np.ones((2, 2)).astype(dtype) if dtype not in ("U3", "S3") else np.array([["a", "b"], ["c", "d"]], dtype)
+    b = np.ones((2, 2), np.float32)
+    with pytest.raises(TypeError, match=re.escape(str(np.dtype(dtype)))):
+        portmat.matmul(a, b, device=device)
+    with pytest.raises(TypeError):
+        portmat.matmul(b, a, device=device)
+    _ok(device)
+
+
+@pytest.mark.parametrize("bad", [None, "abc", object(), {"a": 1}, [[1.0, 2.0], [3.0]], 3.0])
+def test_not_arrays(device, bad):
+    with pytest.raises((TypeError, ValueError)) as info:
+        portmat.matmul(bad, np.ones((2, 2), np.float32), device=device)
+    assert "a" in str(info.value)
+    _ok(device)
+
+
+def test_bad_device_specs():
+    a = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match="no device matches 'nosuch:9'.*available"):
+        portmat.matmul(a, a, device="nosuch:9")
+    with pytest.raises(ValueError, match="no device matches"):
+        portmat.matmul(a, a, device="opencl:999")
+    with pytest.raises(TypeError, match="device must be"):
+        portmat.matmul(a, a, device=3.5)
+    with pytest.raises(ValueError, match="no device matches"):
+        portmat.set_default_device("opencl:999")
+
+
+def test_bad_kernel_parameters_raise_and_recover(device, monkeypatch):
+    monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "MWG=48")  # not a multiple of MDIMC*VWM
+    a = random_matrix(np.random.default_rng(), (70, 70))
+    if not device.startswith("opencl"):
+        pytest.skip("OpenCL kernel parameters")
+    with pytest.raises(ValueError, match="MWG must be a multiple"):
+        portmat.matmul(a, a, device=device)
+    monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "NOPE=1")
+    with pytest.raises(ValueError, match="unknown kernel parameter 'NOPE'"):
+        portmat.matmul(a, a, device=device)
+    monkeypatch.delenv("PORTMAT_OPENCL_PARAMS")
+    check_matmul(portmat.matmul(a, a, device=device), a, a)
+
+
+def test_out_of_device_memory_is_an_exception(device):
+    info = portmat._ext.find_device(device)
+    with pytest.raises(portmat.OutOfDeviceMemory, match="bytes") as e:
+        portmat._ext._try_alloc(device, info.memory_bytes * 4 + (1 << 40))
+    assert isinstance(e.value, MemoryError) and isinstance(e.value, portmat.DeviceError)
+    _ok(device)
+
+
+def test_exception_hierarchy():
+    assert issubclass(portmat.DeviceError, portmat.Error)
+    assert issubclass(portmat.Error, RuntimeError)
+    assert issubclass(portmat.OutOfDeviceMemory, MemoryError)

@@ -1,0 +1,158 @@
+"""portmat.matmul against a float64 NumPy reference: awkward shapes, views, dtypes."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import portmat
+from conftest import check_matmul, random_matrix
+
+# 1, primes, one off every tile size in use (64, 128, 16), and a few larger non-multiples.
+AWKWARD = [1, 2, 3, 5, 7, 13, 17, 31, 63, 65, 127, 129, 257]
+
+
+@pytest.mark.parametrize("m", [1, 7, 65, 129])
+@pytest.mark.parametrize("k", [1, 13, 63, 257])
+@pytest.mark.parametrize("n", [1, 5, 127, 130])
+def test_awkward_shapes_float32(device, rng, m, k, n):
+    a, b = random_matrix(rng, (m, k)), random_matrix(rng, (k, n))
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
+@pytest.mark.parametrize("n", [64, 128, 256])
+def test_tile_multiples(device, rng, n):
+    a, b = random_matrix(rng, (n, n)), random_matrix(rng, (n, n))
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
+def test_large_k(device, rng):
+    a, b = random_matrix(rng, (33, 4099)), random_matrix(rng, (4099, 35))
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(m=st.integers(1, 200), k=st.integers(1, 200), n=st.integers(1, 200),
+       dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**32 - 1))
+def test_random_shapes(device, m, k, n, dtype, seed):
+    if dtype == np.float64 and not portmat._ext.find_device(device).supports_float64:
+        pytest.skip("device has no float64")
+    r = np.random.default_rng(seed)
+    a, b = random_matrix(r, (m, k), dtype), random_matrix(r, (k, n), dtype)
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (3, 7, 5), (65, 129, 63), (200, 150, 170)])
+def test_float64_is_computed_in_float64(device, rng, m, k, n):
+    if not portmat._ext.find_device(device).supports_float64:
+        pytest.skip("device has no float64")
+    a, b = random_matrix(rng, (m, k), np.float64), random_matrix(rng, (k, n), np.float64)
+    c = portmat.matmul(a, b, device=device)
+    check_matmul(c, a, b)  # the bound uses float64's eps: a float32 kernel could not meet it
+
+
+def test_mixed_dtypes_promote_like_numpy(device, rng):
+    if not portmat._ext.find_device(device).supports_float64:
+        pytest.skip("device has no float64")
+    a32, b64 = random_matrix(rng, (20, 30)), random_matrix(rng, (30, 10), np.float64)
+    c = portmat.matmul(a32, b64, device=device)
+    assert c.dtype == np.matmul(a32, b64).dtype == np.float64
+    check_matmul(c, a32, b64)
+    c = portmat.matmul(b64.T, a32.T, device=device)
+    assert c.dtype == np.float64
+
+
+def _views(rng, dtype):
+    """(name, view) pairs of a 40x50 operand laid out every way a NumPy user can make one."""
+    base = random_matrix(rng, (120, 150), dtype)
+    return [
+        ("contiguous", np.ascontiguousarray(base[:40, :50])),
+        ("fortran", np.asfortranarray(base[:40, :50])),
+        ("transposed", np.ascontiguousarray(base[:50, :40]).T),
+        ("row slice", base[3:43, :50]),
+        ("column slice", base[:40, 7:57]),
+        ("both sliced", base[11:51, 13:63]),
+        ("strided rows", base[::3, :50][:40]),
+        ("strided both", base[::2, ::3][:40, :50]),
+        ("negative rows", base[::-1, :50][:40]),
+        ("negative columns", base[:40, ::-1][:, :50]),
+        ("negative both", base[::-2, ::-3][:40, :50]),
+        ("transposed slice", base[20:70, 30:70].T),
+        ("broadcast", np.broadcast_to(base[0, :50], (40, 50))),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_views(device, rng, dtype):
+    if dtype == np.float64 and not portmat._ext.find_device(device).supports_float64:
+        pytest.skip("device has no float64")
+    views = _views(rng, dtype)
+    bs = [(name, v.T) for name, v in views]  # 50x40 operands, same layouts transposed
+    for name_a, a in views:
+        for name_b, b in bs:
+            assert a.shape == (40, 50) and b.shape == (50, 40)
+            c = portmat.matmul(a, b, device=device)
+            try:
+                check_matmul(c, a, b)
+            except AssertionError as e:
+                raise AssertionError(f"a {name_a}, b {name_b}: {e}") from None
+
+
+def test_inputs_are_not_modified(device, rng):
+    a, b = random_matrix(rng, (30, 40)), random_matrix(rng, (40, 20))
+    a0, b0 = a.copy(), b.copy()
+    portmat.matmul(a, b, device=device)
+    assert np.array_equal(a, a0) and np.array_equal(b, b0)
+
+
+def test_read_only_inputs(device, rng):
+    a, b = random_matrix(rng, (30, 40)), random_matrix(rng, (40, 20))
+    a.flags.writeable = False
+    b.flags.writeable = False
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
+def test_same_array_twice(device, rng):
+    a = random_matrix(rng, (70, 70))
+    check_matmul(portmat.matmul(a, a, device=device), a, a)
+    check_matmul(portmat.matmul(a, a.T, device=device), a, a.T)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_k_zero_gives_zeros(device, dtype):
+    a, b = np.empty((4, 0), dtype), np.empty((0, 3), dtype)
+    c = portmat.matmul(a, b, device=device)
+    assert c.shape == (4, 3) and c.dtype == dtype
+    assert np.array_equal(c, np.zeros((4, 3), dtype))
+
+
+@pytest.mark.parametrize("m,k,n", [(0, 5, 3), (4, 5, 0), (0, 0, 0), (0, 3, 0)])
+def test_empty_results(device, rng, m, k, n):
+    a, b = random_matrix(rng, (m, k)), random_matrix(rng, (k, n))
+    c = portmat.matmul(a, b, device=device)
+    assert c.shape == (m, n) and c.dtype == np.float32
+
+
+def test_array_likes_follow_numpy(device):
+    a = [[1.5, 2.0], [3.0, -4.0]]
+    b = [[2.0], [0.25]]
+    if not portmat._ext.find_device(device).supports_float64:
+        pytest.skip("device has no float64")
+    c = portmat.matmul(a, b, device=device)
+    assert c.dtype == np.float64
+    check_matmul(c, np.array(a), np.array(b))
+
+
+def test_large_values_do_not_overflow_indices(device, rng):
+    # 3 x 70000 @ 70000 x 2: long K runs, results of scale sqrt(K).
+    a, b = random_matrix(rng, (3, 70000)), random_matrix(rng, (70000, 2))
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
+def test_result_is_fresh_each_call(device, rng):
+    a, b = random_matrix(rng, (16, 16)), random_matrix(rng, (16, 16))
+    c1 = portmat.matmul(a, b, device=device)
+    c2 = portmat.matmul(a * 2, b, device=device)
+    assert c1 is not c2
+    check_matmul(c1, a, b)
+    check_matmul(c2, a * 2, b)
