@@ -56,6 +56,7 @@ struct DeviceInfo {
   bool host_unified = false;  // shares system memory: host buffers are used in place
   int compute_units = 0;
   bool supports_f64 = false;
+  double peak_gflops = 0.0;  // float32 FMA peak (measured or from the clock); 0 when unknown
 
   std::string id() const { return backend + ":" + std::to_string(index); }
 };

@@ -72,8 +72,14 @@ class Backend {
 
 // Registered backends (registry.cpp), in order of preference for the default device.
 std::vector<std::unique_ptr<Backend>> make_backends();
+#ifdef PORTMAT_WITH_CUDA
+std::unique_ptr<Backend> make_cuda_backend();  // src/cuda
+#endif
+#ifdef PORTMAT_WITH_CPU
+std::unique_ptr<Backend> make_cpu_backend();  // src/cpu
+#endif
 #ifdef PORTMAT_WITH_OPENCL
-std::unique_ptr<Backend> make_opencl_backend();
+std::unique_ptr<Backend> make_opencl_backend();  // src/opencl
 #endif
 
 // The opened device behind a spec (see portmat::find_device).

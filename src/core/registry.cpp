@@ -10,7 +10,15 @@
 namespace portmat::core {
 
 std::vector<std::unique_ptr<Backend>> make_backends() {
+  // Order matters (see preference()): for one GPU, CUDA beats OpenCL; among CPUs the native
+  // backend beats OpenCL's CPU device (PoCL), which stays usable by name.
   std::vector<std::unique_ptr<Backend>> out;
+#ifdef PORTMAT_WITH_CUDA
+  out.push_back(make_cuda_backend());
+#endif
+#ifdef PORTMAT_WITH_CPU
+  out.push_back(make_cpu_backend());
+#endif
 #ifdef PORTMAT_WITH_OPENCL
   out.push_back(make_opencl_backend());
 #endif

@@ -84,6 +84,8 @@ NB_MODULE(_ext, m) {
               "True when the device shares system memory and uses NumPy buffers in place")
       .def_ro("compute_units", &portmat::DeviceInfo::compute_units)
       .def_ro("supports_float64", &portmat::DeviceInfo::supports_f64)
+      .def_ro("peak_gflops", &portmat::DeviceInfo::peak_gflops,
+              "float32 FMA peak in GFLOP/s (measured or from the clock); 0 when unknown")
       .def_prop_ro("id", &portmat::DeviceInfo::id, "'backend:index', e.g. 'opencl:0'")
       .def("__eq__", [](const portmat::DeviceInfo& a, const portmat::DeviceInfo& b) { return a.id() == b.id(); })
       .def("__hash__", [](const portmat::DeviceInfo& d) { return nb::hash(nb::str(d.id().c_str())); })

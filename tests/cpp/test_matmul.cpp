@@ -1,0 +1,119 @@
+// portmat::matmul through the public C++ API on every device, against the float64 reference.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "core/reference.hpp"
+#include "portmat/portmat.hpp"
+
+using portmat::DType;
+using portmat::MatrixView;
+
+namespace {
+
+template <class T>
+std::vector<T> random_vector(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(u(rng));
+  return v;
+}
+
+template <class T>
+constexpr DType dtype_of() {
+  return sizeof(T) == 4 ? DType::f32 : DType::f64;
+}
+
+// c = a @ b for an (m x k) row-major a (or column-major if a_col) and a row-major b.
+template <class T>
+double run(const std::string& device, std::int64_t m, std::int64_t k, std::int64_t n, bool a_col,
+           std::mt19937& rng) {
+  auto a = random_vector<T>(m * k, rng), b = random_vector<T>(k * n, rng);
+  std::vector<T> c(m * n, T(-12345));  // poison: every entry must be written
+  MatrixView va{a.data(), m, k, a_col ? 1 : k, a_col ? m : 1, dtype_of<T>()};
+  MatrixView vb{b.data(), k, n, n, 1, dtype_of<T>()};
+  MatrixView vc{c.data(), m, n, n, 1, dtype_of<T>()};
+  portmat::matmul(va, vb, vc, device);
+  return portmat::reference::worst_error_ratio(va, vb, vc);
+}
+
+}  // namespace
+
+class EveryDevice : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryDevice, AwkwardShapesFloat32) {
+  std::mt19937 rng(std::random_device{}());
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 13, 5}, {65, 129, 63}, {128, 16, 128}, {130, 257, 3}})
+    for (bool a_col : {false, true})
+      EXPECT_LE(run<float>(GetParam(), m, k, n, a_col, rng), 1.0) << m << "x" << k << "x" << n;
+}
+
+TEST_P(EveryDevice, Float64) {
+  if (!portmat::find_device(GetParam()).supports_f64) GTEST_SKIP() << "no float64";
+  std::mt19937 rng(std::random_device{}());
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {33, 65, 17}, {64, 64, 64}})
+    EXPECT_LE(run<double>(GetParam(), m, k, n, false, rng), 1.0) << m << "x" << k << "x" << n;
+}
+
+TEST_P(EveryDevice, KZeroGivesZerosAndEmptyResultsAreFine) {
+  std::vector<float> a(1), b(1), c(12, 7.0f);
+  MatrixView va{a.data(), 4, 0, 0, 1, DType::f32}, vb{b.data(), 0, 3, 3, 1, DType::f32};
+  MatrixView vc{c.data(), 4, 3, 3, 1, DType::f32};
+  portmat::matmul(va, vb, vc, GetParam());
+  for (float x : c) EXPECT_EQ(x, 0.0f);
+  MatrixView ve{c.data(), 0, 3, 3, 1, DType::f32}, va0{a.data(), 0, 5, 5, 1, DType::f32};
+  MatrixView vb5{c.data(), 5, 3, 3, 1, DType::f32};
+  portmat::matmul(va0, vb5, ve, GetParam());
+}
+
+static std::vector<std::string> device_ids() {
+  std::vector<std::string> ids;
+  for (const auto& d : portmat::devices()) ids.push_back(d.id());
+  return ids;
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, EveryDevice, ::testing::ValuesIn(device_ids()),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& ch : s)
+                             if (ch == ':') ch = '_';
+                           return s;
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryDevice);
+
+TEST(Matmul, MismatchedShapesAndDtypesAreInvalidArguments) {
+  std::vector<float> x(64);
+  MatrixView a{x.data(), 3, 4, 4, 1, DType::f32}, b{x.data(), 5, 2, 2, 1, DType::f32};
+  MatrixView c{x.data(), 3, 2, 2, 1, DType::f32};
+  try {
+    portmat::matmul(a, b, c);
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("(3, 4)"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("(5, 2)"), std::string::npos);
+  }
+  MatrixView b64{x.data(), 4, 2, 2, 1, DType::f64};
+  EXPECT_THROW(portmat::matmul(a, b64, c), std::invalid_argument);
+}
+
+TEST(Matmul, UnknownDeviceNamesTheChoices) {
+  std::vector<float> x(4);
+  MatrixView a{x.data(), 1, 1, 1, 1, DType::f32};
+  try {
+    portmat::matmul(a, a, a, "nosuch:3");
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("nosuch:3"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("available"), std::string::npos);
+  }
+}
+
+TEST(Reference, ErrorRatioCatchesAWrongEntry) {
+  std::vector<float> a{1, 2, 3, 4}, b{5, 6, 7, 8}, c{19, 22, 43, 50};
+  MatrixView va{a.data(), 2, 2, 2, 1, DType::f32}, vb{b.data(), 2, 2, 2, 1, DType::f32};
+  MatrixView vc{c.data(), 2, 2, 2, 1, DType::f32};
+  EXPECT_EQ(portmat::reference::worst_error_ratio(va, vb, vc), 0.0);
+  c[3] = 50.001f;
+  EXPECT_GT(portmat::reference::worst_error_ratio(va, vb, vc), 1.0);
+}

@@ -1,0 +1,117 @@
+// The OpenCL backend's own machinery: parameter checks, driver errors as exceptions (build
+// failure with its log, out of memory) after which the device keeps working, device-resident gemm
+// with offsets and both layouts.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/reference.hpp"
+#include "opencl/cl_api.hpp"
+#include "opencl/gemm_params.hpp"
+#include "opencl/program_cache.hpp"
+
+using portmat::DType;
+using portmat::MatrixView;
+
+namespace {
+std::vector<std::string> opencl_ids() {
+  std::vector<std::string> ids;
+  for (const auto& d : portmat::devices())
+    if (d.backend == "opencl") ids.push_back(d.id());
+  return ids;
+}
+}  // namespace
+
+TEST(OpenClParams, DefaultsAreValidAndBadOnesAreNamed) {
+  portmat::opencl::DeviceTraits gpu{portmat::DeviceKind::gpu, "NVIDIA", 132};
+  portmat::opencl::DeviceTraits cpu{portmat::DeviceKind::cpu, "PoCL", 2};
+  for (auto t : {gpu, cpu})
+    for (auto d : {DType::f32, DType::f64})
+      for (long n : {1L, 512L, 8192L})
+        EXPECT_EQ(portmat::opencl::choose_params(t, d, n, n).invalid_reason(), "");
+  auto p = portmat::opencl::parse_params("MWG=48", {});
+  EXPECT_NE(p.invalid_reason().find("MWG"), std::string::npos);
+  EXPECT_THROW(portmat::opencl::parse_params("FOO=1", {}), std::invalid_argument);
+  EXPECT_THROW(portmat::opencl::parse_params("MWG=x", {}), std::invalid_argument);
+  EXPECT_THROW(portmat::opencl::parse_params("MWG", {}), std::invalid_argument);
+}
+
+class OpenClDevice : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpenClDevice, BuildFailureCarriesTheLogAndTheDeviceKeepsWorking) {
+  const portmat::opencl::ClApi* cl = portmat::opencl::cl_api();
+  ASSERT_NE(cl, nullptr);
+  cl_platform_id platform;
+  ASSERT_EQ(cl->GetPlatformIDs(1, &platform, nullptr), CL_SUCCESS);
+  cl_device_id dev;
+  ASSERT_EQ(cl->GetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 1, &dev, nullptr), CL_SUCCESS);
+  cl_int err;
+  cl_context ctx = cl->CreateContext(nullptr, 1, &dev, nullptr, nullptr, &err);
+  ASSERT_EQ(err, CL_SUCCESS);
+  try {
+    portmat::opencl::build_program(*cl, ctx, dev, "test device", "__kernel void f() { this is not C }", "");
+    FAIL() << "no exception";
+  } catch (const portmat::DeviceError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("clBuildProgram"), std::string::npos) << what;
+    EXPECT_NE(what.find("CL_BUILD_PROGRAM_FAILURE"), std::string::npos) << what;
+    EXPECT_NE(what.find("build log"), std::string::npos) << what;
+  }
+  cl->ReleaseContext(ctx);
+
+  std::vector<float> a(6, 1.0f), b(6, 2.0f), c(4, 0.0f);
+  MatrixView va{a.data(), 2, 3, 3, 1, DType::f32}, vb{b.data(), 3, 2, 2, 1, DType::f32};
+  MatrixView vc{c.data(), 2, 2, 2, 1, DType::f32};
+  portmat::matmul(va, vb, vc, GetParam());
+  for (float x : c) EXPECT_EQ(x, 6.0f);
+}
+
+TEST_P(OpenClDevice, OutOfMemoryIsAnExceptionAndLaterCallsWork) {
+  auto dev = portmat::core::open_device(GetParam());
+  EXPECT_THROW(dev->alloc(dev->info().memory_bytes * 4 + (std::size_t(1) << 40)),
+               portmat::OutOfDeviceMemory);
+  auto buf = dev->alloc(1024);
+  std::vector<float> x(256, 3.0f), y(256, 0.0f);
+  dev->upload(*buf, x.data(), 1024);
+  dev->download(y.data(), *buf, 1024);
+  EXPECT_EQ(x, y);
+}
+
+TEST_P(OpenClDevice, DeviceResidentGemmWithOffsetsAndLayouts) {
+  auto dev = portmat::core::open_device(GetParam());
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> u(-1, 1);
+  const std::int64_t M = 37, K = 70, N = 45, off = 5;
+  for (bool a_col : {false, true})
+    for (bool b_col : {false, true}) {
+      std::vector<float> a(off + M * K), b(off + K * N), c(off + M * N, -1.0f);
+      for (auto& v : a) v = u(rng);
+      for (auto& v : b) v = u(rng);
+      auto ba = dev->alloc(a.size() * 4), bb = dev->alloc(b.size() * 4), bc = dev->alloc(c.size() * 4);
+      dev->upload(*ba, a.data(), a.size() * 4);
+      dev->upload(*bb, b.data(), b.size() * 4);
+      dev->upload(*bc, c.data(), c.size() * 4);
+      portmat::core::DeviceMatrix da{ba.get(), off, M, K, a_col ? M : K, a_col, DType::f32};
+      portmat::core::DeviceMatrix db{bb.get(), off, K, N, b_col ? K : N, b_col, DType::f32};
+      portmat::core::DeviceMatrix dc{bc.get(), off, M, N, N, false, DType::f32};
+      const double seconds = dev->gemm(da, db, dc);
+      EXPECT_GT(seconds, 0.0);
+      dev->download(c.data(), *bc, c.size() * 4);
+      for (int i = 0; i < off; ++i) EXPECT_EQ(c[i], -1.0f) << "wrote before the offset";
+      MatrixView va{a.data() + off, M, K, a_col ? 1 : K, a_col ? M : 1, DType::f32};
+      MatrixView vb{b.data() + off, K, N, b_col ? 1 : N, b_col ? K : 1, DType::f32};
+      MatrixView vc{c.data() + off, M, N, N, 1, DType::f32};
+      EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0) << a_col << b_col;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, OpenClDevice, ::testing::ValuesIn(opencl_ids()),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& ch : s)
+                             if (ch == ':') ch = '_';
+                           return s;
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OpenClDevice);
