@@ -2,18 +2,27 @@
 # with sudo). Each sets up what it needs: system packages, .venv, a build of portmat in it.
 #   make bench   benchmark on the default device (BENCH_ARGS="--sizes 512,1024 --repeat 5")
 #   make test    every test suite: C++ (GoogleTest via ctest) and Python (pytest)
+# OFFLINE=1 uses what the machine already has (no apt-get, no downloads; the venv sees the
+# system's site-packages): for machines without network, such as the GPU test machine.
 PYTHON      ?= python3
 VENV        := .venv
 VPY         := $(VENV)/bin/python
 BUILD_CPP   := build/cpp
+CMAKE_ARGS  ?=
 BENCH_ARGS  ?=
 BENCH_JSON  ?= bench/results/latest.json
 JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
+OFFLINE     ?= 0
 
 # Debian/Ubuntu packages: compilers and CMake, Python's venv and headers, the Khronos OpenCL
 # headers, an ICD loader with PoCL (OpenCL on the CPU, so every machine has a device), GoogleTest.
 APT_PACKAGES := build-essential cmake ninja-build python3-dev python3-venv \
                 opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo libgtest-dev
+PY_PACKAGES  := "numpy>=1.22" "nanobind>=2.0" "scikit-build-core>=0.10" pytest hypothesis threadpoolctl
+
+ifeq ($(OFFLINE),1)
+VENV_ARGS := --system-site-packages --without-pip
+endif
 
 .PHONY: bench test test-cpp test-python system venv install clean
 bench: install
@@ -23,7 +32,7 @@ bench: install
 test: test-cpp test-python
 
 test-cpp: system
-	cmake -S . -B $(BUILD_CPP) -G Ninja -DPORTMAT_BUILD_TESTS=ON -DPORTMAT_BUILD_PYTHON=OFF
+	cmake -S . -B $(BUILD_CPP) -G Ninja -DPORTMAT_BUILD_TESTS=ON -DPORTMAT_BUILD_PYTHON=OFF $(CMAKE_ARGS)
 	cmake --build $(BUILD_CPP) -j $(JOBS)
 	ctest --test-dir $(BUILD_CPP) --output-on-failure -j $(JOBS)
 
@@ -31,19 +40,24 @@ test-python: install
 	$(VPY) -m pytest -q tests/python
 
 system:
+ifneq ($(OFFLINE),1)
 	@if command -v dpkg >/dev/null && ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $(APT_PACKAGES); \
 	fi
+endif
 
 $(VPY): | system
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV_ARGS) $(VENV)
+ifneq ($(OFFLINE),1)
 	$(VPY) -m pip install -q --upgrade pip
+endif
 
 venv: $(VPY)
-	$(VPY) -m pip install -q "numpy>=1.22" "nanobind>=2.0" "scikit-build-core>=0.10" \
-	    pytest hypothesis threadpoolctl
+ifneq ($(OFFLINE),1)
+	$(VPY) -m pip install -q $(PY_PACKAGES)
+endif
 
 install: venv
 	$(VPY) -m pip install -q --no-build-isolation .

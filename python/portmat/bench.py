@@ -8,6 +8,8 @@ drift on a shared machine hits both alike, and report medians:
 - kernel_s:  portmat's kernel alone on device-resident data (device timer);
 - max_rel_error: max |c - ref| / (|a| @ |b|) over the checked entries: the componentwise error,
   which float32 arithmetic keeps near sqrt(n) * 6e-8 and never above n * 6e-8.
+Peers (peers.py: cuBLAS through CuPy and torch on NVIDIA GPUs) are verified and timed the same way,
+NumPy in/out and device-resident.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 import numpy as np
 
 import portmat
-from portmat import _ext
+from portmat import _ext, peers as _peers
 
 # Checking every entry of a 4096^2 result against float64 costs more than the benchmark; above this
 # many rows, a fixed random sample of rows is checked (every column of each).
@@ -67,13 +69,17 @@ def _time_once(fn) -> float:
     return time.perf_counter() - t0
 
 
-def run(sizes, repeat, device, dtype="float32", progress=None) -> list[dict]:
+def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) -> list[dict]:
     dev = portmat._ext.find_device(portmat._device_spec(device))
+    peers = _peers.available(dev) if with_peers else []
     blas = blas_info()
     host = platform.node()
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     records = []
     eps = float(np.finfo(dtype).eps)
+
+    if progress is not None and not (hasattr(progress, "isatty") and progress.isatty()):
+        progress = None  # a log file gets the table, not carriage-return animations
 
     def say(msg):
         if progress is not None:
@@ -99,6 +105,21 @@ def run(sizes, repeat, device, dtype="float32", progress=None) -> list[dict]:
         say(f"n={n}: kernel only")
         t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, repeat) if t >= 0]
         flop = 2.0 * n**3
+        peer_results = {}
+        for peer in peers:
+            say(f"n={n}: {peer.name}")
+            pc = peer.host(a, b)
+            peer_err = max_rel_error(a, b, pc, rng)
+            peer.host(a, b)
+            t_host = [_time_once(lambda: peer.host(a, b)) for _ in range(repeat)]
+            t_res = peer.resident(n, dtype, repeat)
+            peer_results[peer.name] = {
+                "host_s": statistics.median(t_host),
+                "host_spread_s": [min(t_host), max(t_host)],
+                "resident_s": statistics.median(t_res),
+                "max_rel_error": peer_err,
+                "gflops_resident": flop / statistics.median(t_res) / 1e9,
+            }
         rec = {
             "size": n,
             "dtype": dtype,
@@ -117,6 +138,9 @@ def run(sizes, repeat, device, dtype="float32", progress=None) -> list[dict]:
             "host": host,
             "date": today,
         }
+        rec["peers"] = peer_results
+        if dev.peak_gflops > 0:
+            rec["peak_gflops"] = dev.peak_gflops
         rec["speedup_vs_numpy"] = rec["numpy_s"] / rec["portmat_s"]
         rec["gflops_numpy"] = flop / rec["numpy_s"] / 1e9
         rec["gflops_portmat"] = flop / rec["portmat_s"] / 1e9
@@ -135,18 +159,33 @@ def table(records: list[dict]) -> str:
     head = [
         f"portmat bench: {r0['dtype']} (n x n) @ (n x n) on {r0['device']} ({r0['device_name']})",
         f"NumPy {r0['numpy_version']} with {r0['blas']}; host {r0['host']}; {r0['date']}",
-        f"medians of {r0['repeat']} runs; ratio = NumPy time / portmat time (NumPy in, NumPy out)",
+        f"medians of {r0['repeat']} runs; ratio = NumPy time / portmat time (NumPy in, NumPy out); "
+        "kernel = device-resident; peers: NumPy in/out ms and device-resident GFLOP/s",
         "",
     ]
-    cols = ["n", "NumPy ms", "GFLOP/s", "portmat ms", "GFLOP/s", "kernel ms", "GFLOP/s", "ratio", "max rel err", "ok"]
+    peer_names = sorted({name for r in records for name in r.get("peers", {})})
+    cols = ["n", "NumPy ms", "GFLOP/s", "portmat ms", "GFLOP/s", "kernel ms", "GFLOP/s"]
+    if any("peak_gflops" in r for r in records):
+        cols.append("% peak")
+    for name in peer_names:
+        cols += [f"{name} ms", f"{name} kern GF/s"]
+    cols += ["ratio", "max rel err", "ok"]
     rows = [cols]
     for r in records:
         k = r["kernel_s"]
+        extra = []
+        if "% peak" in cols:
+            best = max(r["gflops_portmat"], r["gflops_kernel"] or 0)
+            extra.append(f"{100 * best / r['peak_gflops']:.0f}%" if "peak_gflops" in r else "")
+        for name in peer_names:
+            p = r.get("peers", {}).get(name)
+            extra += [f"{p['host_s'] * 1e3:.3f}", f"{p['gflops_resident']:.0f}"] if p else ["", ""]
         rows.append([
             str(r["size"]),
             f"{r['numpy_s'] * 1e3:.3f}", f"{r['gflops_numpy']:.1f}",
             f"{r['portmat_s'] * 1e3:.3f}", f"{r['gflops_portmat']:.1f}",
             f"{k * 1e3:.3f}" if k else "n/a", f"{r['gflops_kernel']:.1f}" if k else "n/a",
+            *extra,
             f"{r['speedup_vs_numpy']:.2f}x", f"{r['max_rel_error']:.2e}",
             "yes" if r["verified"] else "NO",
         ])

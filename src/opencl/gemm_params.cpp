@@ -19,6 +19,10 @@ std::string GemmParams::invalid_reason() const {
   if (nwg % (ndimc * vwn) != 0) return "NWG must be a multiple of NDIMC*VWN";
   if ((mwg * kwg) % threads() != 0 || (nwg * kwg) % threads() != 0)
     return "MWG*KWG and NWG*KWG must be multiples of MDIMC*NDIMC";
+  if (gvw != 1 && gvw != 2 && gvw != 4 && gvw != 8) return "GVW must be 1, 2, 4 or 8";
+  if (kwg % gvw != 0 || mwg % gvw != 0 || nwg % gvw != 0 || ((mwg * kwg) / threads()) % gvw != 0 ||
+      ((nwg * kwg) / threads()) % gvw != 0)
+    return "GVW must divide KWG, MWG, NWG and each work-item's share of a slice";
   if (pada < 0 || padb < 0 || pada % vwm != 0 || padb % vwn != 0)
     return "PADA/PADB must be non-negative multiples of VWM/VWN";
   return {};
@@ -36,7 +40,7 @@ std::string GemmParams::str() const {
   std::ostringstream s;
   s << "MWG=" << mwg << ",NWG=" << nwg << ",KWG=" << kwg << ",MDIMC=" << mdimc
     << ",NDIMC=" << ndimc << ",VWM=" << vwm << ",VWN=" << vwn << ",PADA=" << pada
-    << ",PADB=" << padb;
+    << ",PADB=" << padb << ",GVW=" << gvw;
   return s.str();
 }
 
@@ -51,7 +55,7 @@ GemmParams parse_params(const std::string& text, GemmParams p) {
     const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
     char* end = nullptr;
     const long v = std::strtol(val.c_str(), &end, 10);
-    if (val.empty() || *end != '\0' || v <= 0 || v > 4096)
+    if (val.empty() || *end != '\0' || v < 0 || v > 4096)
       throw std::invalid_argument("kernel parameter " + key + " has bad value '" + val + "'");
     const int iv = static_cast<int>(v);
     if (key == "MWG") p.mwg = iv;
@@ -63,6 +67,7 @@ GemmParams parse_params(const std::string& text, GemmParams p) {
     else if (key == "VWN") p.vwn = iv;
     else if (key == "PADA") p.pada = iv;
     else if (key == "PADB") p.padb = iv;
+    else if (key == "GVW") p.gvw = iv;
     else throw std::invalid_argument("unknown kernel parameter '" + key + "'");
   }
   return p;
@@ -84,6 +89,7 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n) {
     p.nwg = std::min(p.nwg, 64);
     p.vwm = p.vwn = 2;
     p.pada = 2;
+    p.gvw = 2;
   }
   if (const char* env = std::getenv("PORTMAT_OPENCL_PARAMS")) p = parse_params(env, p);
   return p;

@@ -14,6 +14,7 @@ struct GemmParams {
   int mdimc = 16, ndimc = 16;          // work-group shape
   int vwm = 4, vwn = 4;                // local-memory vector widths
   int pada = 4, padb = 0;              // local row padding
+  int gvw = 4;  // global load vector width, used when a problem has no edges and aligned rows
 
   int threads() const { return mdimc * ndimc; }
   // Bytes of local memory the kernel declares (two slices of A and of B).
@@ -22,7 +23,7 @@ struct GemmParams {
   }
   // Empty when the combination is valid, else why not (mirrors the #error checks in gemm.cl).
   std::string invalid_reason() const;
-  std::string defines() const;  // "-DMWG=128 -DNWG=128 ..."
+  std::string defines() const;  // "-DMWG=128 -DNWG=128 ..." (all but GVW: set per problem)
   std::string str() const;      // "MWG=128,NWG=128,..."
 };
 

@@ -199,7 +199,7 @@ class OpenClDevice final : public core::Device {
   }
 
   // ---- kernels -----------------------------------------------------------------------------------
-  cl_kernel kernel_for(const GemmParams& p, bool a_col, bool b_col, bool edges, DType dtype) {
+  cl_kernel kernel_for(const GemmParams& p, bool a_col, bool b_col, bool edges, int gvw, DType dtype) {
     if (auto why = p.invalid_reason(); !why.empty())
       throw std::invalid_argument("OpenCL gemm parameters " + p.str() + ": " + why);
     if (static_cast<std::size_t>(p.threads()) > max_work_group_)
@@ -214,7 +214,7 @@ class OpenClDevice final : public core::Device {
     const std::string options = p.defines() + " -DREAL_IS_DOUBLE=" +
                                 (dtype == DType::f64 ? "1" : "0") + " -DA_COL_MAJOR=" +
                                 (a_col ? "1" : "0") + " -DB_COL_MAJOR=" + (b_col ? "1" : "0") +
-                                " -DEDGES=" + (edges ? "1" : "0");
+                                " -DEDGES=" + (edges ? "1" : "0") + " -DGVW=" + std::to_string(gvw);
     auto it = kernels_.find(options);
     if (it != kernels_.end()) return it->second;
     cl_program prog = build_program(cl_, context_, dev_, where_, kernels::gemm_cl, options);
@@ -227,13 +227,21 @@ class OpenClDevice final : public core::Device {
   }
 
   // Enqueues c = a @ b on buffers holding the matrices; returns the kernel's event.
+  // `bases_aligned`: the buffers start on a GVW-vector boundary (always true for our allocations;
+  // NumPy's memory used in place may start anywhere a float may).
   cl_event enqueue_gemm(cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
-                        const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c) {
+                        const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c,
+                        bool bases_aligned = true) {
     const cl_int M = static_cast<cl_int>(a.rows), N = static_cast<cl_int>(b.cols),
                  K = static_cast<cl_int>(a.cols);
     const GemmParams p = choose_params({info_.kind, info_.vendor, info_.compute_units}, a.dtype, M, N);
     const bool edges = M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0;
-    cl_kernel k = kernel_for(p, a.col_major, b.col_major, edges, a.dtype);
+    // Vector loads read whole aligned vectors: every row start must be a multiple of GVW.
+    auto aligned = [&](const core::DeviceMatrix& x, int w) {
+      return x.ld % w == 0 && x.offset % static_cast<std::size_t>(w) == 0;
+    };
+    const int gvw = !edges && bases_aligned && aligned(a, p.gvw) && aligned(b, p.gvw) ? p.gvw : 1;
+    cl_kernel k = kernel_for(p, a.col_major, b.col_major, edges, gvw, a.dtype);
     const cl_long a_off = static_cast<cl_long>(a.offset), b_off = static_cast<cl_long>(b.offset),
                   c_off = static_cast<cl_long>(c.offset);
     const cl_int lda = static_cast<cl_int>(a.ld), ldb = static_cast<cl_int>(b.ld),
@@ -283,7 +291,10 @@ class OpenClDevice final : public core::Device {
     core::DeviceMatrix da{ab.get(), 0, a.rows, a.cols, a.ld, a.col_major, a.dtype};
     core::DeviceMatrix db{bb.get(), 0, b.rows, b.cols, b.ld, b.col_major, b.dtype};
     dc.data = cb.get();
-    wait(enqueue_gemm(ab->mem(), da, bb->mem(), db, cb->mem(), dc));
+    const std::uintptr_t vector_bytes = 8 * es;  // the widest global vector (GVW <= 8)
+    const bool aligned = reinterpret_cast<std::uintptr_t>(a.data) % vector_bytes == 0 &&
+                         reinterpret_cast<std::uintptr_t>(b.data) % vector_bytes == 0;
+    wait(enqueue_gemm(ab->mem(), da, bb->mem(), db, cb->mem(), dc, aligned));
     cl_int err = CL_SUCCESS;
     void* p = cl_.EnqueueMapBuffer(queue_, cb->mem(), CL_TRUE, CL_MAP_READ, 0, dc.span() * es, 0,
                                    nullptr, nullptr, &err);

@@ -156,3 +156,18 @@ def test_result_is_fresh_each_call(device, rng):
     assert c1 is not c2
     check_matmul(c1, a, b)
     check_matmul(c2, a * 2, b)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 3, 4])
+@pytest.mark.parametrize("transpose_a,transpose_b", [(False, False), (True, False), (False, True), (True, True)])
+def test_tile_multiple_views_at_any_alignment(device, rng, offset, transpose_a, transpose_b):
+    # Sizes with no edge tiles take the vector-load path; views starting `offset` elements into
+    # their buffer must still be read correctly (vector loads only where rows are aligned).
+    n = 128
+    base_a = random_matrix(rng, (n, n + 8))
+    base_b = random_matrix(rng, (n, n + 8))
+    a = base_a[:, offset:offset + n]
+    b = base_b[:, offset:offset + n]
+    a = a.T if transpose_a else a
+    b = b.T if transpose_b else b
+    check_matmul(portmat.matmul(a, b, device=device), a, b)

@@ -51,6 +51,9 @@
 #ifndef EDGES
 #define EDGES 1  // 0 only when M % MWG == 0, N % NWG == 0 and K % KWG == 0
 #endif
+#ifndef GVW
+#define GVW 1  // vector width of global loads (1, 2, 4, 8); > 1 needs EDGES = 0 and aligned rows
+#endif
 
 // ---- derived ------------------------------------------------------------------------------------
 #if REAL_IS_DOUBLE
@@ -66,6 +69,8 @@ typedef REAL real;
 #define REALVN CAT(REAL, VWN)
 #define VSTOREM CAT(vstore, VWM)
 #define VSTOREN CAT(vstore, VWN)
+#define REALVG CAT(REAL, GVW)
+#define VSTOREG CAT(vstore, GVW)
 
 #define MWI (MWG / MDIMC)            // rows of C per work-item
 #define NWI (NWG / NDIMC)            // columns of C per work-item
@@ -81,6 +86,9 @@ typedef REAL real;
 #if (MWG * KWG) % NTHREADS != 0 || (NWG * KWG) % NTHREADS != 0
 #error "each slice must divide evenly among the work-items"
 #endif
+#if GVW > 1 && (EDGES || KWG % GVW != 0 || MWG % GVW != 0 || NWG % GVW != 0 || LPTA % GVW != 0 || LPTB % GVW != 0)
+#error "vector global loads need whole vectors in every slice and no edges"
+#endif
 #if PADA % VWM != 0 || PADB % VWN != 0
 #error "padding must keep local rows vector-aligned"
 #endif
@@ -90,20 +98,23 @@ typedef REAL real;
 // local-memory reads are contiguous (no bank conflicts) and its stores to C are coalesced.
 
 // Loads slice [k0, k0+KWG) of A rows [row0, row0+MWG) into registers. Consecutive work-items take
-// consecutive elements along A's contiguous dimension, so global reads coalesce.
+// consecutive GVW-wide vectors along A's contiguous dimension, so global reads coalesce (the seed's
+// float4 loads when GVW = 4).
 inline void load_a(__global const real* A, const int lda, const int M, const int K,
                    const int row0, const int k0, const int tid, real ra[LPTA]) {
 #pragma unroll
-  for (int r = 0; r < LPTA; ++r) {
+  for (int r = 0; r < LPTA / GVW; ++r) {
     const int idx = tid + r * NTHREADS;
 #if A_COL_MAJOR
-    const int m = idx % MWG, k = idx / MWG;
+    const int m = (idx % (MWG / GVW)) * GVW, k = idx / (MWG / GVW);
     const long at = (long)(k0 + k) * lda + (row0 + m);
 #else
-    const int k = idx % KWG, m = idx / KWG;
+    const int k = (idx % (KWG / GVW)) * GVW, m = idx / (KWG / GVW);
     const long at = (long)(row0 + m) * lda + (k0 + k);
 #endif
-#if EDGES
+#if GVW > 1
+    VSTOREG(*(__global const REALVG*)&A[at], 0, &ra[r * GVW]);
+#elif EDGES
     ra[r] = (row0 + m < M && k0 + k < K) ? A[at] : (real)0;
 #else
     ra[r] = A[at];
@@ -111,32 +122,38 @@ inline void load_a(__global const real* A, const int lda, const int M, const int
   }
 }
 
+// Stores them k-major (As[k][m]), so the compute loop reads A's column k as vectors.
 inline void store_a(__local real* As, const int tid, const real ra[LPTA]) {
 #pragma unroll
-  for (int r = 0; r < LPTA; ++r) {
+  for (int r = 0; r < LPTA / GVW; ++r) {
     const int idx = tid + r * NTHREADS;
 #if A_COL_MAJOR
-    const int m = idx % MWG, k = idx / MWG;
+    const int m = (idx % (MWG / GVW)) * GVW, k = idx / (MWG / GVW);
+#pragma unroll
+    for (int e = 0; e < GVW; ++e) As[k * LDA_LOCAL + m + e] = ra[r * GVW + e];
 #else
-    const int k = idx % KWG, m = idx / KWG;
+    const int k = (idx % (KWG / GVW)) * GVW, m = idx / (KWG / GVW);
+#pragma unroll
+    for (int e = 0; e < GVW; ++e) As[(k + e) * LDA_LOCAL + m] = ra[r * GVW + e];
 #endif
-    As[k * LDA_LOCAL + m] = ra[r];
   }
 }
 
 inline void load_b(__global const real* B, const int ldb, const int N, const int K,
                    const int col0, const int k0, const int tid, real rb[LPTB]) {
 #pragma unroll
-  for (int r = 0; r < LPTB; ++r) {
+  for (int r = 0; r < LPTB / GVW; ++r) {
     const int idx = tid + r * NTHREADS;
 #if B_COL_MAJOR
-    const int k = idx % KWG, n = idx / KWG;
+    const int k = (idx % (KWG / GVW)) * GVW, n = idx / (KWG / GVW);
     const long at = (long)(col0 + n) * ldb + (k0 + k);
 #else
-    const int n = idx % NWG, k = idx / NWG;
+    const int n = (idx % (NWG / GVW)) * GVW, k = idx / (NWG / GVW);
     const long at = (long)(k0 + k) * ldb + (col0 + n);
 #endif
-#if EDGES
+#if GVW > 1
+    VSTOREG(*(__global const REALVG*)&B[at], 0, &rb[r * GVW]);
+#elif EDGES
     rb[r] = (col0 + n < N && k0 + k < K) ? B[at] : (real)0;
 #else
     rb[r] = B[at];
@@ -146,14 +163,17 @@ inline void load_b(__global const real* B, const int ldb, const int N, const int
 
 inline void store_b(__local real* Bs, const int tid, const real rb[LPTB]) {
 #pragma unroll
-  for (int r = 0; r < LPTB; ++r) {
+  for (int r = 0; r < LPTB / GVW; ++r) {
     const int idx = tid + r * NTHREADS;
 #if B_COL_MAJOR
-    const int k = idx % KWG, n = idx / KWG;
+    const int k = (idx % (KWG / GVW)) * GVW, n = idx / (KWG / GVW);
+#pragma unroll
+    for (int e = 0; e < GVW; ++e) Bs[(k + e) * LDB_LOCAL + n] = rb[r * GVW + e];
 #else
-    const int n = idx % NWG, k = idx / NWG;
+    const int n = (idx % (NWG / GVW)) * GVW, k = idx / (NWG / GVW);
+#pragma unroll
+    for (int e = 0; e < GVW; ++e) Bs[k * LDB_LOCAL + n + e] = rb[r * GVW + e];
 #endif
-    Bs[k * LDB_LOCAL + n] = rb[r];
   }
 }
 
