@@ -13,6 +13,7 @@ BENCH_ARGS  ?=
 BENCH_JSON  ?= bench/results/latest.json
 JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 OFFLINE     ?= 0
+PIP_ARGS    ?=
 
 # Debian/Ubuntu packages: compilers and CMake, Python's venv and headers, the Khronos OpenCL
 # headers, an ICD loader with PoCL (OpenCL on the CPU, so every machine has a device), GoogleTest.
@@ -60,7 +61,7 @@ ifneq ($(OFFLINE),1)
 endif
 
 install: venv
-	$(VPY) -m pip install -q --no-build-isolation .
+	$(VPY) -m pip install -q --no-build-isolation $(PIP_ARGS) .
 
 clean:
 	rm -rf build $(VENV)
