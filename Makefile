@@ -2,8 +2,8 @@
 # with sudo). Each sets up what it needs: system packages, .venv, a build of portmat in it.
 #   make bench   benchmark on the default device (BENCH_ARGS="--sizes 512,1024 --repeat 5")
 #   make test    every test suite: C++ (GoogleTest via ctest) and Python (pytest)
-# OFFLINE=1 uses what the machine already has (no apt-get, no downloads; the venv sees the
-# system's site-packages): for machines without network, such as the GPU test machine.
+# OFFLINE=1 uses what the machine already has (no apt-get, no downloads, no venv: portmat is
+# installed into $(PYTHON)'s environment): for machines without network, such as the GPU machine.
 PYTHON      ?= python3
 VENV        := .venv
 VPY         := $(VENV)/bin/python
@@ -22,7 +22,7 @@ APT_PACKAGES := build-essential cmake ninja-build python3-dev python3-venv \
 PY_PACKAGES  := "numpy>=1.22" "nanobind>=2.0" "scikit-build-core>=0.10" pytest hypothesis threadpoolctl
 
 ifeq ($(OFFLINE),1)
-VENV_ARGS := --system-site-packages --without-pip
+VPY := $(PYTHON)
 endif
 
 .PHONY: bench test test-cpp test-python system venv install clean
@@ -49,14 +49,14 @@ ifneq ($(OFFLINE),1)
 	fi
 endif
 
-$(VPY): | system
-	$(PYTHON) -m venv $(VENV_ARGS) $(VENV)
-ifneq ($(OFFLINE),1)
-	$(VPY) -m pip install -q --upgrade pip
-endif
+$(VENV)/bin/python: | system
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
 
-venv: $(VPY)
-ifneq ($(OFFLINE),1)
+ifeq ($(OFFLINE),1)
+venv:
+else
+venv: $(VENV)/bin/python
 	$(VPY) -m pip install -q $(PY_PACKAGES)
 endif
 

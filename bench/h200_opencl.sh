@@ -8,10 +8,10 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 only="-DPORTMAT_WITH_CPU=OFF -DPORTMAT_WITH_CUDA=OFF"   # this run measures the OpenCL backend
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
 make install OFFLINE=1 PIP_ARGS="-C cmake.define.PORTMAT_WITH_CPU=OFF -C cmake.define.PORTMAT_WITH_CUDA=OFF" 2>&1 | tail -3
-.venv/bin/python -m portmat devices
-.venv/bin/python bench/tune_opencl.py --device opencl:0 --sizes 1024,4096 --repeat 5 --json "$OUT/tune_f32.json" 2>&1 | tee "$OUT/tune_f32.txt"
-.venv/bin/python -m portmat bench --device opencl:0 --json "$OUT/h200_opencl_f32.json" 2>&1 | tee "$OUT/h200_opencl_f32.txt"
-.venv/bin/python -m portmat bench --device opencl:0 --dtype float64 --sizes 1024,2048 --repeat 5 --json "$OUT/h200_opencl_f64.json" 2>&1 | tee "$OUT/h200_opencl_f64.txt"
+python3 -m portmat devices
+python3 bench/tune_opencl.py --device opencl:0 --sizes 1024,4096 --repeat 5 --json "$OUT/tune_f32.json" 2>&1 | tee "$OUT/tune_f32.txt"
+python3 -m portmat bench --device opencl:0 --json "$OUT/h200_opencl_f32.json" 2>&1 | tee "$OUT/h200_opencl_f32.txt"
+python3 -m portmat bench --device opencl:0 --dtype float64 --sizes 1024,2048 --repeat 5 --json "$OUT/h200_opencl_f64.json" 2>&1 | tee "$OUT/h200_opencl_f64.txt"
 make test OFFLINE=1 PIP_ARGS="-C cmake.define.PORTMAT_WITH_CPU=OFF -C cmake.define.PORTMAT_WITH_CUDA=OFF" \
   CMAKE_ARGS="$only -DPORTMAT_GTEST_SOURCE=/tmp/devroot/usr/src/googletest" > "$OUT/make_test.log" 2>&1
 echo "make test exit: $?"
