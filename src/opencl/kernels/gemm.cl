@@ -107,10 +107,20 @@ inline void load_a(__global const real* A, const int lda, const int M, const int
     const int idx = tid + r * NTHREADS;
 #if A_COL_MAJOR
     const int m = (idx % (MWG / GVW)) * GVW, k = idx / (MWG / GVW);
-    const long at = (long)(k0 + k) * lda + (row0 + m);
 #else
     const int k = (idx % (KWG / GVW)) * GVW, m = idx / (KWG / GVW);
-    const long at = (long)(row0 + m) * lda + (k0 + k);
+#endif
+#if EDGES
+    // Clamp the address into the matrix as well as zeroing the value: a compiler may turn the
+    // select into an unconditional load, which must then still be in bounds.
+    const int gm = min(row0 + m, M - 1), gk = min(k0 + k, K - 1);
+#else
+    const int gm = row0 + m, gk = k0 + k;
+#endif
+#if A_COL_MAJOR
+    const long at = (long)gk * lda + gm;
+#else
+    const long at = (long)gm * lda + gk;
 #endif
 #if GVW > 1
     VSTOREG(*(__global const REALVG*)&A[at], 0, &ra[r * GVW]);
@@ -146,10 +156,18 @@ inline void load_b(__global const real* B, const int ldb, const int N, const int
     const int idx = tid + r * NTHREADS;
 #if B_COL_MAJOR
     const int k = (idx % (KWG / GVW)) * GVW, n = idx / (KWG / GVW);
-    const long at = (long)(col0 + n) * ldb + (k0 + k);
 #else
     const int n = (idx % (NWG / GVW)) * GVW, k = idx / (NWG / GVW);
-    const long at = (long)(k0 + k) * ldb + (col0 + n);
+#endif
+#if EDGES
+    const int gn = min(col0 + n, N - 1), gk = min(k0 + k, K - 1);
+#else
+    const int gn = col0 + n, gk = k0 + k;
+#endif
+#if B_COL_MAJOR
+    const long at = (long)gn * ldb + gk;
+#else
+    const long at = (long)gk * ldb + gn;
 #endif
 #if GVW > 1
     VSTOREG(*(__global const REALVG*)&B[at], 0, &rb[r * GVW]);
@@ -182,8 +200,9 @@ void gemm(const int M, const int N, const int K,
           __global const real* restrict A, const long a_offset, const int lda,
           __global const real* restrict B, const long b_offset, const int ldb,
           __global real* restrict C, const long c_offset, const int ldc) {
-  __local real As[2][KWG * LDA_LOCAL];
-  __local real Bs[2][KWG * LDB_LOCAL];
+  // Aligned for the vector reads below: OpenCL only promises a float's alignment otherwise.
+  __local real As[2][KWG * LDA_LOCAL] __attribute__((aligned(64)));
+  __local real Bs[2][KWG * LDB_LOCAL] __attribute__((aligned(64)));
 
   const int tn = get_local_id(0), tm = get_local_id(1);
   const int tid = tm * NDIMC + tn;
