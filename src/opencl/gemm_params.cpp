@@ -6,7 +6,6 @@
 #include "opencl/gemm_params.hpp"
 
 #include <cstdlib>
-#include <sstream>
 #include <stdexcept>
 
 namespace portmat::opencl {
@@ -28,47 +27,55 @@ std::string GemmParams::invalid_reason() const {
   return {};
 }
 
+// The library avoids iostreams: in some Python processes (seen on the H200 machine's image) an
+// extension's std::ostringstream crashed in libstdc++'s locale code; plain strings are enough.
+namespace {
+struct Field {
+  const char* key;
+  int GemmParams::*member;
+};
+constexpr Field kFields[] = {{"MWG", &GemmParams::mwg},     {"NWG", &GemmParams::nwg},
+                             {"KWG", &GemmParams::kwg},     {"MDIMC", &GemmParams::mdimc},
+                             {"NDIMC", &GemmParams::ndimc}, {"VWM", &GemmParams::vwm},
+                             {"VWN", &GemmParams::vwn},     {"PADA", &GemmParams::pada},
+                             {"PADB", &GemmParams::padb},   {"GVW", &GemmParams::gvw}};
+}  // namespace
+
 std::string GemmParams::defines() const {
-  std::ostringstream s;
-  s << "-DMWG=" << mwg << " -DNWG=" << nwg << " -DKWG=" << kwg << " -DMDIMC=" << mdimc
-    << " -DNDIMC=" << ndimc << " -DVWM=" << vwm << " -DVWN=" << vwn << " -DPADA=" << pada
-    << " -DPADB=" << padb;
-  return s.str();
+  std::string s;
+  for (const Field& f : kFields)
+    if (f.member != &GemmParams::gvw)  // GVW is decided per problem (alignment, edges)
+      s += std::string(s.empty() ? "" : " ") + "-D" + f.key + "=" + std::to_string(this->*f.member);
+  return s;
 }
 
 std::string GemmParams::str() const {
-  std::ostringstream s;
-  s << "MWG=" << mwg << ",NWG=" << nwg << ",KWG=" << kwg << ",MDIMC=" << mdimc
-    << ",NDIMC=" << ndimc << ",VWM=" << vwm << ",VWN=" << vwn << ",PADA=" << pada
-    << ",PADB=" << padb << ",GVW=" << gvw;
-  return s.str();
+  std::string s;
+  for (const Field& f : kFields)
+    s += std::string(s.empty() ? "" : ",") + f.key + "=" + std::to_string(this->*f.member);
+  return s;
 }
 
 GemmParams parse_params(const std::string& text, GemmParams p) {
-  std::istringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string::npos)
       throw std::invalid_argument("kernel parameter '" + item + "' is not KEY=VALUE");
     const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
-    char* end = nullptr;
-    const long v = std::strtol(val.c_str(), &end, 10);
-    if (val.empty() || *end != '\0' || v < 0 || v > 4096)
+    char* stop = nullptr;
+    const long v = std::strtol(val.c_str(), &stop, 10);
+    if (val.empty() || *stop != '\0' || v < 0 || v > 4096)
       throw std::invalid_argument("kernel parameter " + key + " has bad value '" + val + "'");
-    const int iv = static_cast<int>(v);
-    if (key == "MWG") p.mwg = iv;
-    else if (key == "NWG") p.nwg = iv;
-    else if (key == "KWG") p.kwg = iv;
-    else if (key == "MDIMC") p.mdimc = iv;
-    else if (key == "NDIMC") p.ndimc = iv;
-    else if (key == "VWM") p.vwm = iv;
-    else if (key == "VWN") p.vwn = iv;
-    else if (key == "PADA") p.pada = iv;
-    else if (key == "PADB") p.padb = iv;
-    else if (key == "GVW") p.gvw = iv;
-    else throw std::invalid_argument("unknown kernel parameter '" + key + "'");
+    bool known = false;
+    for (const Field& f : kFields)
+      if (key == f.key) p.*f.member = static_cast<int>(v), known = true;
+    if (!known) throw std::invalid_argument("unknown kernel parameter '" + key + "'");
   }
   return p;
 }

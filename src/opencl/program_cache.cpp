@@ -1,13 +1,10 @@
-// See program_cache.hpp.
+// See program_cache.hpp. C stdio rather than iostreams: see gemm_params.cpp.
 #include "opencl/program_cache.hpp"
 
 #include <sys/stat.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 #include <unistd.h>
 #include <vector>
 
@@ -54,18 +51,24 @@ void save_binary(const ClApi& cl, cl_program prog, const std::string& path) {
   unsigned char* ptr = bin.data();
   if (cl.GetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof ptr, &ptr, nullptr) != CL_SUCCESS) return;
   const std::string tmp = path + ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f.write(reinterpret_cast<const char*>(bin.data()), static_cast<std::streamsize>(size))) return;
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return;
+  const bool ok = std::fwrite(bin.data(), 1, size, f) == size;
+  if (std::fclose(f) != 0 || !ok) {
+    std::remove(tmp.c_str());
+    return;
   }
   std::rename(tmp.c_str(), path.c_str());  // atomic: readers never see half a file
 }
 
 cl_program load_binary(const ClApi& cl, cl_context ctx, cl_device_id dev, const std::string& path,
                        const std::string& options) {
-  std::ifstream f(path, std::ios::binary);
+  FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) return nullptr;
-  std::vector<unsigned char> bin((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<unsigned char> bin;
+  unsigned char chunk[1 << 16];
+  for (std::size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) bin.insert(bin.end(), chunk, chunk + n);
+  std::fclose(f);
   if (bin.empty()) return nullptr;
   const unsigned char* ptr = bin.data();
   const std::size_t size = bin.size();
@@ -91,9 +94,9 @@ cl_program build_program(const ClApi& cl, cl_context ctx, cl_device_id dev, cons
     const std::string key = info_string(cl, dev, CL_DEVICE_NAME) + '\n' +
                             info_string(cl, dev, CL_DEVICE_VERSION) + '\n' +
                             info_string(cl, dev, CL_DRIVER_VERSION) + '\n' + options + '\n' + source;
-    std::ostringstream name;
-    name << dir << "/opencl-" << std::hex << fnv1a(key) << ".bin";
-    path = name.str();
+    char name[32];
+    std::snprintf(name, sizeof name, "/opencl-%016llx.bin", static_cast<unsigned long long>(fnv1a(key)));
+    path = dir + name;
     ::mkdir(dir.c_str(), 0755);  // one level; a missing parent just means no disk cache
     if (cl_program prog = load_binary(cl, ctx, dev, path, options)) return prog;
   }
