@@ -64,8 +64,12 @@ struct DeviceInfo {
 // All devices of all backends that could be opened; a backend whose driver is absent adds none.
 std::vector<DeviceInfo> devices();
 
+// Why devices might be missing: each backend's problems while probing ("opencl: platform 'X':
+// clGetDeviceIDs: CL_DEVICE_NOT_FOUND (-1)"); empty when all went well.
+std::vector<std::string> backend_notes();
+
 // Resolves a device spec: "" (the default), "opencl:1", "gpu", "cpu", or a bare backend name
-// ("opencl" = its first device). Throws std::invalid_argument naming the choices if none matches.
+// ("opencl" = that backend's preferred device: a GPU if it has one). Throws std::invalid_argument naming the choices if none matches.
 DeviceInfo find_device(const std::string& spec);
 
 // The default device: set_default_device(), else $PORTMAT_DEVICE, else the first GPU, else a CPU.

@@ -28,11 +28,12 @@ def _devices_table() -> str:
                 "yes" if d.supports_float64 else "no",
             )
         )
+    notes = [f"note: {n}" for n in portmat._ext.backend_notes()]
     if len(rows) == 1:
-        return "no devices found (is an OpenCL driver installed? e.g. apt-get install pocl-opencl-icd)"
+        return "\n".join(["no devices found (is an OpenCL driver installed? e.g. apt-get install pocl-opencl-icd)"] + notes)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    return "\n".join(lines) + "\n* = default device"
+    return "\n".join(lines + ["* = default device"] + notes)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,6 +68,9 @@ class Backend {
   virtual const char* name() const = 0;
   // Probed once by the registry. A backend whose driver is missing returns none.
   virtual std::vector<std::shared_ptr<Device>> devices() = 0;
+  // What went wrong while probing (a platform that failed to list its devices, say), for users
+  // asking why a device is missing. Valid after devices().
+  virtual std::vector<std::string> notes() const { return {}; }
 };
 
 // Registered backends (registry.cpp), in order of preference for the default device.

@@ -117,6 +117,13 @@ std::shared_ptr<Device> open_device(const std::string& spec) {
 
 namespace portmat {
 
+std::vector<std::string> backend_notes() {
+  std::vector<std::string> out;
+  for (auto& b : core::registry().backends)
+    for (auto& n : b->notes()) out.push_back(std::string(b->name()) + ": " + n);
+  return out;
+}
+
 std::vector<DeviceInfo> devices() {
   std::vector<DeviceInfo> out;
   for (auto& d : core::registry().devices) out.push_back(d->info());

@@ -1,8 +1,8 @@
 // See gemm_params.hpp. The numbers: a 128x128 block with 8x8 per work-item is the classic GPU
 // SGEMM shape (64 FMAs per 4 vector loads from local memory); when fewer than ~2 blocks per
-// compute unit exist (n <= 1024 on a 132-SM H200), 64x64 blocks with 4x4 per work-item keep every
-// unit busy. float64 halves the vector width so a local read stays 16 bytes, and uses 64x64
-// blocks so two double slices fit in 48 KiB of local memory.
+// compute unit exist, smaller blocks keep every unit busy. float64 halves the vector width so a
+// local read stays 16 bytes, and uses 64x64 blocks so two double slices fit in 48 KiB of local
+// memory.
 #include "opencl/gemm_params.hpp"
 
 #include <cstdlib>
@@ -81,19 +81,26 @@ GemmParams parse_params(const std::string& text, GemmParams p) {
 }
 
 GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n) {
-  GemmParams p;  // GPU float32 defaults: 128x128x16, 16x16 work-items, 8x8 each
+  GemmParams p;  // GPU float32: 128x128x16 blocks, 16x16 work-items of 8x8
   if (dev.kind == DeviceKind::cpu) {
     // CPU OpenCL (PoCL): work-groups become loops; 64x64 blocks of 8x8 keep the tile in cache.
     p.mwg = p.nwg = 64;
     p.mdimc = p.ndimc = 8;
-  }
-  const long blocks = ((m + p.mwg - 1) / p.mwg) * ((n + p.nwg - 1) / p.nwg);
-  if (dev.kind != DeviceKind::cpu && blocks < 2L * dev.compute_units) {
-    p.mwg = p.nwg = 64;  // 16x16 work-items of 4x4
+  } else {
+    // Measured on an H200 through NVIDIA's driver (bench/results/2026-11-29_h200_opencl_tune.txt):
+    // unpadded A slices ran 32.9 -> 41.8 TFLOP/s at n = 4096.
+    p.pada = 0;
+    const long blocks = ((m + p.mwg - 1) / p.mwg) * ((n + p.nwg - 1) / p.nwg);
+    if (blocks < 2L * dev.compute_units) {
+      // Too few 128x128 blocks to fill the device (n <= 2048 on 132 SMs): 64x128 blocks of
+      // 8x16 work-items, still 8x8 each (n = 1024: 26.3 -> 31.2 TFLOP/s).
+      p.mwg = 64;
+      p.mdimc = 8;
+    }
   }
   if (dtype == DType::f64) {
-    p.mwg = std::min(p.mwg, 64);
-    p.nwg = std::min(p.nwg, 64);
+    p.mwg = p.nwg = 64;
+    if (dev.kind != DeviceKind::cpu) p.mdimc = p.ndimc = 16;  // 4x4 doubles per work-item
     p.vwm = p.vwn = 2;
     p.pada = 2;
     p.gvw = 2;

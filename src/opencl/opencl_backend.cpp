@@ -364,21 +364,38 @@ class OpenClBackend final : public core::Backend {
   std::vector<std::shared_ptr<core::Device>> devices() override {
     std::vector<std::shared_ptr<core::Device>> out;
     const ClApi* cl = cl_api();
-    if (!cl) return out;
+    if (!cl) {
+      notes_.push_back("no OpenCL ICD loader (libOpenCL.so.1) was found");
+      return out;
+    }
     cl_uint np = 0;
-    if (cl->GetPlatformIDs(0, nullptr, &np) != CL_SUCCESS || np == 0) return out;
+    if (cl_int err = cl->GetPlatformIDs(0, nullptr, &np); err != CL_SUCCESS || np == 0) {
+      notes_.push_back("clGetPlatformIDs: " + (err != CL_SUCCESS ? cl_error_name(err) : "no platforms"));
+      return out;
+    }
     std::vector<cl_platform_id> platforms(np);
     cl->GetPlatformIDs(np, platforms.data(), nullptr);
     int index = 0;
     for (cl_platform_id p : platforms) {
       cl_uint nd = 0;
-      if (cl->GetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, nullptr, &nd) != CL_SUCCESS || nd == 0) continue;
+      if (cl_int err = cl->GetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, nullptr, &nd); err != CL_SUCCESS || nd == 0) {
+        char name[256] = {0};
+        cl->GetPlatformInfo(p, CL_PLATFORM_NAME, sizeof name - 1, name, nullptr);
+        notes_.push_back(std::string("platform '") + name + "': clGetDeviceIDs: " +
+                         (err != CL_SUCCESS ? cl_error_name(err) : "no devices"));
+        continue;
+      }
       std::vector<cl_device_id> devs(nd);
       cl->GetDeviceIDs(p, CL_DEVICE_TYPE_ALL, nd, devs.data(), nullptr);
       for (cl_device_id d : devs) out.push_back(std::make_shared<OpenClDevice>(*cl, p, d, index++));
     }
     return out;
   }
+
+  std::vector<std::string> notes() const override { return notes_; }
+
+ private:
+  std::vector<std::string> notes_;
 };
 
 }  // namespace

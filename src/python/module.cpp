@@ -97,6 +97,7 @@ NB_MODULE(_ext, m) {
 
   m.def("devices", &portmat::devices, "Every device of every backend");
   m.def("find_device", &portmat::find_device, "spec"_a);
+  m.def("backend_notes", &portmat::backend_notes, "Problems met while probing backends");
   m.def("default_device", &portmat::default_device);
   m.def("set_default_device", &portmat::set_default_device, "spec"_a);
 

@@ -38,9 +38,13 @@ def test_device_by_entry_and_by_string(rng):
     for d in portmat.devices():
         check_matmul(portmat.matmul(a, b, device=d), a, b)
         check_matmul(portmat.matmul(a, b, device=d.id), a, b)
-    first = portmat.devices()[0]
-    assert portmat._ext.find_device(first.backend) == portmat._ext.find_device(first.backend + ":0")
-    assert portmat._ext.find_device(first.kind).kind == first.kind
+    for d in portmat.devices():
+        # A bare backend name picks that backend's preferred device: a GPU when it has one.
+        chosen = portmat._ext.find_device(d.backend)
+        assert chosen.backend == d.backend
+        if any(x.kind == "gpu" for x in portmat.devices() if x.backend == d.backend):
+            assert chosen.kind == "gpu"
+        assert portmat._ext.find_device(d.kind).kind == d.kind
 
 
 def test_set_default_device():
@@ -78,4 +82,4 @@ def test_devices_command():
     r = subprocess.run([sys.executable, "-m", "portmat", "devices"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     for d in portmat.devices():
-        assert d.id in r.stdout and d.name in r.stdout
+        assert d.id in r.stdout and d.name in r.stdout, r.stdout
