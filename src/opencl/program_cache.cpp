@@ -97,7 +97,10 @@ cl_program build_program(const ClApi& cl, cl_context ctx, cl_device_id dev, cons
     char name[32];
     std::snprintf(name, sizeof name, "/opencl-%016llx.bin", static_cast<unsigned long long>(fnv1a(key)));
     path = dir + name;
-    ::mkdir(dir.c_str(), 0755);  // one level; a missing parent just means no disk cache
+    for (std::size_t slash = dir.find('/', 1); ; slash = dir.find('/', slash + 1)) {  // mkdir -p
+      ::mkdir(dir.substr(0, slash).c_str(), 0755);  // failures show up as no cache, never as errors
+      if (slash == std::string::npos) break;
+    }
     if (cl_program prog = load_binary(cl, ctx, dev, path, options)) return prog;
   }
   cl_int err = CL_SUCCESS;

@@ -83,3 +83,28 @@ def test_devices_command():
     assert r.returncode == 0, r.stderr
     for d in portmat.devices():
         assert d.id in r.stdout and d.name in r.stdout, r.stdout
+
+
+def test_compiled_kernels_are_cached_on_disk(tmp_path):
+    # A fresh process compiles and stores the driver's binaries; the next one loads them and still
+    # computes correctly.
+    cache = tmp_path / "nested" / "cache"
+    code = (
+        "import numpy as np, portmat\n"
+        "rng = np.random.default_rng(0)\n"
+        "a = rng.uniform(-1, 1, (37, 41)).astype(np.float32)\n"
+        "b = rng.uniform(-1, 1, (41, 29)).astype(np.float32)\n"
+        "c = portmat.matmul(a, b, device='opencl')\n"
+        "ref = a.astype(np.float64) @ b\n"
+        "assert np.all(np.abs(c - ref) <= 41 * 1.2e-7 * (np.abs(a).astype(np.float64) @ np.abs(b)))\n"
+    )
+    if not any(d.backend == "opencl" for d in portmat.devices()):
+        pytest.skip("no OpenCL device")
+    first = _run(code, PORTMAT_CACHE_DIR=str(cache))
+    assert first.returncode == 0, first.stderr
+    files = list(cache.glob("opencl-*.bin"))
+    assert files, "no binary was cached"
+    stamps = {f: f.stat().st_mtime_ns for f in files}
+    second = _run(code, PORTMAT_CACHE_DIR=str(cache))
+    assert second.returncode == 0, second.stderr
+    assert {f: f.stat().st_mtime_ns for f in cache.glob("opencl-*.bin")} == stamps  # read, not rewritten
