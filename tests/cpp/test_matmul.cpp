@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/reference.hpp"
+#include "device_params.hpp"
 #include "portmat/portmat.hpp"
 
 using portmat::DType;
@@ -67,19 +68,8 @@ TEST_P(EveryDevice, KZeroGivesZerosAndEmptyResultsAreFine) {
   portmat::matmul(va0, vb5, ve, GetParam());
 }
 
-static std::vector<std::string> device_ids() {
-  std::vector<std::string> ids;
-  for (const auto& d : portmat::devices()) ids.push_back(d.id());
-  return ids;
-}
-
-INSTANTIATE_TEST_SUITE_P(Devices, EveryDevice, ::testing::ValuesIn(device_ids()),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s)
-                             if (ch == ':') ch = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Devices, EveryDevice, ::testing::ValuesIn(portmat::testing::device_ids()),
+                         portmat::testing::DeviceName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryDevice);
 
 TEST(Matmul, MismatchedShapesAndDtypesAreInvalidArguments) {

@@ -8,21 +8,13 @@
 
 #include "core/backend.hpp"
 #include "core/reference.hpp"
+#include "device_params.hpp"
 #include "opencl/cl_api.hpp"
 #include "opencl/gemm_params.hpp"
 #include "opencl/program_cache.hpp"
 
 using portmat::DType;
 using portmat::MatrixView;
-
-namespace {
-std::vector<std::string> opencl_ids() {
-  std::vector<std::string> ids;
-  for (const auto& d : portmat::devices())
-    if (d.backend == "opencl") ids.push_back(d.id());
-  return ids;
-}
-}  // namespace
 
 TEST(OpenClParams, DefaultsAreValidAndBadOnesAreNamed) {
   portmat::opencl::DeviceTraits gpu{portmat::DeviceKind::gpu, "NVIDIA", 132};
@@ -107,11 +99,7 @@ TEST_P(OpenClDevice, DeviceResidentGemmWithOffsetsAndLayouts) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, OpenClDevice, ::testing::ValuesIn(opencl_ids()),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s)
-                             if (ch == ':') ch = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Devices, OpenClDevice,
+                         ::testing::ValuesIn(portmat::testing::device_ids("opencl")),
+                         portmat::testing::DeviceName());
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OpenClDevice);
