@@ -1,0 +1,506 @@
+// The CUDA backend: every NVIDIA GPU the driver reports, through the driver API (cuda_api.hpp,
+// loaded at first use) and kernels compiled ahead of time (kernels/gemm.cu, embedded fatbin).
+//
+// Why ahead-of-time nvcc rather than NVRTC at run time: NVRTC is a separate ~100 MB library that
+// a machine with only the driver lacks, it adds seconds of compilation at first use, and the
+// kernels need no run-time specialisation (sizes, layouts and alignment are kernel arguments or one
+// of four compiled layout variants). The fatbin carries sm_80 and sm_90 machine code plus
+// compute_90 PTX that newer GPUs' drivers compile once; only libcuda.so.1 is needed at run time.
+//
+// Per device, created at first use and shared by all threads (one lock): the primary context,
+// the loaded module, streams and events, a pool of device buffers, pinned staging buffers and a
+// pool of host threads for the NumPy-in/NumPy-out pipeline (matmul_host, described there).
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "cuda/cuda_api.hpp"
+#include "cuda/host_copy.hpp"
+#include "cuda/kernels/gemm_tiles.h"
+
+// kernels/gemm.cu compiled by nvcc, embedded by cuda.cmake (.incbin)
+extern "C" const unsigned char portmat_cuda_gemm_fatbin[];
+
+namespace portmat::cuda {
+
+namespace {
+
+long env_long(const char* name, long fallback) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  return (end && *end == '\0') ? v : fallback;
+}
+
+class CuBuffer final : public core::Buffer {
+ public:
+  CuBuffer(const CuApi& cu, CUcontext ctx, CUdeviceptr ptr, std::size_t bytes)
+      : cu_(cu), ctx_(ctx), ptr_(ptr), bytes_(bytes) {}
+  ~CuBuffer() override {
+    cu_.CtxSetCurrent(ctx_);
+    cu_.MemFree(ptr_);
+  }
+  std::size_t bytes() const override { return bytes_; }
+  CUdeviceptr ptr() const { return ptr_; }
+
+ private:
+  const CuApi& cu_;
+  CUcontext ctx_;
+  CUdeviceptr ptr_;
+  std::size_t bytes_;
+};
+
+CUdeviceptr ptr_of(const core::Buffer* b) { return static_cast<const CuBuffer*>(b)->ptr(); }
+
+// Pinned host memory (cuMemHostAlloc), kept for the device's lifetime and grown on demand.
+struct Pinned {
+  const CuApi* cu = nullptr;
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  ~Pinned() {
+    if (p) cu->MemFreeHost(p);
+  }
+};
+
+// The tile table, by the name PORTMAT_CUDA_TILE accepts.
+const GemmTile* tile_by_name(const std::string& s) {
+  if (s == "128x128") return &kF32_128x128;
+  if (s == "128x128_b1") return &kF32_128x128_b1;
+  if (s == "128x256") return &kF32_128x256;
+  if (s == "256x128") return &kF32_256x128;
+  if (s == "64x64") return &kF32_64x64;
+  return nullptr;
+}
+
+class CudaDevice final : public core::Device {
+ public:
+  CudaDevice(const CuApi& cu, CUdevice dev, int index) : cu_(cu), dev_(dev) {
+    char name[256] = {0};
+    cu.DeviceGetName(name, sizeof name - 1, dev);
+    auto attr = [&](CUdevice_attribute a) {
+      int v = 0;
+      cu.DeviceGetAttribute(&v, a, dev);
+      return v;
+    };
+    int driver = 0;
+    cu.DriverGetVersion(&driver);
+    std::size_t mem = 0;
+    cu.DeviceTotalMem(&mem, dev);
+    cc_major_ = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    cc_minor_ = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    info_.backend = "cuda";
+    info_.index = index;
+    info_.name = name;
+    info_.vendor = "NVIDIA";
+    info_.driver_version = std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+    info_.kind = DeviceKind::gpu;
+    info_.memory_bytes = mem;
+    info_.host_unified = false;
+    info_.compute_units = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    info_.supports_f64 = true;
+    // FP32 lanes per SM: 64 on GA100 (8.0), 128 on the other chips since Ampere (8.6, 8.9, 9.0).
+    const int lanes = (cc_major_ == 8 && cc_minor_ == 0) || cc_major_ < 8 ? 64 : 128;
+    info_.peak_gflops = info_.compute_units * lanes * 2.0 * attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE) * 1e-6;
+    smem_optin_ = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    where_ = info_.id() + " (" + info_.name + ")";
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+
+  std::unique_ptr<core::Buffer> alloc(std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    return create_buffer(bytes);
+  }
+
+  void upload(core::Buffer& dst, const void* src, std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    cu_check(cu_.MemcpyHtoD(ptr_of(&dst), src, bytes), "cuMemcpyHtoD", where_);
+  }
+
+  void download(void* dst, const core::Buffer& src, std::size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    cu_check(cu_.MemcpyDtoH(dst, ptr_of(&src), bytes), "cuMemcpyDtoH", where_);
+  }
+
+  double gemm(const core::DeviceMatrix& a, const core::DeviceMatrix& b,
+              const core::DeviceMatrix& c) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    const std::size_t es = dtype_size(a.dtype);
+    cu_check(cu_.EventRecord(t0_, kstream_[0]), "cuEventRecord", where_);
+    launch(kstream_[0], ptr_of(a.data) + a.offset * es, a, ptr_of(b.data) + b.offset * es, b,
+           ptr_of(c.data) + c.offset * es, c.ld, a.rows, b.cols, a.cols);
+    cu_check(cu_.EventRecord(t1_, kstream_[0]), "cuEventRecord", where_);
+    cu_check(cu_.EventSynchronize(t1_), "gemm kernel (cuEventSynchronize)", where_);
+    float ms = 0.f;
+    cu_check(cu_.EventElapsedTime(&ms, t0_, t1_), "cuEventElapsedTime", where_);
+    return ms * 1e-3;
+  }
+
+  void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
+                   const MatrixView& c) override;
+
+ private:
+  // ---- set-up, once ------------------------------------------------------------------------------
+  void ready() {
+    if (ctx_) {
+      cu_check(cu_.CtxSetCurrent(ctx_), "cuCtxSetCurrent", where_);
+      return;
+    }
+    CUcontext ctx = nullptr;
+    cu_check(cu_.DevicePrimaryCtxRetain(&ctx, dev_), "cuDevicePrimaryCtxRetain", where_);
+    cu_check(cu_.CtxSetCurrent(ctx), "cuCtxSetCurrent", where_);
+    cu_check(cu_.ModuleLoadData(&module_, portmat_cuda_gemm_fatbin),
+             "cuModuleLoadData(embedded gemm fatbin)", where_);
+    for (CUstream* s : {&in_stream_, &kstream_[0], &kstream_[1], &out_stream_})
+      cu_check(cu_.StreamCreate(s, CU_STREAM_NON_BLOCKING), "cuStreamCreate", where_);
+    cu_check(cu_.EventCreate(&t0_, CU_EVENT_DEFAULT), "cuEventCreate", where_);
+    cu_check(cu_.EventCreate(&t1_, CU_EVENT_DEFAULT), "cuEventCreate", where_);
+    const long threads = env_long("PORTMAT_CUDA_THREADS",
+                                  std::clamp<long>(std::thread::hardware_concurrency(), 1, 16));
+    pool_threads_ = std::make_unique<HostPool>(static_cast<int>(std::clamp<long>(threads, 1, 64)));
+    ctx_ = ctx;
+  }
+
+  // An event without timing, from a free list (events are cheap but not free to create).
+  CUevent event() {
+    if (!free_events_.empty()) {
+      CUevent e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+    CUevent e = nullptr;
+    cu_check(cu_.EventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate", where_);
+    return e;
+  }
+
+  // ---- memory ------------------------------------------------------------------------------------
+  std::unique_ptr<CuBuffer> create_buffer(std::size_t bytes) {
+    CUdeviceptr p = 0;
+    CUresult r = cu_.MemAlloc(&p, std::max<std::size_t>(bytes, 1));
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && !pool_.empty()) {  // give cached buffers back and retry
+      trim_pool(0);
+      r = cu_.MemAlloc(&p, std::max<std::size_t>(bytes, 1));
+    }
+    cu_check(r, "cuMemAlloc", where_ + " for " + std::to_string(bytes) + " bytes");
+    return std::make_unique<CuBuffer>(cu_, ctx_, p, bytes);
+  }
+
+  // A pooled buffer returns to the pool when the lease ends. Reuse takes the smallest free buffer
+  // that fits and wastes at most half of it.
+  struct Lease {
+    CudaDevice* dev;
+    std::unique_ptr<CuBuffer> buf;
+    Lease(CudaDevice* d, std::unique_ptr<CuBuffer> b) : dev(d), buf(std::move(b)) {}
+    Lease(Lease&&) = default;
+    ~Lease() {
+      if (buf) dev->give_back(std::move(buf));
+    }
+    CUdeviceptr ptr() const { return buf->ptr(); }
+  };
+
+  Lease lease(std::size_t bytes) {
+    auto it = pool_.lower_bound(bytes);
+    if (it != pool_.end() && it->first <= 2 * bytes) {
+      auto b = std::move(it->second);
+      pool_bytes_ -= it->first;
+      pool_.erase(it);
+      return Lease(this, std::move(b));
+    }
+    return Lease(this, create_buffer(bytes));
+  }
+
+  void give_back(std::unique_ptr<CuBuffer> b) {
+    pool_bytes_ += b->bytes();
+    pool_.emplace(b->bytes(), std::move(b));
+    trim_pool(info_.memory_bytes / 4);  // the pool may keep a quarter of the device
+  }
+
+  void trim_pool(std::size_t keep_bytes) {
+    while (pool_bytes_ > keep_bytes && !pool_.empty()) {
+      auto largest = std::prev(pool_.end());
+      pool_bytes_ -= largest->first;
+      pool_.erase(largest);
+    }
+  }
+
+  void* pinned(Pinned& p, std::size_t bytes) {
+    if (p.bytes >= bytes) return p.p;
+    if (p.p) cu_.MemFreeHost(p.p);
+    p = Pinned{};
+    p.cu = &cu_;
+    const std::size_t round = std::max<std::size_t>(bytes, 1 << 20);
+    cu_check(cu_.MemHostAlloc(&p.p, round, 0), "cuMemHostAlloc (pinned staging)",
+             where_ + " for " + std::to_string(round) + " bytes");
+    p.bytes = round;
+    return p.p;
+  }
+
+  // ---- kernels -----------------------------------------------------------------------------------
+  const GemmTile& choose_tile(DType dtype, std::int64_t m, std::int64_t n) const {
+    if (dtype == DType::f64) return kF64_64x64;
+    if (const char* e = std::getenv("PORTMAT_CUDA_TILE"))
+      if (const GemmTile* t = tile_by_name(e)) return *t;
+    // Measured on the H200 (bench/results/cuda_h200.md): 128x256 (8x16 per thread) is fastest from
+    // n = 2048 up (41.8 TFLOP/s at 8192 against 39.4 for 128x128); when there are fewer 128x128
+    // tiles than SMs, 64x64 tiles (4x as many) fill the GPU better (26.3 against 17.3 at n = 1024).
+    const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128);
+    if (big_tiles < info_.compute_units) return kF32_64x64;
+    return kF32_128x256;
+  }
+
+  CUfunction function(const GemmTile& t, bool a_col, bool b_col) {
+    std::string name = std::string(t.name) + "_" + (a_col ? "c" : "r") + (b_col ? "c" : "r");
+    auto it = functions_.find(name);
+    if (it != functions_.end()) return it->second;
+    CUfunction f = nullptr;
+    cu_check(cu_.ModuleGetFunction(&f, module_, name.c_str()),
+             ("cuModuleGetFunction(" + name + ")").c_str(), where_);
+    if (t.smem_bytes() > smem_optin_)
+      throw DeviceError(name + " needs " + std::to_string(t.smem_bytes()) +
+                        " bytes of shared memory; " + where_ + " allows " + std::to_string(smem_optin_));
+    cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, t.smem_bytes()),
+             "cuFuncSetAttribute(max dynamic shared memory)", where_);
+    functions_.emplace(name, f);
+    return f;
+  }
+
+  // c (row-major, ldc) = a @ b on device pointers that already include the offsets.
+  void launch(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
+              const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m,
+              std::int64_t n, std::int64_t k) {
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+      throw std::invalid_argument("CUDA gemm: dimensions beyond 2^31 - 1 are not supported");
+    const std::size_t es = dtype_size(am.dtype);
+    const GemmTile& t = choose_tile(am.dtype, m, n);
+    CUfunction f = function(t, am.col_major, bm.col_major);
+    auto aligned = [&](CUdeviceptr p, std::int64_t ld) { return p % 16 == 0 && (ld * es) % 16 == 0; };
+    GemmArgs args{};
+    args.a = reinterpret_cast<const void*>(a);
+    args.b = reinterpret_cast<const void*>(b);
+    args.c = reinterpret_cast<void*>(c);
+    args.lda = am.ld, args.ldb = bm.ld, args.ldc = ldc;
+    args.m = static_cast<int>(m), args.n = static_cast<int>(n), args.k = static_cast<int>(k);
+    args.a_vec = aligned(a, am.ld), args.b_vec = aligned(b, bm.ld), args.c_vec = aligned(c, ldc);
+    args.group_m = static_cast<int>(std::max(1L, env_long("PORTMAT_CUDA_GROUP_M", 8)));
+    const std::int64_t blocks = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn);
+    if (blocks > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
+    void* params[] = {&args};
+    cu_check(cu_.LaunchKernel(f, static_cast<unsigned>(blocks), 1, 1, t.threads(), 1, 1,
+                              t.smem_bytes(), stream, params, nullptr),
+             "cuLaunchKernel(gemm)",
+             where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) + ") @ (" +
+                 std::to_string(k) + "x" + std::to_string(n) + ") with " + t.name);
+  }
+
+  const CuApi& cu_;
+  CUdevice dev_;
+  DeviceInfo info_;
+  std::string where_;
+  int cc_major_ = 0, cc_minor_ = 0, smem_optin_ = 0;
+
+  std::mutex mu_;  // one caller at a time per device: guards everything below
+  CUcontext ctx_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUstream in_stream_ = nullptr, kstream_[2] = {nullptr, nullptr}, out_stream_ = nullptr;
+  CUevent t0_ = nullptr, t1_ = nullptr;
+  std::vector<CUevent> free_events_;
+  std::map<std::string, CUfunction> functions_;
+  std::multimap<std::size_t, std::unique_ptr<CuBuffer>> pool_;
+  std::size_t pool_bytes_ = 0;
+  std::unique_ptr<HostPool> pool_threads_;
+  Pinned in_stage_, out_stage_;
+};
+
+// ---- NumPy in, NumPy out ---------------------------------------------------------------------
+// The work is cut along M into row chunks (c[i0:i1] = a[i0:i1] @ b). First b goes up, in pieces
+// through a ring of pinned staging slots; then for each chunk: the host threads copy a's rows
+// into a free staging slot, the copy engine moves them up (in_stream_), a kernel computes the
+// chunk's rows of c (alternating two streams, so one chunk's tail overlaps the next's start), the
+// other copy engine brings them down into an output slot (out_stream_), and the host threads copy
+// them into the result array, which also faults its fresh pages in parallel. Host copies, both
+// transfers and the kernels of different chunks all overlap; the host waits on an event only when
+// it needs a slot back or a chunk's result. Small problems take the same path with one chunk.
+void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
+                             const MatrixView& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ready();
+  const std::size_t es = dtype_size(c.dtype);
+  const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+
+  // Device buffers for the whole problem: dense a (its own layout), dense b, dense row-major c.
+  Lease da = lease(static_cast<std::size_t>(M * K) * es);
+  Lease db = lease(static_cast<std::size_t>(K * N) * es);
+  Lease dc = lease(static_cast<std::size_t>(M * N) * es);
+
+  // Whatever happens below, no copy or kernel may outlive this call: they read and write pinned
+  // staging that the next call reuses, and the result array.
+  std::vector<CUevent> used;
+  struct SyncGuard {
+    CudaDevice* d;
+    std::vector<CUevent>& used;
+    ~SyncGuard() {
+      for (CUstream s : {d->in_stream_, d->kstream_[0], d->kstream_[1], d->out_stream_})
+        d->cu_.StreamSynchronize(s);
+      for (CUevent e : used) d->free_events_.push_back(e);
+    }
+  } guard{this, used};
+  auto new_event = [&] {
+    CUevent e = event();
+    used.push_back(e);
+    return e;
+  };
+
+  // Chunking. A chunk of rows carries ~16 MiB of a (or c): enough tiles to fill the GPU, few enough
+  // chunks that per-chunk costs stay small (at n = 4096 on the H200: 11.2 ms with 16 MiB chunks and
+  // 16 threads, 13.5 ms with 4 MiB chunks; PORTMAT_CUDA_CHUNK_MB, PORTMAT_CUDA_THREADS override).
+  const std::size_t chunk_bytes = static_cast<std::size_t>(std::max(1L, env_long("PORTMAT_CUDA_CHUNK_MB", 16))) << 20;
+  const std::int64_t row_bytes = std::max(K, N) * static_cast<std::int64_t>(es);
+  std::int64_t rows_per_chunk = std::max<std::int64_t>(128, (static_cast<std::int64_t>(chunk_bytes) / row_bytes) / 128 * 128);
+  const std::int64_t total_bytes = (M * K + K * N + M * N) * static_cast<std::int64_t>(es);
+  if (total_bytes <= (8 << 20) || rows_per_chunk >= M) rows_per_chunk = M;  // small: one chunk
+  const std::int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
+  constexpr int kSlots = 3;  // staging slots per direction: fill one while two are in flight
+
+  // b's pieces: runs of whole lines (rows of a row-major b, columns of a column-major one).
+  const std::int64_t b_lines = b.col_major ? N : K, b_line = b.col_major ? K : N;
+  const std::int64_t b_line_bytes = b_line * static_cast<std::int64_t>(es);
+  std::int64_t b_lines_per_piece = std::max<std::int64_t>(1, static_cast<std::int64_t>(chunk_bytes) / b_line_bytes);
+  if (chunks == 1) b_lines_per_piece = b_lines;
+  const std::size_t a_chunk_bytes = static_cast<std::size_t>(rows_per_chunk * K) * es;
+  const std::size_t in_slot = std::max<std::size_t>(a_chunk_bytes, b_lines_per_piece * b_line_bytes);
+  const std::size_t out_slot = static_cast<std::size_t>(rows_per_chunk * N) * es;
+  const int in_slots = chunks == 1 ? 2 : kSlots, out_slots = chunks == 1 ? 1 : kSlots;
+  auto* in_base = static_cast<unsigned char*>(pinned(in_stage_, in_slot * in_slots));
+  auto* out_base = static_cast<unsigned char*>(pinned(out_stage_, out_slot * out_slots));
+  std::vector<CUevent> in_free(in_slots, nullptr);  // recorded after the upload that read the slot
+  int in_next = 0;
+  auto take_in_slot = [&]() -> unsigned char* {
+    const int s = in_next;
+    in_next = (in_next + 1) % in_slots;
+    if (in_free[s]) cu_check(cu_.EventSynchronize(in_free[s]), "host-to-device copy (cuEventSynchronize)", where_);
+    return in_base + s * in_slot;
+  };
+  auto release_in_slot = [&](CUstream s) {
+    const int slot = (in_next + in_slots - 1) % in_slots;
+    in_free[slot] = new_event();
+    cu_check(cu_.EventRecord(in_free[slot], s), "cuEventRecord", where_);
+  };
+
+  HostPool& pool = *pool_threads_;
+  // b: copy pieces up, then one event the kernels wait for.
+  for (std::int64_t l0 = 0; l0 < b_lines; l0 += b_lines_per_piece) {
+    const std::int64_t nl = std::min(b_lines_per_piece, b_lines - l0);
+    unsigned char* slot = take_in_slot();
+    copy_2d(pool, slot, b_line_bytes, static_cast<const unsigned char*>(b.data) + l0 * b.ld * es,
+            b.ld * es, nl, b_line_bytes);
+    cu_check(cu_.MemcpyHtoDAsync(db.ptr() + l0 * b_line_bytes, slot, nl * b_line_bytes, in_stream_),
+             "cuMemcpyHtoDAsync(b)", where_);
+    release_in_slot(in_stream_);
+  }
+  CUevent b_ready = new_event();
+  cu_check(cu_.EventRecord(b_ready, in_stream_), "cuEventRecord", where_);
+  for (CUstream s : kstream_) cu_check(cu_.StreamWaitEvent(s, b_ready, 0), "cuStreamWaitEvent", where_);
+
+  struct Pending {
+    std::int64_t i0, rows;
+    unsigned char* slot;
+    CUevent ready;
+  };
+  std::deque<Pending> pending;
+  auto copy_out = [&](const Pending& p) {
+    cu_check(cu_.EventSynchronize(p.ready), "gemm or device-to-host copy (cuEventSynchronize)", where_);
+    const std::int64_t line_stride = p.rows > 1 ? c.row_stride : N;
+    copy_2d(pool, static_cast<unsigned char*>(c.data) + p.i0 * c.row_stride * es, line_stride * es,
+            p.slot, N * es, p.rows, N * es);
+  };
+
+  for (std::int64_t ci = 0; ci < chunks; ++ci) {
+    const std::int64_t i0 = ci * rows_per_chunk, rows = std::min(rows_per_chunk, M - i0);
+    // a's rows i0..i0+rows: lines of K (row-major) or K columns of `rows` (column-major).
+    unsigned char* slot = take_in_slot();
+    const auto* asrc = static_cast<const unsigned char*>(a.data);
+    if (a.col_major)
+      copy_2d(pool, slot, rows * es, asrc + i0 * es, a.ld * es, K, rows * es);
+    else
+      copy_2d(pool, slot, K * es, asrc + i0 * a.ld * es, a.ld * es, rows, K * es);
+    const CUdeviceptr a_chunk = da.ptr() + static_cast<std::size_t>(i0 * K) * es;
+    cu_check(cu_.MemcpyHtoDAsync(a_chunk, slot, rows * K * es, in_stream_), "cuMemcpyHtoDAsync(a)", where_);
+    release_in_slot(in_stream_);
+    CUevent a_ready = new_event();
+    cu_check(cu_.EventRecord(a_ready, in_stream_), "cuEventRecord", where_);
+
+    CUstream ks = kstream_[ci % 2];
+    cu_check(cu_.StreamWaitEvent(ks, a_ready, 0), "cuStreamWaitEvent", where_);
+    core::DeviceMatrix am{nullptr, 0, rows, K, a.col_major ? rows : K, a.col_major, a.dtype};
+    core::DeviceMatrix bm{nullptr, 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
+    const CUdeviceptr c_chunk = dc.ptr() + static_cast<std::size_t>(i0 * N) * es;
+    launch(ks, a_chunk, am, db.ptr(), bm, c_chunk, N, rows, N, K);
+    CUevent k_done = new_event();
+    cu_check(cu_.EventRecord(k_done, ks), "cuEventRecord", where_);
+
+    // The output slot this chunk uses must have been copied out: at most out_slots in flight.
+    while (static_cast<int>(pending.size()) >= out_slots) {
+      copy_out(pending.front());
+      pending.pop_front();
+    }
+    unsigned char* oslot = out_base + (ci % out_slots) * out_slot;
+    cu_check(cu_.StreamWaitEvent(out_stream_, k_done, 0), "cuStreamWaitEvent", where_);
+    cu_check(cu_.MemcpyDtoHAsync(oslot, c_chunk, rows * N * es, out_stream_), "cuMemcpyDtoHAsync(c)", where_);
+    CUevent c_ready = new_event();
+    cu_check(cu_.EventRecord(c_ready, out_stream_), "cuEventRecord", where_);
+    pending.push_back({i0, rows, oslot, c_ready});
+    // Results that are already down go out now, between the copies in.
+    while (!pending.empty() && cu_.EventQuery(pending.front().ready) == CUDA_SUCCESS) {
+      copy_out(pending.front());
+      pending.pop_front();
+    }
+  }
+  while (!pending.empty()) {
+    copy_out(pending.front());
+    pending.pop_front();
+  }
+}
+
+class CudaBackend final : public core::Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  std::vector<std::shared_ptr<core::Device>> devices() override {
+    std::vector<std::shared_ptr<core::Device>> out;
+    const CuApi* cu = cu_api();
+    if (!cu) return out;
+    int n = 0;
+    if (cu->DeviceGetCount(&n) != CUDA_SUCCESS) return out;
+    for (int i = 0; i < n; ++i) {
+      CUdevice d = 0;
+      if (cu->DeviceGet(&d, i) != CUDA_SUCCESS) continue;
+      int major = 0;
+      cu->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+      if (major < 8) continue;  // the kernels need cp.async (sm_80+); older GPUs stay with OpenCL
+      out.push_back(std::make_shared<CudaDevice>(*cu, d, static_cast<int>(out.size())));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+}  // namespace portmat::cuda
+
+namespace portmat::core {
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
+}  // namespace portmat::core

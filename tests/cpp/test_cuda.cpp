@@ -1,0 +1,195 @@
+// The CUDA backend: every kernel tile against the float64 reference on awkward shapes (1, primes,
+// non-multiples of every tile), both layouts of both operands, sliced views and device offsets
+// (aligned and not), the chunked NumPy-in/NumPy-out pipeline, out-of-memory as OutOfDeviceMemory
+// after which the device keeps working, and driver errors named in messages. Skips, saying why,
+// where no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/reference.hpp"
+#include "cuda/cuda_api.hpp"
+
+using portmat::DType;
+using portmat::MatrixView;
+
+namespace {
+
+std::string cuda_device() {
+  for (const auto& d : portmat::devices())
+    if (d.backend == "cuda") return d.id();
+  return {};
+}
+
+#define REQUIRE_CUDA()                                                                   \
+  const std::string dev = cuda_device();                                                 \
+  if (dev.empty()) {                                                                     \
+    const std::string why = portmat::cuda::cu_unavailable_reason();                      \
+    GTEST_SKIP() << "no CUDA device: " << (why.empty() ? "the driver lists none" : why); \
+  }
+
+// Sets an environment variable for one scope (the backend reads its tuning knobs per call).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const std::string& v) : name(n) { setenv(n, v.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+template <class T>
+std::vector<T> random_vector(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(u(rng));
+  return v;
+}
+
+// c = a @ b through portmat::matmul with a and b stored row- or column-major inside larger
+// buffers (leading dimension > extent, nonzero start), c with a padded row stride; checks every
+// entry against the float64 reference and that the padding was left alone.
+template <class T>
+void check_host(const std::string& dev, long m, long n, long k, bool a_col, bool b_col, int pad,
+                std::mt19937& rng) {
+  const DType dt = sizeof(T) == 4 ? DType::f32 : DType::f64;
+  const long lda = (a_col ? m : k) + pad, ldb = (b_col ? k : n) + pad, ldc = n + pad;
+  auto abuf = random_vector<T>((a_col ? k : m) * lda + pad, rng);
+  auto bbuf = random_vector<T>((b_col ? n : k) * ldb + pad, rng);
+  std::vector<T> cbuf(m * ldc + pad, std::numeric_limits<T>::quiet_NaN());
+  const T sentinel = T(12345);
+  for (long i = 0; i < m; ++i)
+    for (long j = n; j < ldc; ++j) cbuf[i * ldc + j] = sentinel;
+  MatrixView a{abuf.data() + pad, m, k, a_col ? 1 : lda, a_col ? lda : 1, dt};
+  MatrixView b{bbuf.data() + pad, k, n, b_col ? 1 : ldb, b_col ? ldb : 1, dt};
+  MatrixView c{cbuf.data(), m, n, ldc, 1, dt};
+  portmat::matmul(a, b, c, dev);
+  const double worst = portmat::reference::worst_error_ratio(a, b, c);
+  EXPECT_LE(worst, 1.0) << m << "x" << k << " @ " << k << "x" << n << " a_col=" << a_col
+                        << " b_col=" << b_col << " pad=" << pad;
+  for (long i = 0; i < m; ++i)
+    for (long j = n; j < ldc; ++j) ASSERT_EQ(cbuf[i * ldc + j], sentinel) << "wrote past a row";
+}
+
+const long kShapes[][3] = {{1, 1, 1},   {1, 7, 3},     {7, 1, 5},     {5, 3, 1},
+                           {17, 19, 23}, {127, 129, 131}, {131, 257, 67}, {257, 1, 300},
+                           {64, 64, 16}, {128, 128, 128}, {300, 260, 1000}, {1000, 33, 17}};
+
+}  // namespace
+
+TEST(CudaErrors, DriverErrorsAreNamedAndOomIsItsOwnType) {
+  try {
+    portmat::cuda::cu_check(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc", "cuda:0 (test)");
+    FAIL() << "no exception";
+  } catch (const portmat::OutOfDeviceMemory& e) {
+    EXPECT_EQ(std::string(e.what()), "cuMemAlloc failed on cuda:0 (test): CUDA_ERROR_OUT_OF_MEMORY");
+  }
+  try {
+    portmat::cuda::cu_check(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel", "cuda:0 (test)");
+    FAIL() << "no exception";
+  } catch (const portmat::OutOfDeviceMemory&) {
+    FAIL() << "not an out-of-memory error";
+  } catch (const portmat::DeviceError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cuLaunchKernel failed on cuda:0 (test): "), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(portmat::cuda::cu_check(CUDA_SUCCESS, "x", "y"));
+}
+
+TEST(CudaDevice, Info) {
+  REQUIRE_CUDA();
+  const auto info = portmat::find_device(dev);
+  EXPECT_EQ(info.backend, "cuda");
+  EXPECT_EQ(info.kind, portmat::DeviceKind::gpu);
+  EXPECT_FALSE(info.host_unified);
+  EXPECT_TRUE(info.supports_f64);
+  EXPECT_GT(info.compute_units, 0);
+  EXPECT_GT(info.memory_bytes, 0u);
+  EXPECT_GT(info.peak_gflops, 0.0);
+  EXPECT_EQ(portmat::find_device("gpu").backend, "cuda") << "CUDA is preferred for NVIDIA GPUs";
+}
+
+class CudaTiles : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaTiles, AwkwardShapesBothLayoutsF32) {
+  REQUIRE_CUDA();
+  ScopedEnv tile("PORTMAT_CUDA_TILE", GetParam());
+  std::mt19937 rng(7);
+  for (const auto& s : kShapes)
+    for (int layout = 0; layout < 4; ++layout)
+      check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, layout == 3 ? 0 : 3, rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, CudaTiles,
+                         ::testing::Values("128x128", "128x128_b1", "128x256", "256x128", "64x64"));
+
+TEST(CudaGemm, AwkwardShapesBothLayoutsF64) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(11);
+  for (const auto& s : kShapes)
+    for (int layout = 0; layout < 4; ++layout)
+      check_host<double>(dev, s[0], s[1], s[2], layout & 1, layout & 2, layout == 1 ? 0 : 1, rng);
+}
+
+TEST(CudaGemm, ChunkedPipelineManyChunks) {
+  REQUIRE_CUDA();
+  ScopedEnv chunk("PORTMAT_CUDA_CHUNK_MB", "1");  // 2000 rows -> 16 chunks of 128 rows
+  std::mt19937 rng(13);
+  check_host<float>(dev, 2000, 1100, 400, false, false, 0, rng);
+  check_host<float>(dev, 2000, 1100, 400, true, true, 5, rng);
+  check_host<double>(dev, 1500, 700, 300, true, false, 1, rng);
+}
+
+TEST(CudaGemm, DeviceResidentOffsetsAlignedAndNot) {
+  REQUIRE_CUDA();
+  auto d = portmat::core::open_device(dev);
+  std::mt19937 rng(17);
+  const long m = 150, n = 133, k = 70;
+  for (std::size_t off : {0, 4, 1, 3}) {
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool a_col = layout & 1, b_col = layout & 2;
+      const long lda = (a_col ? m : k) + 4, ldb = (b_col ? k : n) + 4, ldc = n + 1;
+      auto ah = random_vector<float>(off + (a_col ? k : m) * lda, rng);
+      auto bh = random_vector<float>(off + (b_col ? n : k) * ldb, rng);
+      std::vector<float> ch(off + m * ldc, std::numeric_limits<float>::quiet_NaN());
+      auto ab = d->alloc(ah.size() * 4), bb = d->alloc(bh.size() * 4), cb = d->alloc(ch.size() * 4);
+      d->upload(*ab, ah.data(), ah.size() * 4);
+      d->upload(*bb, bh.data(), bh.size() * 4);
+      d->upload(*cb, ch.data(), ch.size() * 4);
+      portmat::core::DeviceMatrix da{ab.get(), off, m, k, lda, a_col, DType::f32};
+      portmat::core::DeviceMatrix db{bb.get(), off, k, n, ldb, b_col, DType::f32};
+      portmat::core::DeviceMatrix dc{cb.get(), off, m, n, ldc, false, DType::f32};
+      EXPECT_GT(d->gemm(da, db, dc), 0.0);
+      d->download(ch.data(), *cb, ch.size() * 4);
+      MatrixView a{ah.data() + off, m, k, a_col ? 1 : lda, a_col ? lda : 1, DType::f32};
+      MatrixView b{bh.data() + off, k, n, b_col ? 1 : ldb, b_col ? ldb : 1, DType::f32};
+      MatrixView c{ch.data() + off, m, n, ldc, 1, DType::f32};
+      EXPECT_LE(portmat::reference::worst_error_ratio(a, b, c), 1.0) << "offset " << off << " layout " << layout;
+    }
+  }
+}
+
+TEST(CudaGemm, OutOfMemoryIsReportedAndTheDeviceKeepsWorking) {
+  REQUIRE_CUDA();
+  auto d = portmat::core::open_device(dev);
+  try {
+    d->alloc(std::size_t(1) << 50);  // a petabyte
+    FAIL() << "no exception";
+  } catch (const portmat::OutOfDeviceMemory& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cuMemAlloc"), std::string::npos) << what;
+    EXPECT_NE(what.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << what;
+    EXPECT_NE(what.find(dev), std::string::npos) << what;
+  }
+  std::mt19937 rng(19);
+  check_host<float>(dev, 33, 65, 129, false, false, 0, rng);
+}
+
+TEST(CudaGemm, TimeGemmReportsKernelTimes) {
+  REQUIRE_CUDA();
+  const auto t = portmat::time_gemm(dev, 512, 512, 512, DType::f32, 3);
+  ASSERT_EQ(t.size(), 3u);
+  for (double s : t) EXPECT_GT(s, 0.0);
+}
