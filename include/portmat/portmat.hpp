@@ -72,6 +72,11 @@ std::vector<std::string> backend_notes();
 // ("opencl" = that backend's preferred device: a GPU if it has one). Throws std::invalid_argument naming the choices if none matches.
 DeviceInfo find_device(const std::string& spec);
 
+// The device matmul uses for an (m x k) @ (k x n) product given `spec`: find_device(spec), except
+// that an automatic choice of a GPU sends problems below about 2.5e8 flops (where the host wins
+// on measured machines; $PORTMAT_GPU_MIN_FLOP overrides) to the native CPU backend if present.
+DeviceInfo device_for(const std::string& spec, std::int64_t m, std::int64_t n, std::int64_t k);
+
 // The default device: set_default_device(), else $PORTMAT_DEVICE, else the first GPU, else a CPU.
 DeviceInfo default_device();
 void set_default_device(const std::string& spec);  // "" restores the automatic choice

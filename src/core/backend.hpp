@@ -88,4 +88,10 @@ std::unique_ptr<Backend> make_opencl_backend();  // src/opencl
 // The opened device behind a spec (see portmat::find_device).
 std::shared_ptr<Device> open_device(const std::string& spec);
 
+// The device for an (m x k) @ (k x n) product: open_device(spec), except that when the choice is
+// automatic (no spec, no set_default_device, no $PORTMAT_DEVICE) and would be a GPU, problems too
+// small to pay for the trip to the GPU run on the native CPU backend when there is one.
+std::shared_ptr<Device> open_device_for(const std::string& spec, std::int64_t m, std::int64_t n,
+                                        std::int64_t k);
+
 }  // namespace portmat::core

@@ -37,7 +37,8 @@ void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
   if (c.rows > 1 && c.cols > 0 && (c.col_stride != 1 || c.row_stride < c.cols))
     throw std::invalid_argument("matmul: the result must be row-major with unit column stride");
 
-  auto dev = core::open_device(device);  // resolve even for empty work: bad specs always raise
+  // Resolve even for empty work: bad specs always raise.
+  auto dev = core::open_device_for(device, a.rows, b.cols, a.cols);
   if (c.rows == 0 || c.cols == 0) return;
   const std::size_t es = dtype_size(c.dtype);
   if (a.cols == 0) {  // K = 0: the empty sum

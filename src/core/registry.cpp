@@ -93,24 +93,54 @@ std::shared_ptr<Device> resolve(const std::string& spec) {
 
 }  // namespace
 
-std::shared_ptr<Device> open_device(const std::string& spec) {
-  if (!spec.empty()) return resolve(spec);
+// The user's choice of default (set_default_device, else $PORTMAT_DEVICE), or nothing.
+std::shared_ptr<Device> chosen_default() {
   std::string chosen;
   {
     std::lock_guard<std::mutex> lock(default_mutex);
     chosen = default_spec;
   }
-  if (chosen.empty()) {
-    const char* env = std::getenv("PORTMAT_DEVICE");
-    if (env && *env) {
-      try {
-        return resolve(env);
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument(std::string("PORTMAT_DEVICE: ") + e.what());
-      }
+  if (!chosen.empty()) return resolve(chosen);
+  const char* env = std::getenv("PORTMAT_DEVICE");
+  if (env && *env) {
+    try {
+      return resolve(env);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("PORTMAT_DEVICE: ") + e.what());
     }
   }
-  return resolve(chosen);
+  return nullptr;
+}
+
+std::shared_ptr<Device> open_device(const std::string& spec) {
+  if (!spec.empty()) return resolve(spec);
+  if (auto d = chosen_default()) return d;
+  return resolve("");
+}
+
+// Below this many flops (2*m*n*k) a GPU loses to the host: on the H200 machine, NumPy in and out,
+// the GPU first won at n ~ 450-512, about 2.5e8 flops (bench/results/cuda_h200.md, crossover).
+// $PORTMAT_GPU_MIN_FLOP overrides it (0: always the GPU).
+double gpu_min_flop() {
+  static const double v = [] {
+    const char* e = std::getenv("PORTMAT_GPU_MIN_FLOP");
+    char* end = nullptr;
+    const double x = e && *e ? std::strtod(e, &end) : -1.0;
+    return end && *end == '\0' && x >= 0 ? x : 2.5e8;
+  }();
+  return v;
+}
+
+std::shared_ptr<Device> open_device_for(const std::string& spec, std::int64_t m, std::int64_t n,
+                                        std::int64_t k) {
+  if (!spec.empty()) return resolve(spec);
+  if (auto d = chosen_default()) return d;
+  auto best = resolve("");
+  if (best->info().kind == DeviceKind::gpu && 2.0 * m * n * k < gpu_min_flop()) {
+    const std::string native = "cpu";
+    if (auto cpu = best_of(nullptr, &native)) return cpu;
+  }
+  return best;
 }
 
 }  // namespace portmat::core
@@ -131,6 +161,10 @@ std::vector<DeviceInfo> devices() {
 }
 
 DeviceInfo find_device(const std::string& spec) { return core::open_device(spec)->info(); }
+
+DeviceInfo device_for(const std::string& spec, std::int64_t m, std::int64_t n, std::int64_t k) {
+  return core::open_device_for(spec, m, n, k)->info();
+}
 
 DeviceInfo default_device() { return core::open_device("")->info(); }
 

@@ -97,6 +97,8 @@ NB_MODULE(_ext, m) {
 
   m.def("devices", &portmat::devices, "Every device of every backend");
   m.def("find_device", &portmat::find_device, "spec"_a);
+  m.def("device_for", &portmat::device_for, "spec"_a, "m"_a, "n"_a, "k"_a,
+        "The device matmul would use for an (m x k) @ (k x n) product");
   m.def("backend_notes", &portmat::backend_notes, "Problems met while probing backends");
   m.def("default_device", &portmat::default_device);
   m.def("set_default_device", &portmat::set_default_device, "spec"_a);

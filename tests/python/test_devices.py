@@ -108,3 +108,24 @@ def test_compiled_kernels_are_cached_on_disk(tmp_path):
     second = _run(code, PORTMAT_CACHE_DIR=str(cache))
     assert second.returncode == 0, second.stderr
     assert {f: f.stat().st_mtime_ns for f in cache.glob("opencl-*.bin")} == stamps  # read, not rewritten
+
+
+def test_small_problems_stay_on_the_host_only_when_the_choice_is_automatic():
+    devs = portmat.devices()
+    default = portmat.default_device()
+    native_cpu = [d for d in devs if d.backend == "cpu"]
+    small = portmat._ext.device_for("", 8, 8, 8)
+    large = portmat._ext.device_for("", 4096, 4096, 4096)
+    assert large == default
+    if default.kind == "gpu" and native_cpu:
+        assert small == native_cpu[0]
+    else:
+        assert small == default
+    # Any explicit choice is obeyed whatever the size.
+    for d in devs:
+        assert portmat._ext.device_for(d.id, 8, 8, 8) == d
+    try:
+        portmat.set_default_device(default)
+        assert portmat._ext.device_for("", 8, 8, 8) == default
+    finally:
+        portmat.set_default_device(None)
