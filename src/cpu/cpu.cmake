@@ -1,0 +1,27 @@
+# The native CPU backend: blocking/packing driver, thread pool, per-ISA micro-kernels. Included by
+# the root CMakeLists.txt. One build runs on every x86-64 CPU: only the kernel files get ISA flags
+# (-mavx512f, -mavx2), and kernel_table.cpp calls them only where the CPU supports them.
+set(cpu_dir ${CMAKE_CURRENT_LIST_DIR})
+target_sources(portmat_core PRIVATE
+  ${cpu_dir}/cpu_backend.cpp
+  ${cpu_dir}/gemm_driver.cpp
+  ${cpu_dir}/kernel_table.cpp
+  ${cpu_dir}/thread_pool.cpp)
+set(cpu_hot_files ${cpu_dir}/gemm_driver.cpp)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  target_sources(portmat_core PRIVATE ${cpu_dir}/kernels/gemm_avx512.cpp ${cpu_dir}/kernels/gemm_avx2.cpp)
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    set_source_files_properties(${cpu_dir}/kernels/gemm_avx512.cpp PROPERTIES COMPILE_OPTIONS "-mavx512f;-mfma")
+    set_source_files_properties(${cpu_dir}/kernels/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+  elseif(MSVC)
+    set_source_files_properties(${cpu_dir}/kernels/gemm_avx512.cpp PROPERTIES COMPILE_OPTIONS "/arch:AVX512")
+    set_source_files_properties(${cpu_dir}/kernels/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "/arch:AVX2")
+  endif()
+  list(APPEND cpu_hot_files ${cpu_dir}/kernels/gemm_avx512.cpp ${cpu_dir}/kernels/gemm_avx2.cpp)
+endif()
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  # -O3 on the hot files whatever the build type (the ISA flags above are appended, not replaced).
+  set_property(SOURCE ${cpu_hot_files} APPEND PROPERTY COMPILE_OPTIONS "-O3")
+endif()
+target_compile_definitions(portmat_core PUBLIC PORTMAT_WITH_CPU)
+list(APPEND PORTMAT_CPP_TESTS tests/cpp/test_cpu.cpp)

@@ -1,0 +1,161 @@
+// The native CPU backend: one device, "cpu:0", running our own GEMM (gemm_driver.cpp with the
+// micro-kernel kernel_table.cpp picks for this CPU) on the shared thread pool.
+//
+// Device memory is host memory, so matmul_host works in place on the caller's arrays and the
+// buffer calls (for time_gemm) are plain copies. DeviceInfo is filled at start-up: the CPU's name
+// from CPUID (or /proc/cpuinfo), system RAM, the thread count, and a float32 peak measured with a
+// sub-millisecond FMA loop on one core times the thread count.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "core/backend.hpp"
+#include "cpu/gemm_driver.hpp"
+#include "cpu/kernel_table.hpp"
+#include "cpu/thread_pool.hpp"
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#endif
+#include <unistd.h>
+
+namespace portmat::cpu {
+
+namespace {
+
+std::string trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t\n");
+  const auto e = s.find_last_not_of(" \t\n");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+// C stdio, not iostreams (see src/opencl/gemm_params.cpp for why the library avoids them).
+std::string proc_cpuinfo(const char* key) {
+  FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return {};
+  std::string found;
+  char buf[1024];
+  while (found.empty() && std::fgets(buf, sizeof buf, f)) {
+    const std::string line = buf;
+    if (line.compare(0, std::strlen(key), key) == 0 && line.find(':') != std::string::npos)
+      found = trim(line.substr(line.find(':') + 1));
+  }
+  std::fclose(f);
+  return found;
+}
+
+void cpu_names(std::string& name, std::string& vendor) {
+#if defined(__x86_64__) || defined(_M_X64)
+  unsigned r[4];
+  if (__get_cpuid(0, &r[0], &r[1], &r[2], &r[3])) {
+    char v[13] = {};
+    std::memcpy(v, &r[1], 4), std::memcpy(v + 4, &r[3], 4), std::memcpy(v + 8, &r[2], 4);
+    vendor = std::strcmp(v, "GenuineIntel") == 0 ? "Intel" : std::strcmp(v, "AuthenticAMD") == 0 ? "AMD" : v;
+  }
+  char brand[49] = {};
+  if (__get_cpuid(0x80000000, &r[0], &r[1], &r[2], &r[3]) && r[0] >= 0x80000004) {
+    for (unsigned leaf = 0; leaf < 3; ++leaf) {
+      __get_cpuid(0x80000002 + leaf, &r[0], &r[1], &r[2], &r[3]);
+      std::memcpy(brand + 16 * leaf, r, 16);
+    }
+    name = trim(brand);
+  }
+#endif
+  if (name.empty()) name = proc_cpuinfo("model name");
+  if (name.empty()) name = proc_cpuinfo("Hardware");
+  if (name.empty()) name = "CPU";
+  if (vendor.empty()) vendor = proc_cpuinfo("vendor_id");
+}
+
+class HostBuffer final : public core::Buffer {
+ public:
+  explicit HostBuffer(std::size_t bytes) : bytes_(bytes) {
+    p_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+    if (!p_)
+      throw OutOfDeviceMemory("cpu:0: cannot allocate " + std::to_string(bytes) + " bytes");
+  }
+  ~HostBuffer() override { std::free(p_); }
+  std::size_t bytes() const override { return bytes_; }
+  void* data() const { return p_; }
+
+ private:
+  void* p_;
+  std::size_t bytes_;
+};
+
+const void* host_of(const core::Buffer* b) { return static_cast<const HostBuffer*>(b)->data(); }
+
+class CpuDevice final : public core::Device {
+ public:
+  CpuDevice() : kernels_(active_kernel_set()) {
+    info_.backend = "cpu";
+    info_.index = 0;
+    cpu_names(info_.name, info_.vendor);
+    info_.driver_version = std::string("portmat native, ") + kernels_.isa + " (" +
+                           kernels_.f32.kernel + ", " + kernels_.f64.kernel + ")";
+    info_.kind = DeviceKind::cpu;
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    info_.memory_bytes = pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
+    info_.host_unified = true;
+    info_.compute_units = configured_threads();
+    info_.supports_f64 = true;
+    info_.peak_gflops = measure_core_peak(kernels_) * info_.compute_units / 1e9;
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+
+  std::unique_ptr<core::Buffer> alloc(std::size_t bytes) override {
+    return std::make_unique<HostBuffer>(bytes);
+  }
+  void upload(core::Buffer& dst, const void* src, std::size_t bytes) override {
+    std::memcpy(static_cast<HostBuffer&>(dst).data(), src, bytes);
+  }
+  void download(void* dst, const core::Buffer& src, std::size_t bytes) override {
+    std::memcpy(dst, host_of(&src), bytes);
+  }
+
+  double gemm(const core::DeviceMatrix& a, const core::DeviceMatrix& b,
+              const core::DeviceMatrix& c) override {
+    auto host = [](const core::DeviceMatrix& d) {
+      return core::HostMatrix{host_of(d.data), d.offset, d.rows, d.cols, d.ld, d.col_major, d.dtype};
+    };
+    const std::size_t es = dtype_size(c.dtype);
+    MatrixView vc{static_cast<char*>(const_cast<void*>(host_of(c.data))) + c.offset * es,
+                  c.rows, c.cols, c.ld, 1, c.dtype};
+    const auto t0 = std::chrono::steady_clock::now();
+    matmul_host(host(a), host(b), vc);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
+                   const MatrixView& c) override {
+    const int threads = configured_threads();
+    if (c.dtype == DType::f32)
+      cpu::gemm(kernels_.f32, a, b, static_cast<float*>(c.data), c.row_stride, threads);
+    else
+      cpu::gemm(kernels_.f64, a, b, static_cast<double*>(c.data), c.row_stride, threads);
+  }
+
+ private:
+  const KernelSet& kernels_;
+  DeviceInfo info_;
+};
+
+class CpuBackend final : public core::Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+  std::vector<std::shared_ptr<core::Device>> devices() override {
+    return {std::make_shared<CpuDevice>()};
+  }
+};
+
+}  // namespace
+
+}  // namespace portmat::cpu
+
+namespace portmat::core {
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+}  // namespace portmat::core

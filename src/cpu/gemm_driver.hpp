@@ -1,0 +1,57 @@
+// The blocking and packing framework of the CPU backend (the BLIS loop nest around a micro-kernel).
+//
+//   jc: columns of C in blocks of nc            B block kc x nc, packed once, shared (L3)
+//    pc: the inner dimension in blocks of kc
+//     ic: rows of C in blocks of mc             A block mc x kc, packed per thread group (L2)
+//      jr: NR-wide micro-panels of the B block  one B micro-panel kc x NR (L1/L2)
+//       ir: MR-high micro-panels of the A block the micro-kernel: an MR x NR tile of C
+//
+// Threads claim work items (B panels to pack, A panels to pack, runs of micro-tiles) from atomic
+// counters step by step, so a descheduled thread delays no one (details in gemm_driver.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend.hpp"
+#include "cpu/kernels/ukernel.hpp"
+
+namespace portmat::cpu {
+
+// Packs rows [i0, i0+m) x columns [p0, p0+k) of A into ceil(m/MR) micro-panels of MR x k
+// (k-major, zero-padded to MR rows), back to back. B likewise: rows [p0, p0+k) x columns
+// [j0, j0+n) into ceil(n/NR) micro-panels of k x NR.
+template <class T>
+using PackFn = void (*)(const core::HostMatrix& src, std::int64_t r0, std::int64_t rows,
+                        std::int64_t c0, std::int64_t cols, T* dst);
+
+// One micro-kernel with the block sizes and packers that go with it: a row of the per-ISA table.
+template <class T>
+struct GemmConfig {
+  const char* kernel = "";  // the micro-kernel's name, e.g. "gemm_avx512_f32_14x32"
+  int mr = 0, nr = 0;       // its tile
+  std::int64_t mc = 0, kc = 0, nc = 0;  // cache blocks (mc a multiple of mr, nc of nr)
+  GemmUkernel<T> ukernel = nullptr;
+  PackFn<T> pack_a = nullptr;  // A panel packer for this mr
+  PackFn<T> pack_b = nullptr;  // B panel packer for this nr
+};
+
+// The packers for a tile size, instantiated in gemm_driver.cpp for the shapes the table uses.
+template <class T, int MR>
+void pack_a_panels(const core::HostMatrix& a, std::int64_t i0, std::int64_t m, std::int64_t p0,
+                   std::int64_t k, T* dst);
+template <class T, int NR>
+void pack_b_panels(const core::HostMatrix& b, std::int64_t p0, std::int64_t k, std::int64_t j0,
+                   std::int64_t n, T* dst);
+
+// Below this many flops per thread, another thread costs more to coordinate than it saves
+// (a wake-up and a few barriers are some microseconds; 4 Mflop is ~25 us on one AVX-512 core).
+constexpr double kMinFlopsPerThread = 4e6;
+
+// c = a @ b (a: M x K, b: K x N, both row- or column-major; c row-major, M, N, K > 0) on up to
+// `threads` threads of the shared pool: fewer for small products, and on the calling thread
+// alone (without queueing for the pool) when one is enough.
+template <class T>
+void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
+          T* c, std::int64_t ldc, int threads, double min_flops_per_thread = kMinFlopsPerThread);
+
+}  // namespace portmat::cpu

@@ -1,0 +1,28 @@
+// Which micro-kernel and block sizes each CPU uses: the per-ISA table, chosen at run time from the
+// CPU's features (the BLIS "context" / OpenBLAS "dynamic arch" idea) so one build runs everywhere.
+#pragma once
+
+#include <vector>
+
+#include "cpu/gemm_driver.hpp"
+
+namespace portmat::cpu {
+
+struct KernelSet {
+  const char* isa = "";  // "avx512", "avx2", "scalar"
+  GemmConfig<float> f32;
+  GemmConfig<double> f64;
+};
+
+// Every kernel set this CPU can run, best first.
+const std::vector<KernelSet>& supported_kernel_sets();
+
+// The set the backend uses: the best supported one, or the one $PORTMAT_CPU_ISA names
+// ("avx512", "avx2", "scalar"; an unsupported or unknown name falls back to the best).
+const KernelSet& active_kernel_set();
+
+// Single-core float32 FMA throughput of `set` in flop/s, measured with a ~1 ms loop; 0 if the set
+// has no FMA loop (scalar).
+double measure_core_peak(const KernelSet& set);
+
+}  // namespace portmat::cpu

@@ -1,0 +1,121 @@
+// AVX2 + FMA micro-kernels: gemm_avx2_f32_6x16 and gemm_avx2_f64_6x8 (contract: ukernel.hpp).
+//
+// Compiled with -mavx2 -mfma (cpu.cmake), called only after a run-time check. The classic
+// Haswell shape (BLIS, OpenBLAS): 6 rows x 2 ymm vectors = 12 accumulators + 2 B vectors + one
+// broadcast = 15 of the 16 ymm registers; 12 independent chains cover FMA latency x 2 ports.
+// Edge tiles go through a small stack tile (AVX2 has no cheap masked stores of any width).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "cpu/kernels/ukernel.hpp"
+
+namespace portmat::cpu {
+
+namespace {
+
+template <class F, int... I>
+[[gnu::always_inline]] inline void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+[[gnu::always_inline]] inline void unroll(F&& f) {
+  unroll_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+struct F32 {
+  using T = float;
+  using V = __m256;
+  static constexpr int lanes = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const T* p) { return _mm256_loadu_ps(p); }
+  static V bcast(const T* p) { return _mm256_broadcast_ss(p); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static void store(T* p, V v) { _mm256_storeu_ps(p, v); }
+};
+
+struct F64 {
+  using T = double;
+  using V = __m256d;
+  static constexpr int lanes = 4;
+  static V zero() { return _mm256_setzero_pd(); }
+  static V load(const T* p) { return _mm256_loadu_pd(p); }
+  static V bcast(const T* p) { return _mm256_broadcast_sd(p); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_pd(a, b); }
+  static void store(T* p, V v) { _mm256_storeu_pd(p, v); }
+};
+
+template <class S, int MR, int NV>
+[[gnu::always_inline]] inline void gemm_tile(std::int64_t k, const typename S::T* a,
+                                             const typename S::T* b, typename S::T* c,
+                                             std::int64_t ldc, int m, int n, bool accumulate) {
+  using T = typename S::T;
+  using V = typename S::V;
+  constexpr int NR = NV * S::lanes;
+  static_assert(MR >= 1 && NV >= 1, "empty tile");
+  static_assert(MR * NV + NV + 1 <= 16, "accumulators, B row and a broadcast must fit 16 ymm");
+
+  for (int i = 0; i < m; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
+  }
+
+  V acc[MR][NV];
+  unroll<MR>([&](auto i) { unroll<NV>([&](auto j) { acc[i][j] = S::zero(); }); });
+
+#pragma GCC unroll 4
+  for (std::int64_t p = 0; p < k; ++p) {
+    V bv[NV];
+    unroll<NV>([&](auto j) { bv[j] = S::load(b + j * S::lanes); });
+    unroll<MR>([&](auto i) {
+      const V ai = S::bcast(a + i);
+      unroll<NV>([&](auto j) { acc[i][j] = S::fma(ai, bv[j], acc[i][j]); });
+    });
+    a += MR;
+    b += NR;
+  }
+
+  if (m == MR && n == NR) {
+    unroll<MR>([&](auto i) {
+      unroll<NV>([&](auto j) {
+        T* cij = c + i * ldc + j * S::lanes;
+        S::store(cij, accumulate ? S::add(S::load(cij), acc[i][j]) : acc[i][j]);
+      });
+    });
+    return;
+  }
+  alignas(32) T tile[MR][NR];
+  unroll<MR>([&](auto i) { unroll<NV>([&](auto j) { S::store(&tile[i][j * S::lanes], acc[i][j]); }); });
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : T(0)) + tile[i][j];
+}
+
+}  // namespace
+
+void gemm_avx2_f32_6x16(std::int64_t k, const float* a, const float* b, float* c,
+                        std::int64_t ldc, int m, int n, bool accumulate) {
+  gemm_tile<F32, 6, 2>(k, a, b, c, ldc, m, n, accumulate);
+}
+
+void gemm_avx2_f64_6x8(std::int64_t k, const double* a, const double* b, double* c,
+                       std::int64_t ldc, int m, int n, bool accumulate) {
+  gemm_tile<F64, 6, 2>(k, a, b, c, ldc, m, n, accumulate);
+}
+
+float fma_loop_avx2_f32(long iters) {
+  __m256 x[12];
+  unroll<12>([&](auto i) { x[i] = _mm256_set1_ps(0.001f * (i + 1)); });
+  const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+  for (long it = 0; it < iters; ++it)
+    unroll<12>([&](auto i) { x[i] = _mm256_fmadd_ps(x[i], mul, add); });
+  __m256 s = x[0];
+  unroll<11>([&](auto i) { s = _mm256_add_ps(s, x[i + 1]); });
+  alignas(32) float out[8];
+  _mm256_store_ps(out, s);
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+
+}  // namespace portmat::cpu

@@ -1,0 +1,146 @@
+// AVX-512 micro-kernels: gemm_avx512_f32_14x32 and gemm_avx512_f64_14x16 (contract: ukernel.hpp).
+//
+// Compiled with -mavx512f -mfma (cpu.cmake) and only ever called after a run-time check, so the
+// same build runs on CPUs without AVX-512. Everything here has internal linkage except the named
+// kernels, so no AVX-512 code can leak into inline functions shared with other files.
+//
+// Shape: C tile of MR rows x NV vectors. Per k step the kernel loads NV vectors of B (one row of
+// the B micro-panel), broadcasts the MR elements of A's column and issues MR*NV independent FMAs
+// into register accumulators. 14 x 2 = 28 accumulators + 2 B vectors + broadcast temporaries fill
+// the 32 zmm registers; 28 independent chains cover the FMA latency (4 cycles) times two FMA
+// ports with room to spare, and 16 loads per 28 FMAs stay under the two-to-three loads per cycle.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "cpu/kernels/ukernel.hpp"
+
+namespace portmat::cpu {
+
+namespace {
+
+// f(std::integral_constant<int, I>) for I = 0 .. N-1, so register arrays see only constant indices.
+template <class F, int... I>
+[[gnu::always_inline]] inline void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+[[gnu::always_inline]] inline void unroll(F&& f) {
+  unroll_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+struct F32 {
+  using T = float;
+  using V = __m512;
+  static constexpr int lanes = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const T* p) { return _mm512_loadu_ps(p); }
+  static V bcast(const T* p) { return _mm512_set1_ps(*p); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static void store(T* p, V v) { _mm512_storeu_ps(p, v); }
+  static V load_mask(const T* p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
+  static void store_mask(T* p, V v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
+  static __mmask16 mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }  // n < 16
+};
+
+struct F64 {
+  using T = double;
+  using V = __m512d;
+  static constexpr int lanes = 8;
+  static V zero() { return _mm512_setzero_pd(); }
+  static V load(const T* p) { return _mm512_loadu_pd(p); }
+  static V bcast(const T* p) { return _mm512_set1_pd(*p); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_pd(a, b); }
+  static void store(T* p, V v) { _mm512_storeu_pd(p, v); }
+  static V load_mask(const T* p, int n) { return _mm512_maskz_loadu_pd(mask(n), p); }
+  static void store_mask(T* p, V v, int n) { _mm512_mask_storeu_pd(p, mask(n), v); }
+  static __mmask8 mask(int n) { return static_cast<__mmask8>((1u << n) - 1); }  // n < 8
+};
+
+template <class S, int MR, int NV>
+[[gnu::always_inline]] inline void gemm_tile(std::int64_t k, const typename S::T* a,
+                                             const typename S::T* b, typename S::T* c,
+                                             std::int64_t ldc, int m, int n, bool accumulate) {
+  using V = typename S::V;
+  constexpr int NR = NV * S::lanes;
+  static_assert(MR >= 1 && NV >= 1, "empty tile");
+  static_assert(MR * NV + NV + 1 <= 32, "accumulators, B row and a broadcast must fit 32 zmm");
+
+  // Bring the C tile towards L1 while the k loop runs (it is touched only at the end).
+  for (int i = 0; i < m; ++i) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
+  }
+
+  V acc[MR][NV];
+  unroll<MR>([&](auto i) { unroll<NV>([&](auto j) { acc[i][j] = S::zero(); }); });
+
+#pragma GCC unroll 4
+  for (std::int64_t p = 0; p < k; ++p) {
+    V bv[NV];
+    unroll<NV>([&](auto j) { bv[j] = S::load(b + j * S::lanes); });
+    unroll<MR>([&](auto i) {
+      const V ai = S::bcast(a + i);
+      unroll<NV>([&](auto j) { acc[i][j] = S::fma(ai, bv[j], acc[i][j]); });
+    });
+    a += MR;
+    b += NR;
+  }
+
+  if (m == MR && n == NR) {
+    unroll<MR>([&](auto i) {
+      unroll<NV>([&](auto j) {
+        typename S::T* cij = c + i * ldc + j * S::lanes;
+        S::store(cij, accumulate ? S::add(S::load(cij), acc[i][j]) : acc[i][j]);
+      });
+    });
+    return;
+  }
+  // Edge tile: rows below m are skipped, columns past n masked off; nothing outside is touched.
+  unroll<MR>([&](auto i) {
+    if (i >= m) return;
+    unroll<NV>([&](auto j) {
+      const int left = n - j * S::lanes;  // columns of this vector inside the tile
+      if (left <= 0) return;
+      typename S::T* cij = c + i * ldc + j * S::lanes;
+      if (left >= S::lanes) {
+        S::store(cij, accumulate ? S::add(S::load(cij), acc[i][j]) : acc[i][j]);
+      } else {
+        S::store_mask(cij, accumulate ? S::add(S::load_mask(cij, left), acc[i][j]) : acc[i][j],
+                      left);
+      }
+    });
+  });
+}
+
+}  // namespace
+
+void gemm_avx512_f32_14x32(std::int64_t k, const float* a, const float* b, float* c,
+                           std::int64_t ldc, int m, int n, bool accumulate) {
+  gemm_tile<F32, 14, 2>(k, a, b, c, ldc, m, n, accumulate);
+}
+
+void gemm_avx512_f64_14x16(std::int64_t k, const double* a, const double* b, double* c,
+                           std::int64_t ldc, int m, int n, bool accumulate) {
+  gemm_tile<F64, 14, 2>(k, a, b, c, ldc, m, n, accumulate);
+}
+
+float fma_loop_avx512_f32(long iters) {
+  __m512 x[12];
+  unroll<12>([&](auto i) { x[i] = _mm512_set1_ps(0.001f * (i + 1)); });
+  const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
+  for (long it = 0; it < iters; ++it)
+    unroll<12>([&](auto i) { x[i] = _mm512_fmadd_ps(x[i], mul, add); });
+  __m512 s = x[0];
+  unroll<11>([&](auto i) { s = _mm512_add_ps(s, x[i + 1]); });
+  alignas(64) float out[16];  // not _mm512_reduce_add_ps: GCC 12's trips -Wuninitialized
+  _mm512_store_ps(out, s);
+  float sum = 0;
+  for (float v : out) sum += v;
+  return sum;
+}
+
+}  // namespace portmat::cpu

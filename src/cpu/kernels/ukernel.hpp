@@ -1,0 +1,50 @@
+// The micro-kernel contract, written once for every ISA (scalar, AVX2, AVX-512, ...).
+//
+// A micro-kernel computes one MR x NR tile of C from a packed micro-panel of A and one of B:
+//
+//   c[i*ldc + j] = (accumulate ? c[i*ldc + j] : 0) + sum_{p<k} a[p*MR + i] * b[p*NR + j]
+//
+// for i < m, j < n, where m <= MR and n <= NR describe an edge tile.
+//   - a: the A micro-panel, k-major: the MR elements of column p of A are at a[p*MR .. p*MR+MR).
+//     Rows >= m are zero-padded by the packer, so the kernel may compute the full tile.
+//   - b: the B micro-panel, k-major: the NR elements of row p of B are at b[p*NR .. p*NR+NR);
+//     columns >= n are zero-padded. No alignment is required (block starts are 64-byte aligned).
+//   - c: row-major with leading dimension ldc. The kernel reads and writes only the m x n
+//     elements of the tile (edge tiles use masked or scalar stores), never beyond.
+//   - k >= 1. When accumulate is false, C is not read (it may hold garbage or NaN).
+// This header holds only declarations and plain types: it is included by translation units
+// compiled with ISA flags (-mavx512f, ...), which must not emit inline functions the rest of the
+// program could pick up.
+#pragma once
+
+#include <cstdint>
+
+namespace portmat::cpu {
+
+template <class T>
+using GemmUkernel = void (*)(std::int64_t k, const T* a, const T* b, T* c, std::int64_t ldc,
+                             int m, int n, bool accumulate);
+
+}  // namespace portmat::cpu
+
+namespace portmat::cpu {
+
+// ---- the micro-kernels, one translation unit per ISA (kernels/gemm_<isa>.cpp) ----------------
+// Call an ISA's kernels only where kernel_table.cpp found the CPU supports that ISA.
+#if defined(__x86_64__) || defined(_M_X64)
+void gemm_avx512_f32_14x32(std::int64_t k, const float* a, const float* b, float* c,
+                           std::int64_t ldc, int m, int n, bool accumulate);
+void gemm_avx512_f64_14x16(std::int64_t k, const double* a, const double* b, double* c,
+                           std::int64_t ldc, int m, int n, bool accumulate);
+void gemm_avx2_f32_6x16(std::int64_t k, const float* a, const float* b, float* c,
+                        std::int64_t ldc, int m, int n, bool accumulate);
+void gemm_avx2_f64_6x8(std::int64_t k, const double* a, const double* b, double* c,
+                       std::int64_t ldc, int m, int n, bool accumulate);
+
+// `iters` rounds of independent float32 FMAs (12 chains of full vectors) for the peak estimate:
+// returns a value that depends on every FMA so none is optimised away.
+float fma_loop_avx512_f32(long iters);  // 12 * 16 * 2 flops per round
+float fma_loop_avx2_f32(long iters);    // 12 * 8 * 2 flops per round
+#endif
+
+}  // namespace portmat::cpu

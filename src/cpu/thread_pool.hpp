@@ -1,0 +1,101 @@
+// One process-wide pool of worker threads for the CPU backend, and the waiting primitive its jobs
+// use to wait for each other.
+//
+// Why our own pool (not OpenMP): one shared set of threads for every caller, so that many Python
+// threads calling matmul at once queue for the pool instead of multiplying the thread count; no
+// dependence on the compiler's OpenMP runtime (or a clash with NumPy's OpenBLAS threads); and
+// low latency for small products: the caller runs part 0 itself, and waiting threads spin for a
+// few tens of microseconds before they sleep.
+//
+// Waiting threads sleep in the kernel (a futex) rather than yield in a loop: under Linux's EEVDF
+// scheduler a sched_yield loop still takes its fair share of a core, which starves whichever
+// thread shares that core (seen with OpenBLAS's spinning workers in the same process).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace portmat::cpu {
+
+// A word that threads wait on until a condition about shared state holds: waiters spin for up to
+// `spin_us`, then sleep until the next notify_all(). Whoever changes the state the condition reads
+// calls notify_all() afterwards (cheap when nobody sleeps).
+class WaitWord {
+ public:
+  template <class Pred>
+  void wait_until(Pred ready, int spin_us);
+  void notify_all();
+
+ private:
+  void sleep(std::uint32_t seen);
+  alignas(64) std::atomic<std::uint32_t> word_{0};
+  std::atomic<int> sleepers_{0};
+};
+
+class ThreadPool {
+ public:
+  using Job = void (*)(void* ctx, int tid);
+
+  // Runs job(ctx, 0) on the calling thread and job(ctx, tid) on up to n-1 workers, tid 1 .. n-1,
+  // each of which joins only if it wakes before the caller's own part is done: the job must not
+  // depend on any worker showing up (CPU-backend jobs share out work dynamically). Returns when
+  // every worker that joined has finished. One job at a time: the caller holds lock() throughout.
+  void run(int n, Job job, void* ctx);
+  std::mutex& lock() { return run_mutex_; }
+
+  static ThreadPool& instance();  // never destroyed: workers may be asleep at exit
+
+ private:
+  ThreadPool() = default;
+  void grow(int workers);
+  void worker_main(int tid);
+
+  void keep_off_cpu_of_caller();
+
+  std::mutex run_mutex_;
+  std::vector<std::thread::native_handle_type> workers_;
+  int excluded_cpu_ = -1;  // the caller CPU the workers' affinity leaves out, -1: none
+
+  // The current job, published by bumping generation_. entry_ holds the job's generation (high 32
+  // bits), a closed flag (bit 31) and how many workers joined (low bits): workers join with a CAS
+  // that fails once the caller has closed the job, so none can touch a job that has returned.
+  static constexpr std::uint64_t kClosed = std::uint64_t(1) << 31;
+  Job job_ = nullptr;
+  void* ctx_ = nullptr;
+  int job_threads_ = 0;
+  alignas(64) std::atomic<std::uint32_t> generation_{0};
+  alignas(64) std::atomic<std::uint64_t> entry_{0};
+  alignas(64) std::atomic<int> finished_{0};
+  WaitWord start_, finish_;
+};
+
+// Threads the CPU backend uses per call: set_num_threads(), else $PORTMAT_NUM_THREADS, else the
+// CPUs this process may run on.
+int configured_threads();
+
+// ---- implementation of the template ------------------------------------------------------------
+void cpu_relax();
+std::uint64_t now_ns();
+
+template <class Pred>
+void WaitWord::wait_until(Pred ready, int spin_us) {
+  if (ready()) return;
+  const std::uint64_t until = now_ns() + std::uint64_t(spin_us) * 1000;
+  for (int i = 1;; ++i) {
+    if (ready()) return;
+    cpu_relax();
+    if (i % 64 == 0 && now_ns() > until) break;  // reading the clock costs ~20 ns: not every turn
+  }
+  for (;;) {
+    const std::uint32_t seen = word_.load(std::memory_order_seq_cst);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    if (!ready()) sleep(seen);  // returns at once if word_ moved on since `seen`
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    if (ready()) return;
+  }
+}
+
+}  // namespace portmat::cpu

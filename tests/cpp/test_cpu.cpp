@@ -1,0 +1,235 @@
+// The native CPU backend's own machinery: every micro-kernel this CPU can run against the scalar
+// reference kernel for every edge-tile size (and that it writes nothing outside its tile); the
+// blocking driver with small block sizes so every loop runs several times, on 1 to 4 threads, with
+// both storage orders of A and B; the device's info, thread setting and concurrent callers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/reference.hpp"
+#include "cpu/gemm_driver.hpp"
+#include "cpu/kernel_table.hpp"
+#include "cpu/kernels/gemm_ref.hpp"
+#include "portmat/cpu.hpp"
+#include "portmat/portmat.hpp"
+
+using portmat::DType;
+using portmat::MatrixView;
+using portmat::cpu::GemmConfig;
+using portmat::cpu::KernelSet;
+
+namespace {
+
+template <class T>
+constexpr DType dtype_of() {
+  return sizeof(T) == 4 ? DType::f32 : DType::f64;
+}
+
+template <class T>
+std::vector<T> random_vector(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(u(rng));
+  return v;
+}
+
+template <class T>
+const GemmConfig<T>& config_of(const KernelSet& s) {
+  if constexpr (sizeof(T) == 4)
+    return s.f32;
+  else
+    return s.f64;
+}
+
+// The reference micro-kernel at the tile shape of cfg (the shapes of the table).
+template <class T>
+portmat::cpu::GemmUkernel<T> reference_for(const GemmConfig<T>& cfg) {
+  using portmat::cpu::gemm_ref;
+  const int mr = cfg.mr, nr = cfg.nr;
+  if (mr == 14 && nr == 32) return &gemm_ref<T, 14, 32>;
+  if (mr == 14 && nr == 16) return &gemm_ref<T, 14, 16>;
+  if (mr == 6 && nr == 16) return &gemm_ref<T, 6, 16>;
+  if (mr == 6 && nr == 8) return &gemm_ref<T, 6, 8>;
+  if (mr == 4 && nr == 8) return &gemm_ref<T, 4, 8>;
+  if (mr == 4 && nr == 4) return &gemm_ref<T, 4, 4>;
+  return nullptr;
+}
+
+template <class T>
+void check_micro_kernel(const GemmConfig<T>& cfg) {
+  SCOPED_TRACE(cfg.kernel);
+  auto ref = reference_for(cfg);
+  ASSERT_NE(ref, nullptr) << "no reference instance for this tile shape";
+  std::mt19937 rng(42);
+  const int mr = cfg.mr, nr = cfg.nr;
+  const T poison = T(-777);
+  for (std::int64_t k : {1, 3, 64, 259}) {
+    auto a = random_vector<T>(mr * k, rng), b = random_vector<T>(k * nr, rng);
+    for (int m = 1; m <= mr; ++m)
+      for (int n = 1; n <= nr; ++n)
+        for (bool accumulate : {false, true}) {
+          // Zero-pad the panels beyond the edge as the packers do.
+          auto ap = a, bp = b;
+          for (std::int64_t p = 0; p < k; ++p) {
+            for (int i = m; i < mr; ++i) ap[p * mr + i] = 0;
+            for (int j = n; j < nr; ++j) bp[p * nr + j] = 0;
+          }
+          // A C tile inside a larger poisoned matrix: ldc > nr, a margin on every side.
+          const std::int64_t ldc = nr + 5, rows = mr + 2;
+          std::vector<T> c(rows * ldc + 8, poison), want;
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) c[(i + 1) * ldc + 2 + j] = accumulate ? T(0.5 * (i - j)) : T(NAN);
+          want = c;
+          cfg.ukernel(k, ap.data(), bp.data(), c.data() + ldc + 2, ldc, m, n, accumulate);
+          ref(k, ap.data(), bp.data(), want.data() + ldc + 2, ldc, m, n, accumulate);
+          const double eps = std::numeric_limits<T>::epsilon();
+          for (std::size_t x = 0; x < c.size(); ++x) {
+            const std::int64_t i = static_cast<std::int64_t>(x) / ldc - 1, j = static_cast<std::int64_t>(x) % ldc - 2;
+            const bool inside = i >= 0 && i < m && j >= 0 && j < n;
+            if (!inside) {
+              ASSERT_EQ(c[x], poison) << "wrote outside the tile at (" << i << ", " << j
+                                      << ") for m=" << m << " n=" << n << " k=" << k;
+              continue;
+            }
+            double mag = accumulate ? std::fabs(0.5 * (i - j)) : 0.0;
+            for (std::int64_t p = 0; p < k; ++p) mag += std::fabs(double(ap[p * mr + i]) * bp[p * nr + j]);
+            ASSERT_LE(std::fabs(double(c[x]) - double(want[x])), 2 * (k + 1) * eps * mag + 1e-30)
+                << "m=" << m << " n=" << n << " k=" << k << " acc=" << accumulate << " at (" << i
+                << ", " << j << ")";
+          }
+        }
+  }
+}
+
+// c = a @ b through the blocking driver with cfg on `threads` threads; returns the worst error
+// ratio against the float64 reference (<= 1 is accurate).
+template <class T>
+double run_driver(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t k, std::int64_t n,
+                  bool a_col, bool b_col, int threads, std::mt19937& rng,
+                  double min_flops_per_thread = portmat::cpu::kMinFlopsPerThread) {
+  // Leading dimensions larger than the matrices and a non-zero offset, as slices have.
+  const std::int64_t lda = (a_col ? m : k) + 3, ldb = (b_col ? k : n) + 1, ldc = n + 2;
+  const std::int64_t off = 5;
+  auto a = random_vector<T>(off + lda * (a_col ? k : m), rng);
+  auto b = random_vector<T>(off + ldb * (b_col ? n : k), rng);
+  std::vector<T> c(m * ldc, T(NAN));  // every entry of the result must be written
+  portmat::core::HostMatrix ha{a.data(), off, m, k, lda, a_col, dtype_of<T>()};
+  portmat::core::HostMatrix hb{b.data(), off, k, n, ldb, b_col, dtype_of<T>()};
+  portmat::cpu::gemm(cfg, ha, hb, c.data(), ldc, threads, min_flops_per_thread);
+  MatrixView va{a.data() + off, m, k, a_col ? 1 : lda, a_col ? lda : 1, dtype_of<T>()};
+  MatrixView vb{b.data() + off, k, n, b_col ? 1 : ldb, b_col ? ldb : 1, dtype_of<T>()};
+  MatrixView vc{c.data(), m, n, ldc, 1, dtype_of<T>()};
+  for (std::int64_t i = 0; i < m; ++i)  // the padding columns of c stay untouched
+    for (std::int64_t j = n; j < ldc; ++j)
+      if (!std::isnan(c[i * ldc + j])) return std::numeric_limits<double>::infinity();
+  return portmat::reference::worst_error_ratio(va, vb, vc);
+}
+
+template <class T>
+void check_driver(GemmConfig<T> cfg) {
+  SCOPED_TRACE(cfg.kernel);
+  // Small blocks so every loop of the nest runs several times, with runts at every level.
+  cfg.mc = 2 * cfg.mr, cfg.kc = 16, cfg.nc = 2 * cfg.nr;
+  std::mt19937 rng(7);
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {5, 3, 2}, {2 * cfg.mr + 1, 33, 3 * cfg.nr - 1},
+                         {3 * cfg.mr, 48, 5 * cfg.nr + 3}, {70, 40, 1}, {1, 50, 90}})
+    for (int threads : {1, 2, 3, 4})
+      for (bool a_col : {false, true})
+        for (bool b_col : {false, true}) {
+          // min_flops_per_thread 0: use every thread even for these small products.
+          EXPECT_LE(run_driver<T>(cfg, m, k, n, a_col, b_col, threads, rng, 0.0), 1.0)
+              << m << "x" << k << "x" << n << " threads=" << threads << " a_col=" << a_col
+              << " b_col=" << b_col;
+        }
+}
+
+}  // namespace
+
+class KernelSets : public ::testing::TestWithParam<std::string> {
+ protected:
+  const KernelSet& set() const {
+    for (const auto& s : portmat::cpu::supported_kernel_sets())
+      if (GetParam() == s.isa) return s;
+    throw std::logic_error("no such kernel set");
+  }
+};
+
+TEST_P(KernelSets, MicroKernelFloat32EveryEdgeTile) { check_micro_kernel(set().f32); }
+TEST_P(KernelSets, MicroKernelFloat64EveryEdgeTile) { check_micro_kernel(set().f64); }
+TEST_P(KernelSets, DriverFloat32) { check_driver(set().f32); }
+TEST_P(KernelSets, DriverFloat64) { check_driver(set().f64); }
+
+TEST_P(KernelSets, DriverThreadsLargeProducts) {
+  // Big enough for the driver to use several threads with the table's own block sizes.
+  std::mt19937 rng(3);
+  for (int threads : {2, 3})
+    for (auto [m, k, n] : {std::tuple{301, 517, 263}, {64, 1000, 700}, {700, 300, 40}})
+      EXPECT_LE(run_driver<float>(set().f32, m, k, n, false, false, threads, rng), 1.0)
+          << m << "x" << k << "x" << n;
+  EXPECT_LE(run_driver<double>(set().f64, 257, 400, 300, true, false, 2, rng), 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, KernelSets, ::testing::ValuesIn([] {
+                           std::vector<std::string> isas;
+                           for (const auto& s : portmat::cpu::supported_kernel_sets())
+                             isas.push_back(s.isa);
+                           return isas;
+                         }()),
+                         [](const auto& info) { return info.param; });
+
+TEST(CpuDevice, IsListedWithItsInfo) {
+  const auto info = portmat::find_device("cpu:0");
+  EXPECT_EQ(info.backend, "cpu");
+  EXPECT_EQ(info.kind, portmat::DeviceKind::cpu);
+  EXPECT_TRUE(info.host_unified);
+  EXPECT_TRUE(info.supports_f64);
+  EXPECT_GT(info.compute_units, 0);
+  EXPECT_GT(info.memory_bytes, 0u);
+  EXPECT_FALSE(info.name.empty());
+  if (std::string(portmat::cpu::active_kernel_set().isa) != "scalar") EXPECT_GT(info.peak_gflops, 0);
+  // "cpu" picks the native backend over an OpenCL CPU device.
+  EXPECT_EQ(portmat::find_device("cpu").backend, "cpu");
+}
+
+TEST(CpuDevice, ThreadSetting) {
+  const int before = portmat::num_threads();
+  EXPECT_GT(before, 0);
+  portmat::set_num_threads(3);
+  EXPECT_EQ(portmat::num_threads(), 3);
+  std::mt19937 rng(1);
+  EXPECT_LE(run_driver<float>(portmat::cpu::active_kernel_set().f32, 200, 300, 250, false, true,
+                              portmat::num_threads(), rng),
+            1.0);
+  portmat::set_num_threads(0);  // back to the default
+  EXPECT_EQ(portmat::num_threads(), before);
+}
+
+TEST(CpuDevice, ConcurrentCallersAndTimeGemm) {
+  // Many threads at once through the public API: the pool is shared, results stay right.
+  std::vector<std::thread> callers;
+  std::vector<double> worst(6, 0.0);
+  for (int t = 0; t < 6; ++t)
+    callers.emplace_back([t, &worst] {
+      std::mt19937 rng(t);
+      const std::int64_t m = 150 + 40 * t, k = 220, n = 190 - 10 * t;
+      for (int r = 0; r < 3; ++r) {
+        auto a = random_vector<float>(m * k, rng), b = random_vector<float>(k * n, rng);
+        std::vector<float> c(m * n);
+        MatrixView va{a.data(), m, k, k, 1, DType::f32}, vb{b.data(), k, n, n, 1, DType::f32};
+        MatrixView vc{c.data(), m, n, n, 1, DType::f32};
+        portmat::matmul(va, vb, vc, "cpu:0");
+        worst[t] = std::max(worst[t], portmat::reference::worst_error_ratio(va, vb, vc));
+      }
+    });
+  for (auto& c : callers) c.join();
+  for (double w : worst) EXPECT_LE(w, 1.0);
+  const auto seconds = portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2);
+  ASSERT_EQ(seconds.size(), 2u);
+  EXPECT_GT(seconds[0], 0.0);
+}
