@@ -21,6 +21,8 @@ __all__ = [
     "devices",
     "default_device",
     "set_default_device",
+    "set_num_threads",
+    "num_threads",
     "DeviceInfo",
     "Error",
     "DeviceError",
@@ -59,6 +61,22 @@ def set_default_device(device) -> None:
     """Sets the default device (an entry of devices() or a spec such as 'opencl:0', 'gpu',
     'cpu'); None restores the automatic choice."""
     _ext.set_default_device(_device_spec(device))
+
+
+def set_num_threads(n: int) -> None:
+    """Threads each matmul uses on the native CPU backend (default: all cores, or
+    $PORTMAT_NUM_THREADS); n <= 0 restores the default. Concurrent calls share one pool, so the
+    machine is never oversubscribed."""
+    if not hasattr(_ext, "set_num_threads"):
+        raise RuntimeError("portmat was built without its CPU backend")
+    _ext.set_num_threads(int(n))
+
+
+def num_threads() -> int:
+    """Threads each matmul uses on the native CPU backend."""
+    if not hasattr(_ext, "num_threads"):
+        raise RuntimeError("portmat was built without its CPU backend")
+    return _ext.num_threads()
 
 
 def _as_operand(x, name: str) -> _np.ndarray:

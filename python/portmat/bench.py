@@ -1,8 +1,10 @@
 """The benchmark: the seed's race against NumPy, grown up.
 
 For each size n, square (n x n) @ (n x n) on fresh random data: verify portmat against a float64
-reference first, warm both up, then time `repeat` runs of NumPy and of portmat, interleaved so that
-drift on a shared machine hits both alike, and report medians:
+reference first, warm both up, then time `repeat` runs of NumPy and of portmat in alternating
+blocks, so that drift on a shared machine hits both alike, and report medians. Blocks, not single
+calls: after each call OpenBLAS's worker threads spin for about 0.1 s, taking cores from whatever
+runs next; a short pause before each block lets either library run as it would on its own.
 - numpy_s:   NumPy's a @ b (its BLAS, all cores);
 - portmat_s: portmat.matmul(a, b) as a user calls it, NumPy in and NumPy out;
 - kernel_s:  portmat's kernel alone on device-resident data (device timer);
@@ -29,6 +31,8 @@ from portmat import _ext, peers as _peers
 # many rows, a fixed random sample of rows is checked (every column of each).
 _FULL_CHECK_ROWS = 1024
 _SAMPLE_ROWS = 128
+_BLOCK = 5  # runs per block of one library
+_PAUSE_S = 0.3  # quiet time before each block: longer than OpenBLAS's ~0.1 s of spinning
 
 
 def blas_info() -> str:
@@ -98,10 +102,15 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
         a @ b
         portmat.matmul(a, b, device=dev)
         t_np, t_pm = [], []
-        for r in range(repeat):
-            say(f"n={n}: run {r + 1}/{repeat}")
-            t_np.append(_time_once(lambda: a @ b))
-            t_pm.append(_time_once(lambda: portmat.matmul(a, b, device=dev)))
+        done = 0
+        while done < repeat:  # alternating blocks, each after a quiet pause (see _PAUSE_S)
+            block = min(_BLOCK, repeat - done)
+            say(f"n={n}: runs {done + 1}-{done + block} of {repeat}")
+            time.sleep(_PAUSE_S)
+            t_np += [_time_once(lambda: a @ b) for _ in range(block)]
+            time.sleep(_PAUSE_S)
+            t_pm += [_time_once(lambda: portmat.matmul(a, b, device=dev)) for _ in range(block)]
+            done += block
         say(f"n={n}: kernel only")
         t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, repeat) if t >= 0]
         flop = 2.0 * n**3

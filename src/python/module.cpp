@@ -9,6 +9,9 @@
 
 #include "core/backend.hpp"
 #include "portmat/portmat.hpp"
+#ifdef PORTMAT_WITH_CPU
+#include "portmat/cpu.hpp"
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -99,6 +102,11 @@ NB_MODULE(_ext, m) {
   m.def("find_device", &portmat::find_device, "spec"_a);
   m.def("device_for", &portmat::device_for, "spec"_a, "m"_a, "n"_a, "k"_a,
         "The device matmul would use for an (m x k) @ (k x n) product");
+#ifdef PORTMAT_WITH_CPU
+  m.def("set_num_threads", &portmat::set_num_threads, "n"_a,
+        "Threads per matmul on the CPU backend; n <= 0 restores the default");
+  m.def("num_threads", &portmat::num_threads, "Threads per matmul on the CPU backend");
+#endif
   m.def("backend_notes", &portmat::backend_notes, "Problems met while probing backends");
   m.def("default_device", &portmat::default_device);
   m.def("set_default_device", &portmat::set_default_device, "spec"_a);

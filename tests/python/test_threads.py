@@ -43,3 +43,21 @@ def test_gil_is_released(device, rng):
         done.set()
         t.join()
     assert ticks > 1000
+
+
+def test_num_threads_setting(rng):
+    if not any(d.backend == "cpu" for d in portmat.devices()):
+        import pytest
+
+        pytest.skip("no native CPU backend")
+    default = portmat.num_threads()
+    assert default >= 1
+    a, b = random_matrix(rng, (300, 200)), random_matrix(rng, (200, 250))
+    try:
+        for n in (1, 3):
+            portmat.set_num_threads(n)
+            assert portmat.num_threads() == n
+            check_matmul(portmat.matmul(a, b, device="cpu:0"), a, b)
+    finally:
+        portmat.set_num_threads(0)
+    assert portmat.num_threads() == default
