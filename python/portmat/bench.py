@@ -73,6 +73,21 @@ def _time_once(fn) -> float:
     return time.perf_counter() - t0
 
 
+def _time_blocks(contenders: dict, repeat: int, say) -> dict:
+    """`repeat` timings of each contender, taken in alternating blocks of _BLOCK calls, each block
+    after a quiet pause (see the module docstring)."""
+    times = {name: [] for name in contenders}
+    done = 0
+    while done < repeat:
+        block = min(_BLOCK, repeat - done)
+        say(f"runs {done + 1}-{done + block} of {repeat}")
+        for name, fn in contenders.items():
+            time.sleep(_PAUSE_S)
+            times[name] += [_time_once(fn) for _ in range(block)]
+        done += block
+    return times
+
+
 def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) -> list[dict]:
     dev = portmat._ext.find_device(portmat._device_spec(device))
     peers = _peers.available(dev) if with_peers else []
@@ -101,32 +116,29 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
         say(f"n={n}: warming up")
         a @ b
         portmat.matmul(a, b, device=dev)
-        t_np, t_pm = [], []
-        done = 0
-        while done < repeat:  # alternating blocks, each after a quiet pause (see _PAUSE_S)
-            block = min(_BLOCK, repeat - done)
-            say(f"n={n}: runs {done + 1}-{done + block} of {repeat}")
-            time.sleep(_PAUSE_S)
-            t_np += [_time_once(lambda: a @ b) for _ in range(block)]
-            time.sleep(_PAUSE_S)
-            t_pm += [_time_once(lambda: portmat.matmul(a, b, device=dev)) for _ in range(block)]
-            done += block
+        # Verify and warm up each peer, then time every contender in the same alternating blocks.
+        contenders = {"numpy": lambda: a @ b, "portmat": lambda: portmat.matmul(a, b, device=dev)}
+        peer_errors = {}
+        for peer in peers:
+            say(f"n={n}: verifying {peer.name}")
+            peer_errors[peer.name] = max_rel_error(a, b, peer.host(a, b), rng)
+            peer.host(a, b)
+            contenders[peer.name] = lambda peer=peer: peer.host(a, b)
+        times = _time_blocks(contenders, repeat, lambda msg: say(f"n={n}: {msg}"))
+        t_np, t_pm = times["numpy"], times["portmat"]
         say(f"n={n}: kernel only")
         t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, repeat) if t >= 0]
         flop = 2.0 * n**3
         peer_results = {}
         for peer in peers:
-            say(f"n={n}: {peer.name}")
-            pc = peer.host(a, b)
-            peer_err = max_rel_error(a, b, pc, rng)
-            peer.host(a, b)
-            t_host = [_time_once(lambda: peer.host(a, b)) for _ in range(repeat)]
+            say(f"n={n}: {peer.name} device-resident")
             t_res = peer.resident(n, dtype, repeat)
+            t_host = times[peer.name]
             peer_results[peer.name] = {
                 "host_s": statistics.median(t_host),
                 "host_spread_s": [min(t_host), max(t_host)],
                 "resident_s": statistics.median(t_res),
-                "max_rel_error": peer_err,
+                "max_rel_error": peer_errors[peer.name],
                 "gflops_resident": flop / statistics.median(t_res) / 1e9,
             }
         rec = {

@@ -108,6 +108,11 @@ class CpuDevice final : public core::Device {
   const DeviceInfo& info() const override { return info_; }
 
   std::unique_ptr<core::Buffer> alloc(std::size_t bytes) override {
+    // With overcommit, malloc grants far more than exists and the process dies on first touch:
+    // refuse up front what the machine cannot hold.
+    if (bytes > info_.memory_bytes)
+      throw OutOfDeviceMemory("cpu:0: cannot allocate " + std::to_string(bytes) +
+                              " bytes: the machine has " + std::to_string(info_.memory_bytes));
     return std::make_unique<HostBuffer>(bytes);
   }
   void upload(core::Buffer& dst, const void* src, std::size_t bytes) override {

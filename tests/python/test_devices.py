@@ -59,9 +59,13 @@ def test_set_default_device():
     assert portmat.default_device() == portmat._ext.find_device("")
 
 
-def _run(code, **env):
+def _python(*args, **env):
     full = dict(os.environ, **env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, timeout=300)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=full, timeout=300)
+
+
+def _run(code, **env):
+    return _python("-c", code, **env)
 
 
 def test_portmat_device_variable():
@@ -79,7 +83,7 @@ def test_portmat_device_variable_bad_value():
 
 
 def test_devices_command():
-    r = subprocess.run([sys.executable, "-m", "portmat", "devices"], capture_output=True, text=True, timeout=300)
+    r = _python("-m", "portmat", "devices")
     assert r.returncode == 0, r.stderr
     for d in portmat.devices():
         assert d.id in r.stdout and d.name in r.stdout, r.stdout
