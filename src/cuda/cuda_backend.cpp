@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/buffer_pool.hpp"
 #include "cuda/cuda_api.hpp"
 #include "cuda/host_copy.hpp"
 #include "cuda/kernels/gemm_tiles.h"
@@ -113,6 +114,7 @@ class CudaDevice final : public core::Device {
     info_.peak_gflops = info_.compute_units * lanes * 2.0 * attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE) * 1e-6;
     smem_optin_ = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
     where_ = info_.id() + " (" + info_.name + ")";
+    pool_.set_keep_bytes(info_.memory_bytes / 4);
   }
 
   const DeviceInfo& info() const override { return info_; }
@@ -192,49 +194,17 @@ class CudaDevice final : public core::Device {
     CUdeviceptr p = 0;
     CUresult r = cu_.MemAlloc(&p, std::max<std::size_t>(bytes, 1));
     if (r == CUDA_ERROR_OUT_OF_MEMORY && !pool_.empty()) {  // give cached buffers back and retry
-      trim_pool(0);
+      pool_.trim(0);
       r = cu_.MemAlloc(&p, std::max<std::size_t>(bytes, 1));
     }
     cu_check(r, "cuMemAlloc", where_ + " for " + std::to_string(bytes) + " bytes");
     return std::make_unique<CuBuffer>(cu_, ctx_, p, bytes);
   }
 
-  // A pooled buffer returns to the pool when the lease ends. Reuse takes the smallest free buffer
-  // that fits and wastes at most half of it.
-  struct Lease {
-    CudaDevice* dev;
-    std::unique_ptr<CuBuffer> buf;
-    Lease(CudaDevice* d, std::unique_ptr<CuBuffer> b) : dev(d), buf(std::move(b)) {}
-    Lease(Lease&&) = default;
-    ~Lease() {
-      if (buf) dev->give_back(std::move(buf));
-    }
-    CUdeviceptr ptr() const { return buf->ptr(); }
-  };
+  using Lease = core::BufferPool<CuBuffer>::Lease;
 
   Lease lease(std::size_t bytes) {
-    auto it = pool_.lower_bound(bytes);
-    if (it != pool_.end() && it->first <= 2 * bytes) {
-      auto b = std::move(it->second);
-      pool_bytes_ -= it->first;
-      pool_.erase(it);
-      return Lease(this, std::move(b));
-    }
-    return Lease(this, create_buffer(bytes));
-  }
-
-  void give_back(std::unique_ptr<CuBuffer> b) {
-    pool_bytes_ += b->bytes();
-    pool_.emplace(b->bytes(), std::move(b));
-    trim_pool(info_.memory_bytes / 4);  // the pool may keep a quarter of the device
-  }
-
-  void trim_pool(std::size_t keep_bytes) {
-    while (pool_bytes_ > keep_bytes && !pool_.empty()) {
-      auto largest = std::prev(pool_.end());
-      pool_bytes_ -= largest->first;
-      pool_.erase(largest);
-    }
+    return pool_.lease(bytes, [&] { return create_buffer(bytes); });
   }
 
   void* pinned(Pinned& p, std::size_t bytes) {
@@ -319,8 +289,7 @@ class CudaDevice final : public core::Device {
   CUevent t0_ = nullptr, t1_ = nullptr;
   std::vector<CUevent> free_events_;
   std::map<std::string, CUfunction> functions_;
-  std::multimap<std::size_t, std::unique_ptr<CuBuffer>> pool_;
-  std::size_t pool_bytes_ = 0;
+  core::BufferPool<CuBuffer> pool_;  // keeps at most a quarter of the device (constructor)
   std::unique_ptr<HostPool> pool_threads_;
   Pinned in_stage_, out_stage_;
 };
@@ -407,7 +376,7 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
     unsigned char* slot = take_in_slot();
     copy_2d(pool, slot, b_line_bytes, static_cast<const unsigned char*>(b.data) + l0 * b.ld * es,
             b.ld * es, nl, b_line_bytes);
-    cu_check(cu_.MemcpyHtoDAsync(db.ptr() + l0 * b_line_bytes, slot, nl * b_line_bytes, in_stream_),
+    cu_check(cu_.MemcpyHtoDAsync(db->ptr() + l0 * b_line_bytes, slot, nl * b_line_bytes, in_stream_),
              "cuMemcpyHtoDAsync(b)", where_);
     release_in_slot(in_stream_);
   }
@@ -437,7 +406,7 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
       copy_2d(pool, slot, rows * es, asrc + i0 * es, a.ld * es, K, rows * es);
     else
       copy_2d(pool, slot, K * es, asrc + i0 * a.ld * es, a.ld * es, rows, K * es);
-    const CUdeviceptr a_chunk = da.ptr() + static_cast<std::size_t>(i0 * K) * es;
+    const CUdeviceptr a_chunk = da->ptr() + static_cast<std::size_t>(i0 * K) * es;
     cu_check(cu_.MemcpyHtoDAsync(a_chunk, slot, rows * K * es, in_stream_), "cuMemcpyHtoDAsync(a)", where_);
     release_in_slot(in_stream_);
     CUevent a_ready = new_event();
@@ -447,8 +416,8 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
     cu_check(cu_.StreamWaitEvent(ks, a_ready, 0), "cuStreamWaitEvent", where_);
     core::DeviceMatrix am{nullptr, 0, rows, K, a.col_major ? rows : K, a.col_major, a.dtype};
     core::DeviceMatrix bm{nullptr, 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
-    const CUdeviceptr c_chunk = dc.ptr() + static_cast<std::size_t>(i0 * N) * es;
-    launch(ks, a_chunk, am, db.ptr(), bm, c_chunk, N, rows, N, K);
+    const CUdeviceptr c_chunk = dc->ptr() + static_cast<std::size_t>(i0 * N) * es;
+    launch(ks, a_chunk, am, db->ptr(), bm, c_chunk, N, rows, N, K);
     CUevent k_done = new_event();
     cu_check(cu_.EventRecord(k_done, ks), "cuEventRecord", where_);
 

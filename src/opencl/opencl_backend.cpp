@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/buffer_pool.hpp"
 #include "opencl/cl_api.hpp"
 #include "opencl/gemm_params.hpp"
 #include "opencl/program_cache.hpp"
@@ -78,6 +79,7 @@ class OpenClDevice final : public core::Device {
     local_mem_ = device_value<cl_ulong>(cl, dev, CL_DEVICE_LOCAL_MEM_SIZE);
     max_work_group_ = device_value<std::size_t>(cl, dev, CL_DEVICE_MAX_WORK_GROUP_SIZE);
     where_ = info_.id() + " (" + info_.name + ")";
+    pool_.set_keep_bytes(info_.memory_bytes / 4);
   }
 
   ~OpenClDevice() override = default;  // devices live for the whole process (registry)
@@ -152,7 +154,7 @@ class OpenClDevice final : public core::Device {
     cl_int err = CL_SUCCESS;
     cl_mem m = cl_.CreateBuffer(context_, flags, std::max<std::size_t>(bytes, 1), host, &err);
     if (err != CL_SUCCESS && !host && !pool_.empty()) {  // give cached buffers back and retry
-      trim_pool(0);
+      pool_.trim(0);
       m = cl_.CreateBuffer(context_, flags, std::max<std::size_t>(bytes, 1), host, &err);
     }
     if (err == CL_OUT_OF_RESOURCES) err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
@@ -160,42 +162,10 @@ class OpenClDevice final : public core::Device {
     return std::make_unique<ClBuffer>(cl_, m, bytes);
   }
 
-  // A pooled buffer returns to the pool when the lease ends. Reuse takes the smallest free buffer
-  // that fits and wastes at most half of it.
-  struct Lease {
-    OpenClDevice* dev;
-    std::unique_ptr<ClBuffer> buf;
-    Lease(OpenClDevice* d, std::unique_ptr<ClBuffer> b) : dev(d), buf(std::move(b)) {}
-    Lease(Lease&&) = default;
-    ~Lease() {
-      if (buf) dev->give_back(std::move(buf));
-    }
-    cl_mem mem() const { return buf->mem(); }
-  };
+  using Lease = core::BufferPool<ClBuffer>::Lease;
 
   Lease lease(std::size_t bytes) {
-    auto it = pool_.lower_bound(bytes);
-    if (it != pool_.end() && it->first <= 2 * bytes) {
-      auto b = std::move(it->second);
-      pool_bytes_ -= it->first;
-      pool_.erase(it);
-      return Lease(this, std::move(b));
-    }
-    return Lease(this, create_buffer(bytes));
-  }
-
-  void give_back(std::unique_ptr<ClBuffer> b) {
-    pool_bytes_ += b->bytes();
-    pool_.emplace(b->bytes(), std::move(b));
-    trim_pool(info_.memory_bytes / 4);  // the pool may keep a quarter of the device
-  }
-
-  void trim_pool(std::size_t keep_bytes) {
-    while (pool_bytes_ > keep_bytes && !pool_.empty()) {
-      auto largest = std::prev(pool_.end());
-      pool_bytes_ -= largest->first;
-      pool_.erase(largest);
-    }
+    return pool_.lease(bytes, [&] { return create_buffer(bytes); });
   }
 
   // ---- kernels -----------------------------------------------------------------------------------
@@ -310,12 +280,12 @@ class OpenClDevice final : public core::Device {
     auto put = [&](const core::HostMatrix& h, Lease& dst) {
       const std::size_t outer = h.col_major ? h.cols : h.rows, inner = h.col_major ? h.rows : h.cols;
       if (static_cast<std::size_t>(h.ld) == inner || outer == 1) {
-        cl_check(cl_.EnqueueWriteBuffer(queue_, dst.mem(), CL_FALSE, 0, outer * inner * es, h.data,
+        cl_check(cl_.EnqueueWriteBuffer(queue_, dst->mem(), CL_FALSE, 0, outer * inner * es, h.data,
                                         0, nullptr, nullptr),
                  "clEnqueueWriteBuffer(operand)", where_);
       } else {
         const std::size_t origin[3] = {0, 0, 0}, region[3] = {inner * es, outer, 1};
-        cl_check(cl_.EnqueueWriteBufferRect(queue_, dst.mem(), CL_FALSE, origin, origin, region,
+        cl_check(cl_.EnqueueWriteBufferRect(queue_, dst->mem(), CL_FALSE, origin, origin, region,
                                             inner * es, 0, h.ld * es, 0, h.data, 0, nullptr, nullptr),
                  "clEnqueueWriteBufferRect(operand)", where_);
       }
@@ -325,18 +295,18 @@ class OpenClDevice final : public core::Device {
     Lease lc = lease(static_cast<std::size_t>(c.rows * c.cols) * es);
     put(a, la);
     put(b, lb);
-    core::DeviceMatrix da{la.buf.get(), 0, a.rows, a.cols, a.col_major ? a.rows : a.cols, a.col_major, a.dtype};
-    core::DeviceMatrix db{lb.buf.get(), 0, b.rows, b.cols, b.col_major ? b.rows : b.cols, b.col_major, b.dtype};
-    core::DeviceMatrix dc{lc.buf.get(), 0, c.rows, c.cols, c.cols, false, c.dtype};
-    cl_event ev = enqueue_gemm(la.mem(), da, lb.mem(), db, lc.mem(), dc);
+    core::DeviceMatrix da{la.get(), 0, a.rows, a.cols, a.col_major ? a.rows : a.cols, a.col_major, a.dtype};
+    core::DeviceMatrix db{lb.get(), 0, b.rows, b.cols, b.col_major ? b.rows : b.cols, b.col_major, b.dtype};
+    core::DeviceMatrix dc{lc.get(), 0, c.rows, c.cols, c.cols, false, c.dtype};
+    cl_event ev = enqueue_gemm(la->mem(), da, lb->mem(), db, lc->mem(), dc);
     cl_.ReleaseEvent(ev);
     if (c.rows <= 1 || c.row_stride == c.cols) {
-      cl_check(cl_.EnqueueReadBuffer(queue_, lc.mem(), CL_TRUE, 0, c.rows * c.cols * es, c.data, 0,
+      cl_check(cl_.EnqueueReadBuffer(queue_, lc->mem(), CL_TRUE, 0, c.rows * c.cols * es, c.data, 0,
                                      nullptr, nullptr),
                "clEnqueueReadBuffer(result)", where_);
     } else {
       const std::size_t origin[3] = {0, 0, 0}, region[3] = {c.cols * es, static_cast<std::size_t>(c.rows), 1};
-      cl_check(cl_.EnqueueReadBufferRect(queue_, lc.mem(), CL_TRUE, origin, origin, region,
+      cl_check(cl_.EnqueueReadBufferRect(queue_, lc->mem(), CL_TRUE, origin, origin, region,
                                          c.cols * es, 0, c.row_stride * es, 0, c.data, 0, nullptr, nullptr),
                "clEnqueueReadBufferRect(result)", where_);
     }
@@ -353,8 +323,7 @@ class OpenClDevice final : public core::Device {
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
   std::map<std::string, cl_kernel> kernels_;  // by build options
-  std::multimap<std::size_t, std::unique_ptr<ClBuffer>> pool_;
-  std::size_t pool_bytes_ = 0;
+  core::BufferPool<ClBuffer> pool_;  // keeps at most a quarter of the device (constructor)
 };
 
 class OpenClBackend final : public core::Backend {
