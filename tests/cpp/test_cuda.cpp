@@ -13,9 +13,12 @@
 
 #include "core/backend.hpp"
 #include "core/reference.hpp"
+#include "test_util.hpp"
 #include "cuda/cuda_api.hpp"
 
 using portmat::DType;
+using portmat::testing::dtype_of;
+using portmat::testing::random_vector;
 using portmat::MatrixView;
 
 namespace {
@@ -40,13 +43,6 @@ struct ScopedEnv {
   ~ScopedEnv() { unsetenv(name.c_str()); }
 };
 
-template <class T>
-std::vector<T> random_vector(std::size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(u(rng));
-  return v;
-}
 
 // c = a @ b through portmat::matmul with a and b stored row- or column-major inside larger
 // buffers (leading dimension > extent, nonzero start), c with a padded row stride; checks every

@@ -5,26 +5,17 @@
 #include <vector>
 
 #include "core/reference.hpp"
-#include "device_params.hpp"
+#include "test_util.hpp"
 #include "portmat/portmat.hpp"
 
 using portmat::DType;
+using portmat::testing::dtype_of;
+using portmat::testing::random_vector;
 using portmat::MatrixView;
 
 namespace {
 
-template <class T>
-std::vector<T> random_vector(std::size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(u(rng));
-  return v;
-}
 
-template <class T>
-constexpr DType dtype_of() {
-  return sizeof(T) == 4 ? DType::f32 : DType::f64;
-}
 
 // c = a @ b for an (m x k) row-major a (or column-major if a_col) and a row-major b.
 template <class T>

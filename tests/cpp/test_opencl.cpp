@@ -8,7 +8,7 @@
 
 #include "core/backend.hpp"
 #include "core/reference.hpp"
-#include "device_params.hpp"
+#include "test_util.hpp"
 #include "opencl/cl_api.hpp"
 #include "opencl/gemm_params.hpp"
 #include "opencl/program_cache.hpp"

@@ -1,12 +1,28 @@
-// Helpers for tests parameterised over devices: the ids to run on and a gtest-safe name for each.
+// Shared helpers of the C++ tests: random inputs, and for suites parameterised over devices the
+// ids to run on and a gtest-safe name for each.
 #pragma once
 
+#include <random>
 #include <string>
 #include <vector>
 
 #include "portmat/portmat.hpp"
 
 namespace portmat::testing {
+
+// n values uniform in [-1, 1): never zeros only, which would hide unwritten outputs.
+template <class T>
+std::vector<T> random_vector(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(u(rng));
+  return v;
+}
+
+template <class T>
+constexpr DType dtype_of() {
+  return sizeof(T) == 4 ? DType::f32 : DType::f64;
+}
 
 // Ids of every device, or of one backend's devices.
 inline std::vector<std::string> device_ids(const std::string& backend = "") {
