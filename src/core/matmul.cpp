@@ -34,6 +34,10 @@ void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
                                 dtype_name(c.dtype));
   if (a.rows < 0 || a.cols < 0 || b.cols < 0)
     throw std::invalid_argument("matmul: negative dimension");
+  constexpr std::int64_t kMaxDim = 2147483647;  // the GPU kernels index with 32-bit sizes
+  if (a.rows > kMaxDim || a.cols > kMaxDim || b.cols > kMaxDim)
+    throw std::invalid_argument("matmul: a has shape " + a.shape_str() + ", b has shape " +
+                                b.shape_str() + "; dimensions above 2**31 - 1 are not supported");
   if (c.rows > 1 && c.cols > 0 && (c.col_stride != 1 || c.row_stride < c.cols))
     throw std::invalid_argument("matmul: the result must be row-major with unit column stride");
 

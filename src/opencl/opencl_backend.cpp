@@ -214,6 +214,10 @@ class OpenClDevice final : public core::Device {
     cl_kernel k = kernel_for(p, a.col_major, b.col_major, edges, gvw, a.dtype);
     const cl_long a_off = static_cast<cl_long>(a.offset), b_off = static_cast<cl_long>(b.offset),
                   c_off = static_cast<cl_long>(c.offset);
+    for (std::int64_t ld : {a.ld, b.ld, c.ld})
+      if (ld > 2147483647)  // the kernel's leading dimensions are 32-bit
+        throw std::invalid_argument("OpenCL gemm on " + where_ + ": a leading dimension of " +
+                                    std::to_string(ld) + " elements exceeds 2**31 - 1");
     const cl_int lda = static_cast<cl_int>(a.ld), ldb = static_cast<cl_int>(b.ld),
                  ldc = static_cast<cl_int>(c.ld);
     const void* args[] = {&M, &N, &K, &am, &a_off, &lda, &bm, &b_off, &ldb, &cm, &c_off, &ldc};

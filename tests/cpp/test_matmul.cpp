@@ -98,3 +98,16 @@ TEST(Reference, ErrorRatioCatchesAWrongEntry) {
   c[3] = 50.001f;
   EXPECT_GT(portmat::reference::worst_error_ratio(va, vb, vc), 1.0);
 }
+
+TEST(Matmul, DimensionsBeyond32BitsAreRefusedNotWrapped) {
+  std::vector<float> x(4);
+  const std::int64_t huge = std::int64_t(1) << 31;
+  MatrixView a{x.data(), 1, huge, huge, 1, DType::f32}, b{x.data(), huge, 1, 1, 0, DType::f32};
+  MatrixView c{x.data(), 1, 1, 1, 1, DType::f32};
+  try {
+    portmat::matmul(a, b, c);
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("2**31 - 1"), std::string::npos) << e.what();
+  }
+}
