@@ -1,6 +1,7 @@
 # The native CPU backend: blocking/packing driver, thread pool, per-ISA micro-kernels. Included by
 # the root CMakeLists.txt. One build runs on every x86-64 CPU: only the kernel files get ISA flags
-# (-mavx512f, -mavx2), and kernel_table.cpp calls them only where the CPU supports them.
+# (-mavx512f, -mavx2), and kernel_table.cpp calls them only where the CPU supports them. AArch64
+# builds add the NEON kernels, which every AArch64 CPU runs.
 set(cpu_dir ${CMAKE_CURRENT_LIST_DIR})
 target_sources(portmat_core PRIVATE
   ${cpu_dir}/cpu_backend.cpp
@@ -18,6 +19,12 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
     set_source_files_properties(${cpu_dir}/kernels/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "/arch:AVX2")
   endif()
   list(APPEND cpu_hot_files ${cpu_dir}/kernels/gemm_avx512.cpp ${cpu_dir}/kernels/gemm_avx2.cpp)
+elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
+  # NEON is part of the AArch64 baseline: no ISA flags and no run-time check. The file and the
+  # table entry in kernel_table.cpp are both guarded by __aarch64__ (GCC, Clang), so a compiler
+  # without it (MSVC) compiles an empty file and keeps the scalar kernel.
+  target_sources(portmat_core PRIVATE ${cpu_dir}/kernels/gemm_neon.cpp)
+  list(APPEND cpu_hot_files ${cpu_dir}/kernels/gemm_neon.cpp)
 endif()
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   # -O3 on the hot files whatever the build type (the ISA flags above are appended, not replaced).

@@ -361,5 +361,13 @@ template void pack_b_panels<float, 8>(const core::HostMatrix&, std::int64_t, std
                                       std::int64_t, std::int64_t, float*);
 template void pack_b_panels<double, 4>(const core::HostMatrix&, std::int64_t, std::int64_t,
                                        std::int64_t, std::int64_t, double*);
+template void pack_a_panels<float, 8>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                      std::int64_t, std::int64_t, float*);
+template void pack_a_panels<double, 8>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                       std::int64_t, std::int64_t, double*);
+template void pack_b_panels<float, 12>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                       std::int64_t, std::int64_t, float*);
+template void pack_b_panels<double, 6>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                       std::int64_t, std::int64_t, double*);
 
 }  // namespace portmat::cpu

@@ -8,6 +8,11 @@
 // AVX-512 numbers were tuned on a 2-core Sapphire Rapids Xeon VM (48 KiB L1d, 2 MiB L2 per core):
 // kc 512 (float32) / 768 (float64) beat 256-384 by 3-6% at n = 2048-4096 (fewer C tile round
 // trips); mc and nc mattered within noise. AVX2 and scalar sizes are the usual Haswell-class ones.
+// NEON sizes are not tuned on hardware yet; they are sized for the smaller caches common on ARM
+// cores (Cortex-A72/A76/A78, Neoverse N1/V1: 32-64 KiB L1d, 256 KiB-1 MiB L2, 0-4 MiB L3 or SLC
+// shared): kc 256 (float32) / 192 (float64) keeps the B micro-panel at 12 / 9 KiB, so it stays in
+// a 32 KiB L1d beside the A micro-panel streaming past it (8 / 12 KiB); mc 128 / 96 makes the A
+// block 128 / 144 KiB, about half of a 256 KiB L2; nc 1536 makes the B block 1.5 / 2.25 MiB.
 #include "cpu/kernel_table.hpp"
 
 #include <algorithm>
@@ -45,6 +50,17 @@ std::vector<KernelSet> detect() {
     sets.push_back(s);
   }
 #endif
+#if defined(__aarch64__)
+  {  // NEON (AdvSIMD) is mandatory on AArch64: no run-time check.
+    KernelSet s;
+    s.isa = "neon";
+    s.f32 = {"gemm_neon_f32_8x12", 8, 12, 8 * 16, 256, 1536, gemm_neon_f32_8x12,
+             pack_a_panels<float, 8>, pack_b_panels<float, 12>};
+    s.f64 = {"gemm_neon_f64_8x6", 8, 6, 8 * 12, 192, 1536, gemm_neon_f64_8x6,
+             pack_a_panels<double, 8>, pack_b_panels<double, 6>};
+    sets.push_back(s);
+  }
+#endif
   KernelSet s;
   s.isa = "scalar";
   s.f32 = {"gemm_ref_f32_4x8", 4, 8, 4 * 32, 256, 1024, gemm_ref_f32_4x8,
@@ -74,13 +90,17 @@ const KernelSet& active_kernel_set() {
 }
 
 double measure_core_peak(const KernelSet& set) {
-#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__x86_64__) || defined(_M_X64) || defined(__aarch64__)
   float (*loop)(long) = nullptr;
   double flops_per_round = 0;
+#if defined(__aarch64__)
+  if (std::strcmp(set.isa, "neon") == 0) loop = fma_loop_neon_f32, flops_per_round = 12 * 4 * 2;
+#else
   if (std::strcmp(set.isa, "avx512") == 0)
     loop = fma_loop_avx512_f32, flops_per_round = 12 * 16 * 2;
   else if (std::strcmp(set.isa, "avx2") == 0)
     loop = fma_loop_avx2_f32, flops_per_round = 12 * 8 * 2;
+#endif
   if (!loop) return 0.0;
   // 20000 rounds = 240k FMA instructions: ~0.05 ms per try at two per cycle. The best of a
   // few tries skips the first one's frequency ramp (AVX-512 licence) and any interruption.

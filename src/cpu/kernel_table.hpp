@@ -9,7 +9,7 @@
 namespace portmat::cpu {
 
 struct KernelSet {
-  const char* isa = "";  // "avx512", "avx2", "scalar"
+  const char* isa = "";  // "avx512", "avx2", "neon", "scalar"
   GemmConfig<float> f32;
   GemmConfig<double> f64;
 };
@@ -18,7 +18,7 @@ struct KernelSet {
 const std::vector<KernelSet>& supported_kernel_sets();
 
 // The set the backend uses: the best supported one, or the one $PORTMAT_CPU_ISA names
-// ("avx512", "avx2", "scalar"; an unsupported or unknown name falls back to the best).
+// ("avx512", "avx2", "neon", "scalar"; an unsupported or unknown name falls back to the best).
 const KernelSet& active_kernel_set();
 
 // Single-core float32 FMA throughput of `set` in flop/s, measured with a ~1 ms loop; 0 if the set

@@ -56,6 +56,8 @@ portmat::cpu::GemmUkernel<T> reference_for(const GemmConfig<T>& cfg) {
   if (mr == 14 && nr == 16) return &gemm_ref<T, 14, 16>;
   if (mr == 6 && nr == 16) return &gemm_ref<T, 6, 16>;
   if (mr == 6 && nr == 8) return &gemm_ref<T, 6, 8>;
+  if (mr == 8 && nr == 12) return &gemm_ref<T, 8, 12>;
+  if (mr == 8 && nr == 6) return &gemm_ref<T, 8, 6>;
   if (mr == 4 && nr == 8) return &gemm_ref<T, 4, 8>;
   if (mr == 4 && nr == 4) return &gemm_ref<T, 4, 4>;
   return nullptr;

@@ -1,5 +1,5 @@
-// The scalar reference micro-kernel: the fallback on CPUs without a SIMD kernel (and on ARM until
-// a NEON kernel exists) and the test oracle for every ISA kernel, at any tile shape.
+// The scalar reference micro-kernel: the fallback on CPUs without a SIMD kernel (and on CPUs that
+// are neither x86-64 nor AArch64) and the test oracle for every ISA kernel, at any tile shape.
 //
 // Plain C++ compiled without ISA flags: it follows the contract in ukernel.hpp exactly (packed,
 // zero-padded panels; edge tiles write only m x n) and accumulates in T, in the same order as the

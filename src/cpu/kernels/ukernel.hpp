@@ -1,4 +1,4 @@
-// The micro-kernel contract, written once for every ISA (scalar, AVX2, AVX-512, ...).
+// The micro-kernel contract, written once for every ISA (scalar, AVX2, AVX-512, NEON, ...).
 //
 // A micro-kernel computes one MR x NR tile of C from a packed micro-panel of A and one of B:
 //
@@ -45,6 +45,15 @@ void gemm_avx2_f64_6x8(std::int64_t k, const double* a, const double* b, double*
 // returns a value that depends on every FMA so none is optimised away.
 float fma_loop_avx512_f32(long iters);  // 12 * 16 * 2 flops per round
 float fma_loop_avx2_f32(long iters);    // 12 * 8 * 2 flops per round
+#endif
+
+#if defined(__aarch64__)
+// NEON is part of the AArch64 baseline: these need no run-time check.
+void gemm_neon_f32_8x12(std::int64_t k, const float* a, const float* b, float* c,
+                        std::int64_t ldc, int m, int n, bool accumulate);
+void gemm_neon_f64_8x6(std::int64_t k, const double* a, const double* b, double* c,
+                       std::int64_t ldc, int m, int n, bool accumulate);
+float fma_loop_neon_f32(long iters);    // 12 * 4 * 2 flops per round
 #endif
 
 }  // namespace portmat::cpu
