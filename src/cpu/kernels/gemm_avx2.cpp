@@ -3,25 +3,32 @@
 // Compiled with -mavx2 -mfma (cpu.cmake), called only after a run-time check. The classic
 // Haswell shape (BLIS, OpenBLAS): 6 rows x 2 ymm vectors = 12 accumulators + 2 B vectors + one
 // broadcast = 15 of the 16 ymm registers; 12 independent chains cover FMA latency x 2 ports.
-// Edge tiles go through a small stack tile (AVX2 has no cheap masked stores of any width).
+// Edge columns go through a small stack buffer (AVX2 has no cheap masked stores of any width).
 #include <immintrin.h>
 
 #include <cstdint>
 #include <utility>
 
+#include "cpu/kernels/tile_common.hpp"
 #include "cpu/kernels/ukernel.hpp"
 
 namespace portmat::cpu {
 
 namespace {
 
-template <class F, int... I>
-[[gnu::always_inline]] inline void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
+// Partial vectors through a small stack buffer: AVX2 has no cheap masked stores of every width,
+// and edge tiles are rare.
+template <class S>
+typename S::V load_part_via_stack(const typename S::T* p, int n) {
+  alignas(32) typename S::T t[S::lanes] = {};
+  for (int i = 0; i < n; ++i) t[i] = p[i];
+  return S::load(t);
 }
-template <int N, class F>
-[[gnu::always_inline]] inline void unroll(F&& f) {
-  unroll_impl(f, std::make_integer_sequence<int, N>{});
+template <class S>
+void store_part_via_stack(typename S::T* p, typename S::V v, int n) {
+  alignas(32) typename S::T t[S::lanes];
+  S::store(t, v);
+  for (int i = 0; i < n; ++i) p[i] = t[i];
 }
 
 struct F32 {
@@ -34,6 +41,8 @@ struct F32 {
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static void store(T* p, V v) { _mm256_storeu_ps(p, v); }
+  static V load_part(const T* p, int n) { return load_part_via_stack<F32>(p, n); }
+  static void store_part(T* p, V v, int n) { store_part_via_stack<F32>(p, v, n); }
 };
 
 struct F64 {
@@ -46,14 +55,14 @@ struct F64 {
   static V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
   static V add(V a, V b) { return _mm256_add_pd(a, b); }
   static void store(T* p, V v) { _mm256_storeu_pd(p, v); }
+  static V load_part(const T* p, int n) { return load_part_via_stack<F64>(p, n); }
+  static void store_part(T* p, V v, int n) { store_part_via_stack<F64>(p, v, n); }
 };
 
 template <class S, int MR, int NV>
 [[gnu::always_inline]] inline void gemm_tile(std::int64_t k, const typename S::T* a,
                                              const typename S::T* b, typename S::T* c,
                                              std::int64_t ldc, int m, int n, bool accumulate) {
-  using T = typename S::T;
-  using V = typename S::V;
   constexpr int NR = NV * S::lanes;
   static_assert(MR >= 1 && NV >= 1, "empty tile");
   static_assert(MR * NV + NV + 1 <= 16, "accumulators, B row and a broadcast must fit 16 ymm");
@@ -62,35 +71,9 @@ template <class S, int MR, int NV>
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
   }
-
-  V acc[MR][NV];
-  unroll<MR>([&](auto i) { unroll<NV>([&](auto j) { acc[i][j] = S::zero(); }); });
-
-#pragma GCC unroll 4
-  for (std::int64_t p = 0; p < k; ++p) {
-    V bv[NV];
-    unroll<NV>([&](auto j) { bv[j] = S::load(b + j * S::lanes); });
-    unroll<MR>([&](auto i) {
-      const V ai = S::bcast(a + i);
-      unroll<NV>([&](auto j) { acc[i][j] = S::fma(ai, bv[j], acc[i][j]); });
-    });
-    a += MR;
-    b += NR;
-  }
-
-  if (m == MR && n == NR) {
-    unroll<MR>([&](auto i) {
-      unroll<NV>([&](auto j) {
-        T* cij = c + i * ldc + j * S::lanes;
-        S::store(cij, accumulate ? S::add(S::load(cij), acc[i][j]) : acc[i][j]);
-      });
-    });
-    return;
-  }
-  alignas(32) T tile[MR][NR];
-  unroll<MR>([&](auto i) { unroll<NV>([&](auto j) { S::store(&tile[i][j * S::lanes], acc[i][j]); }); });
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < n; ++j) c[i * ldc + j] = (accumulate ? c[i * ldc + j] : T(0)) + tile[i][j];
+  typename S::V acc[MR][NV];
+  accumulate_broadcast<S, MR, NV>(k, a, b, acc);
+  store_tile<S, MR, NV>(acc, c, ldc, m, n, accumulate);
 }
 
 }  // namespace

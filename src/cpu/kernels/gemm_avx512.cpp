@@ -14,21 +14,12 @@
 #include <cstdint>
 #include <utility>
 
+#include "cpu/kernels/tile_common.hpp"
 #include "cpu/kernels/ukernel.hpp"
 
 namespace portmat::cpu {
 
 namespace {
-
-// f(std::integral_constant<int, I>) for I = 0 .. N-1, so register arrays see only constant indices.
-template <class F, int... I>
-[[gnu::always_inline]] inline void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, class F>
-[[gnu::always_inline]] inline void unroll(F&& f) {
-  unroll_impl(f, std::make_integer_sequence<int, N>{});
-}
 
 struct F32 {
   using T = float;
@@ -40,8 +31,8 @@ struct F32 {
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static void store(T* p, V v) { _mm512_storeu_ps(p, v); }
-  static V load_mask(const T* p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
-  static void store_mask(T* p, V v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
+  static V load_part(const T* p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
+  static void store_part(T* p, V v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
   static __mmask16 mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }  // n < 16
 };
 
@@ -55,8 +46,8 @@ struct F64 {
   static V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
   static V add(V a, V b) { return _mm512_add_pd(a, b); }
   static void store(T* p, V v) { _mm512_storeu_pd(p, v); }
-  static V load_mask(const T* p, int n) { return _mm512_maskz_loadu_pd(mask(n), p); }
-  static void store_mask(T* p, V v, int n) { _mm512_mask_storeu_pd(p, mask(n), v); }
+  static V load_part(const T* p, int n) { return _mm512_maskz_loadu_pd(mask(n), p); }
+  static void store_part(T* p, V v, int n) { _mm512_mask_storeu_pd(p, mask(n), v); }
   static __mmask8 mask(int n) { return static_cast<__mmask8>((1u << n) - 1); }  // n < 8
 };
 
@@ -64,7 +55,6 @@ template <class S, int MR, int NV>
 [[gnu::always_inline]] inline void gemm_tile(std::int64_t k, const typename S::T* a,
                                              const typename S::T* b, typename S::T* c,
                                              std::int64_t ldc, int m, int n, bool accumulate) {
-  using V = typename S::V;
   constexpr int NR = NV * S::lanes;
   static_assert(MR >= 1 && NV >= 1, "empty tile");
   static_assert(MR * NV + NV + 1 <= 32, "accumulators, B row and a broadcast must fit 32 zmm");
@@ -74,46 +64,9 @@ template <class S, int MR, int NV>
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
   }
-
-  V acc[MR][NV];
-  unroll<MR>([&](auto i) { unroll<NV>([&](auto j) { acc[i][j] = S::zero(); }); });
-
-#pragma GCC unroll 4
-  for (std::int64_t p = 0; p < k; ++p) {
-    V bv[NV];
-    unroll<NV>([&](auto j) { bv[j] = S::load(b + j * S::lanes); });
-    unroll<MR>([&](auto i) {
-      const V ai = S::bcast(a + i);
-      unroll<NV>([&](auto j) { acc[i][j] = S::fma(ai, bv[j], acc[i][j]); });
-    });
-    a += MR;
-    b += NR;
-  }
-
-  if (m == MR && n == NR) {
-    unroll<MR>([&](auto i) {
-      unroll<NV>([&](auto j) {
-        typename S::T* cij = c + i * ldc + j * S::lanes;
-        S::store(cij, accumulate ? S::add(S::load(cij), acc[i][j]) : acc[i][j]);
-      });
-    });
-    return;
-  }
-  // Edge tile: rows below m are skipped, columns past n masked off; nothing outside is touched.
-  unroll<MR>([&](auto i) {
-    if (i >= m) return;
-    unroll<NV>([&](auto j) {
-      const int left = n - j * S::lanes;  // columns of this vector inside the tile
-      if (left <= 0) return;
-      typename S::T* cij = c + i * ldc + j * S::lanes;
-      if (left >= S::lanes) {
-        S::store(cij, accumulate ? S::add(S::load(cij), acc[i][j]) : acc[i][j]);
-      } else {
-        S::store_mask(cij, accumulate ? S::add(S::load_mask(cij, left), acc[i][j]) : acc[i][j],
-                      left);
-      }
-    });
-  });
+  typename S::V acc[MR][NV];
+  accumulate_broadcast<S, MR, NV>(k, a, b, acc);
+  store_tile<S, MR, NV>(acc, c, ldc, m, n, accumulate);  // edge columns through masked stores
 }
 
 }  // namespace

@@ -19,21 +19,12 @@
 #include <cstdint>
 #include <utility>
 
+#include "cpu/kernels/tile_common.hpp"
 #include "cpu/kernels/ukernel.hpp"
 
 namespace portmat::cpu {
 
 namespace {
-
-// f(std::integral_constant<int, I>) for I = 0 .. N-1, so register arrays see only constant indices.
-template <class F, int... I>
-[[gnu::always_inline]] inline void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, class F>
-[[gnu::always_inline]] inline void unroll(F&& f) {
-  unroll_impl(f, std::make_integer_sequence<int, N>{});
-}
 
 struct F32 {
   using T = float;
@@ -78,7 +69,6 @@ template <class S, int MR, int NV>
 [[gnu::always_inline]] inline void gemm_tile(std::int64_t k, const typename S::T* a,
                                              const typename S::T* b, typename S::T* c,
                                              std::int64_t ldc, int m, int n, bool accumulate) {
-  using T = typename S::T;
   using V = typename S::V;
   constexpr int NR = NV * S::lanes;
   constexpr int AV = MR / S::lanes;  // A column as vectors
@@ -108,31 +98,7 @@ template <class S, int MR, int NV>
     b += NR;
   }
 
-  if (m == MR && n == NR) {
-    unroll<MR>([&](auto i) {
-      unroll<NV>([&](auto j) {
-        T* cij = c + i * ldc + j * S::lanes;
-        S::store(cij, accumulate ? S::add(S::load(cij), acc[i][j]) : acc[i][j]);
-      });
-    });
-    return;
-  }
-  // Edge tile: rows below m are skipped, columns past n stored lane by lane; nothing outside the
-  // tile is touched.
-  unroll<MR>([&](auto i) {
-    if (i >= m) return;
-    unroll<NV>([&](auto j) {
-      const int left = n - j * S::lanes;  // columns of this vector inside the tile
-      if (left <= 0) return;
-      T* cij = c + i * ldc + j * S::lanes;
-      if (left >= S::lanes) {
-        S::store(cij, accumulate ? S::add(S::load(cij), acc[i][j]) : acc[i][j]);
-      } else {
-        S::store_part(cij, accumulate ? S::add(S::load_part(cij, left), acc[i][j]) : acc[i][j],
-                      left);
-      }
-    });
-  });
+  store_tile<S, MR, NV>(acc, c, ldc, m, n, accumulate);  // edge columns lane by lane
 }
 
 }  // namespace

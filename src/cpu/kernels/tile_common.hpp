@@ -1,0 +1,85 @@
+// What the SIMD micro-kernels (gemm_avx512.cpp, gemm_avx2.cpp, gemm_neon.cpp) share: compile-time
+// unrolling, the broadcast k loop of the x86 kernels, and the store of a finished C tile (full
+// tiles as whole vectors, edge tiles through each ISA's partial load/store).
+//
+// Included only by those files, each compiled with its own ISA flags. Everything here has
+// internal linkage (anonymous namespace), so every file gets its own copy built for its own ISA
+// and no AVX-512 instruction can reach code that a CPU without it runs.
+//
+// An ISA's traits S provide: T (element), V (vector), lanes, zero(), load(p), add(a, b),
+// store(p, v), and load_part(p, n) / store_part(p, v, n) for the first n < lanes elements
+// (load_part zeroes the rest; neither touches memory past p[n-1]). The x86 loop also uses
+// bcast(p) and fma(a, b, c).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+namespace portmat::cpu {
+namespace {
+
+// f(std::integral_constant<int, I>) for I = 0 .. N-1, so register arrays see only constant indices.
+template <class F, int... I>
+[[gnu::always_inline]] inline void unroll_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+[[gnu::always_inline]] inline void unroll(F&& f) {
+  unroll_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+// acc = sum over k steps of (A column, broadcast element by element) x (B row as NV vectors):
+// MR*NV independent FMA chains per step, the x86 kernels' inner loop.
+template <class S, int MR, int NV>
+[[gnu::always_inline]] inline void accumulate_broadcast(std::int64_t k, const typename S::T* a,
+                                                        const typename S::T* b,
+                                                        typename S::V (&acc)[MR][NV]) {
+  using V = typename S::V;
+  constexpr int NR = NV * S::lanes;
+  unroll<MR>([&](auto i) { unroll<NV>([&](auto j) { acc[i][j] = S::zero(); }); });
+#pragma GCC unroll 4
+  for (std::int64_t p = 0; p < k; ++p) {
+    V bv[NV];
+    unroll<NV>([&](auto j) { bv[j] = S::load(b + j * S::lanes); });
+    unroll<MR>([&](auto i) {
+      const V ai = S::bcast(a + i);
+      unroll<NV>([&](auto j) { acc[i][j] = S::fma(ai, bv[j], acc[i][j]); });
+    });
+    a += MR;
+    b += NR;
+  }
+}
+
+// c = (accumulate ? c : 0) + acc on the m x n tile at c: whole vectors for a full tile; for an
+// edge tile rows below m are skipped and columns past n left alone (partial vectors).
+template <class S, int MR, int NV>
+[[gnu::always_inline]] inline void store_tile(const typename S::V (&acc)[MR][NV], typename S::T* c,
+                                              std::int64_t ldc, int m, int n, bool accumulate) {
+  using T = typename S::T;
+  if (m == MR && n == NV * S::lanes) {
+    unroll<MR>([&](auto i) {
+      unroll<NV>([&](auto j) {
+        T* cij = c + i * ldc + j * S::lanes;
+        S::store(cij, accumulate ? S::add(S::load(cij), acc[i][j]) : acc[i][j]);
+      });
+    });
+    return;
+  }
+  unroll<MR>([&](auto i) {
+    if (i >= m) return;
+    unroll<NV>([&](auto j) {
+      const int left = n - j * S::lanes;  // columns of this vector inside the tile
+      if (left <= 0) return;
+      T* cij = c + i * ldc + j * S::lanes;
+      if (left >= S::lanes) {
+        S::store(cij, accumulate ? S::add(S::load(cij), acc[i][j]) : acc[i][j]);
+      } else {
+        S::store_part(cij, accumulate ? S::add(S::load_part(cij, left), acc[i][j]) : acc[i][j],
+                      left);
+      }
+    });
+  });
+}
+
+}  // namespace
+}  // namespace portmat::cpu
