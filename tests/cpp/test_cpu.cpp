@@ -18,26 +18,16 @@
 #include "cpu/kernels/gemm_ref.hpp"
 #include "portmat/cpu.hpp"
 #include "portmat/portmat.hpp"
+#include "test_util.hpp"
 
 using portmat::DType;
 using portmat::MatrixView;
 using portmat::cpu::GemmConfig;
 using portmat::cpu::KernelSet;
+using portmat::testing::dtype_of;
+using portmat::testing::random_vector;
 
 namespace {
-
-template <class T>
-constexpr DType dtype_of() {
-  return sizeof(T) == 4 ? DType::f32 : DType::f64;
-}
-
-template <class T>
-std::vector<T> random_vector(std::size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(u(rng));
-  return v;
-}
 
 template <class T>
 const GemmConfig<T>& config_of(const KernelSet& s) {
