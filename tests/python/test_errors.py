@@ -60,10 +60,10 @@ def test_bad_device_specs():
 
 
 def test_bad_kernel_parameters_raise_and_recover(device, monkeypatch):
-    monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "MWG=48")  # not a multiple of MDIMC*VWM
-    a = random_matrix(np.random.default_rng(), (70, 70))
     if not device.startswith("opencl"):
         pytest.skip("OpenCL kernel parameters")
+    monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "MWG=48")  # not a multiple of MDIMC*VWM
+    a = random_matrix(np.random.default_rng(), (70, 70))
     with pytest.raises(ValueError, match="MWG must be a multiple"):
         portmat.matmul(a, a, device=device)
     monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "NOPE=1")
