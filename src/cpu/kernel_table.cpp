@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -78,15 +79,43 @@ const std::vector<KernelSet>& supported_kernel_sets() {
   return sets;
 }
 
+namespace {
+
+// PORTMAT_CPU_BLOCKS="mc,kc,nc" (float32) or "f64:mc,kc,nc": block sizes for tuning on a new CPU
+// without rebuilding. mc and nc are rounded up to the tile; malformed or non-positive values are
+// ignored.
+template <class T>
+void override_blocks(GemmConfig<T>& cfg, const char* prefix) {
+  const char* e = std::getenv("PORTMAT_CPU_BLOCKS");
+  if (!e || !*e) return;
+  const std::size_t plen = std::strlen(prefix);
+  if (plen) {
+    if (std::strncmp(e, prefix, plen) != 0) return;
+    e += plen;
+  } else if (std::strchr(e, ':')) {
+    return;  // meant for another dtype
+  }
+  long mc = 0, kc = 0, nc = 0;
+  if (std::sscanf(e, "%ld,%ld,%ld", &mc, &kc, &nc) != 3 || mc <= 0 || kc <= 0 || nc <= 0) return;
+  cfg.mc = (mc + cfg.mr - 1) / cfg.mr * cfg.mr;
+  cfg.kc = kc;
+  cfg.nc = (nc + cfg.nr - 1) / cfg.nr * cfg.nr;
+}
+
+}  // namespace
+
 const KernelSet& active_kernel_set() {
-  static const KernelSet* chosen = [] {
+  static const KernelSet chosen = [] {
     const auto& sets = supported_kernel_sets();
+    KernelSet s = sets.front();
     if (const char* want = std::getenv("PORTMAT_CPU_ISA"); want && *want)
-      for (const auto& s : sets)
-        if (std::strcmp(s.isa, want) == 0) return &s;
-    return &sets.front();
+      for (const auto& t : sets)
+        if (std::strcmp(t.isa, want) == 0) s = t;
+    override_blocks(s.f32, "");
+    override_blocks(s.f64, "f64:");
+    return s;
   }();
-  return *chosen;
+  return chosen;
 }
 
 double measure_core_peak(const KernelSet& set) {

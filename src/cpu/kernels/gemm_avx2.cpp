@@ -72,7 +72,7 @@ template <class S, int MR, int NV>
     _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
   }
   typename S::V acc[MR][NV];
-  accumulate_broadcast<S, MR, NV>(k, a, b, acc);
+  accumulate_broadcast<S, MR, NV>(k, a, b, acc, 0, [] {});
   store_tile<S, MR, NV>(acc, c, ldc, m, n, accumulate);
 }
 

@@ -59,13 +59,16 @@ template <class S, int MR, int NV>
   static_assert(MR >= 1 && NV >= 1, "empty tile");
   static_assert(MR * NV + NV + 1 <= 32, "accumulators, B row and a broadcast must fit 32 zmm");
 
-  // Bring the C tile towards L1 while the k loop runs (it is touched only at the end).
-  for (int i = 0; i < m; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
-  }
+  // Bring the C tile into L1 while the last kPrefetchTail k steps run: earlier, the A and B
+  // panels streaming through L1 would evict it again before the store.
+  constexpr std::int64_t kPrefetchTail = 32;
   typename S::V acc[MR][NV];
-  accumulate_broadcast<S, MR, NV>(k, a, b, acc);
+  accumulate_broadcast<S, MR, NV>(k, a, b, acc, kPrefetchTail, [&] {
+    for (int i = 0; i < m; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
+    }
+  });
   store_tile<S, MR, NV>(acc, c, ldc, m, n, accumulate);  // edge columns through masked stores
 }
 

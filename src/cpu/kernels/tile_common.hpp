@@ -30,24 +30,33 @@ template <int N, class F>
 
 // acc = sum over k steps of (A column, broadcast element by element) x (B row as NV vectors):
 // MR*NV independent FMA chains per step, the x86 kernels' inner loop.
-template <class S, int MR, int NV>
+// `before_tail()` runs when `tail` steps are left (or at once when k <= tail): the place to
+// prefetch the C tile, late enough that the A and B streams do not evict it again before the store.
+template <class S, int MR, int NV, class Hook>
 [[gnu::always_inline]] inline void accumulate_broadcast(std::int64_t k, const typename S::T* a,
                                                         const typename S::T* b,
-                                                        typename S::V (&acc)[MR][NV]) {
+                                                        typename S::V (&acc)[MR][NV],
+                                                        std::int64_t tail, Hook&& before_tail) {
   using V = typename S::V;
   constexpr int NR = NV * S::lanes;
   unroll<MR>([&](auto i) { unroll<NV>([&](auto j) { acc[i][j] = S::zero(); }); });
+  auto steps = [&](std::int64_t count) {
 #pragma GCC unroll 4
-  for (std::int64_t p = 0; p < k; ++p) {
-    V bv[NV];
-    unroll<NV>([&](auto j) { bv[j] = S::load(b + j * S::lanes); });
-    unroll<MR>([&](auto i) {
-      const V ai = S::bcast(a + i);
-      unroll<NV>([&](auto j) { acc[i][j] = S::fma(ai, bv[j], acc[i][j]); });
-    });
-    a += MR;
-    b += NR;
-  }
+    for (std::int64_t p = 0; p < count; ++p) {
+      V bv[NV];
+      unroll<NV>([&](auto j) { bv[j] = S::load(b + j * S::lanes); });
+      unroll<MR>([&](auto i) {
+        const V ai = S::bcast(a + i);
+        unroll<NV>([&](auto j) { acc[i][j] = S::fma(ai, bv[j], acc[i][j]); });
+      });
+      a += MR;
+      b += NR;
+    }
+  };
+  const std::int64_t head = k > tail ? k - tail : 0;
+  steps(head);
+  before_tail();
+  steps(k - head);
 }
 
 // c = (accumulate ? c : 0) + acc on the m x n tile at c: whole vectors for a full tile; for an
