@@ -20,6 +20,8 @@
 //  - edges: out-of-range rows, columns and k are zero-filled by the copy (cp.async src-size) and
 //    not stored, so no size needs to be a multiple of any tile.
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "gemm_tiles.h"
 
@@ -39,6 +41,13 @@ __device__ __forceinline__ void cp_async_elem(void* dst, const void* src, int sr
   static_assert(BYTES == 4 || BYTES == 8, "element copies are 4 or 8 bytes");
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src),
                "n"(BYTES), "r"(src_bytes));
+}
+// A whole element copy from src + OFF bytes (OFF an immediate in the instruction's address).
+template <int BYTES, int OFF>
+__device__ __forceinline__ void cp_async_elem_at(void* dst, const void* src) {
+  static_assert(BYTES == 4 || BYTES == 8, "element copies are 4 or 8 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1+%2], %3;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "n"(OFF), "n"(BYTES));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -147,6 +156,36 @@ struct SlabLoader {
       }
     }
   }
+
+  // The same copies for a slab with no edge (rows, k and, for 16-byte copies, alignment all
+  // checked by the caller): no predicates, no selects. `src` is this thread's first piece of the
+  // slab (g + k0, or g + k0 * ld), a running pointer: it is left at the next slab's first piece.
+  // The pieces of one row pass (k-major) sit at compile-time distances (immediate offsets in the
+  // copy); the passes, and the k rows of an m-contiguous operand, are a fixed multiple of ld apart
+  // (one 64-bit add each; the last of these adds is the step to the next slab).
+  __device__ __forceinline__ void load_full(T* slab, int r0, const T*& src) const {
+    T* dst0 = slab + kq * S + (r - r0);
+    if constexpr (K_MAJOR) {
+      constexpr int kPassesPerK = ROWS / kRowsPerPass;
+      const long long pass_step = kRowsPerPass * ld;
+      const T* row = src;
+#pragma unroll
+      for (int j = 0; j < kPassesPerK; ++j, row += pass_step)
+        copy_row(dst0 + j * kRowsPerPass, row, std::make_integer_sequence<int, BK / kKGroup>{});
+      src += BK;
+    } else {
+      const long long k_step = kKPerPass * ld;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i, src += k_step) cp_async_16(dst0 + i * kKPerPass * S, src, 16);
+    }
+  }
+  // K_MAJOR, one row pass of load_full: the row's k groups, kKGroup elements apart.
+  template <int... I>
+  __device__ __forceinline__ static void copy_row(T* dst, const T* src, std::integer_sequence<int, I...>) {
+    (cp_async_elem_at<sizeof(T), I * kKGroup * int(sizeof(T))>(dst + I * kKGroup * S, src), ...);
+  }
+  // Elements between the first pieces of consecutive slabs.
+  __device__ __forceinline__ long long slab_step() const { return K_MAJOR ? BK : BK * ld; }
 };
 
 template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR>
@@ -256,11 +295,424 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& p) {
   }
 }
 
+// Copies one bk-deep slab of a k-contiguous operand (row-major a) into shared memory as it is:
+// slab[r][SK], row r of the tile holding its bk k-values contiguously (SK = BK + kPad). 16-byte
+// copies: a row is BK / kChunk chunks; piece i of thread tid is chunk tid % kChunksPerRow of row
+// i * kRowsPerPass + tid / kChunksPerRow. Zero-filled past the k edge (src-size) and past the row
+// edge; element copies when the operand is not 16-byte aligned (vec == 0).
+template <class T, int ROWS, int BK, int SK, int THREADS>
+struct RowSlabLoader {
+  static constexpr int kChunk = 16 / sizeof(T);
+  static constexpr int kChunksPerRow = BK / kChunk;
+  static constexpr int kRowsPerPass = THREADS / kChunksPerRow;
+  static constexpr int kPer = ROWS / kRowsPerPass;
+  static_assert(BK % kChunk == 0 && THREADS % kChunksPerRow == 0 && ROWS % kRowsPerPass == 0,
+                "row pieces must sit at fixed distances");
+
+  const T* base;
+  const T* g;  // this thread's first piece in k-slab 0 (may point outside: used only when valid)
+  long long ld;
+  int r, kc, rows, k, vec;
+
+  __device__ __forceinline__ RowSlabLoader(const T* g_, long long ld_, int rows_, int k_, int vec_,
+                                           int r0, int tid)
+      : base(g_), ld(ld_), rows(rows_), k(k_), vec(vec_) {
+    r = r0 + tid / kChunksPerRow;
+    kc = (tid % kChunksPerRow) * kChunk;
+    g = g_ + r * ld + kc;
+  }
+
+  __device__ __forceinline__ void load(T* slab, int r0, int k0, bool full) const {
+    const T* src0 = g + k0;
+    T* dst0 = slab + (r - r0) * SK + kc;
+    const int gk = k0 + kc;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int dr = i * kRowsPerPass;
+      if (full && vec) {
+        cp_async_16(dst0 + dr * SK, src0 + dr * ld, 16);
+      } else if (vec) {
+        const int valid = r + dr < rows ? min(max(k - gk, 0), kChunk) : 0;
+        cp_async_16(dst0 + dr * SK, valid ? src0 + dr * ld : base, valid * int(sizeof(T)));
+      } else {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          const bool ok = r + dr < rows && gk + j < k;
+          cp_async_elem<sizeof(T)>(dst0 + dr * SK + j, ok ? src0 + dr * ld + j : base,
+                                   ok ? int(sizeof(T)) : 0);
+        }
+      }
+    }
+  }
+};
+
+// The same contract and block tile as gemm_body, with the shared-memory reads software-pipelined:
+//  - the A and B fragments of k step kk + 1 are loaded into a second register set while the FFMAs
+//    of step kk run, so no FFMA waits on the LDS issued just before it;
+//  - across slabs too: the barrier (and the copies of slab t + STAGES into the buffer just freed)
+//    sit before the last k step of slab t, whose fragments are already in registers, and the
+//    first fragments of slab t + 1 load while that step's FFMAs run;
+//  - with C.a_mk and a row-major a, As is [m][SK] (k contiguous, SK = BK + kPad, 16-byte copies);
+//    a thread's 4 RM rows are then wm0 + i * LM + lm (i < 4 RM), read 4 k at a time (LDS.128 per
+//    row per 4 k steps: the same LDS count as [k][m]); each row's next 4 k are loaded right after
+//    the FFMAs of the last k step that used it (in registers 4 RM x 4, not double-buffered).
+//    SK * 4 bytes = 16 * odd, so 8 consecutive rows read 8 distinct 16-byte bank groups.
+//  - LATE_COPY: the copies of slab t + STAGES are issued after the last step's FFMAs instead of
+//    right after the barrier. Only instruction order changes; ptxas schedules the two differently
+//    (chosen per tile below by reading the SASS: the distance from each LDS to its first use).
+template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, bool LATE_COPY>
+__device__ __forceinline__ void gemm_body_db(const GemmArgs& p) {
+  constexpr int BM = C.bm, BN = C.bn, BK = C.bk, STAGES = C.stages, RM = C.rm, RN = C.rn;
+  constexpr int LM = C.lanes_m(), LN = C.lanes_n(), THREADS = C.threads();
+  constexpr int WARPS_M = BM / C.wm;
+  constexpr bool AMK = C.a_mk && A_KMAJOR;                   // As[m][SK]
+  constexpr int SA = AMK ? BK + GemmTile::kPad : BM + GemmTile::kPad;  // As row stride
+  constexpr int SB = BN + GemmTile::kPad;
+  constexpr int A_STAGE = C.a_stage(), B_STAGE = BK * SB;    // elements per stage
+  static_assert(LM * LN == 32, "a warp's lanes must tile its warp tile");
+  static_assert(BM % C.wm == 0 && BN % C.wn == 0, "warp tiles must tile the block tile");
+  static_assert(STAGES >= 2, "the pipeline needs at least two stages");
+  static_assert(C.elem_bytes == sizeof(T), "tile table and element type disagree");
+  static_assert((SA * sizeof(T)) % 16 == 0 && (SB * sizeof(T)) % 16 == 0, "rows stay 16-byte aligned");
+  static_assert(!AMK || (BK % 4 == 0 && ((SA * sizeof(T)) / 16) % 2 == 1),
+                "As[m][k]: whole 4-k groups, odd 16-byte row stride (no bank conflicts)");
+  static_assert((AMK ? BM * SA : BK * SA) <= A_STAGE, "a stage of a fits its share");
+  static_assert(!AMK || sizeof(T) == 4, "As[m][k] rows are read as float4");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* As = reinterpret_cast<T*>(smem_raw);  // [STAGES][A_STAGE]
+  T* Bs = As + STAGES * A_STAGE;           // [STAGES][BK][SB]
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
+  const int pid = blockIdx.x, width = p.group_m * tiles_n;
+  const int first_m = (pid / width) * p.group_m;
+  const int group_rows = min(tiles_m - first_m, p.group_m);
+  const int m0 = (first_m + (pid % width) % group_rows) * BM;
+  const int n0 = ((pid % width) / group_rows) * BN;
+
+  using ALoader = typename std::conditional<AMK, RowSlabLoader<T, BM, BK, SA, THREADS>,
+                                            SlabLoader<T, BM, BK, SA, THREADS, A_KMAJOR>>::type;
+  const ALoader la(static_cast<const T*>(p.a), p.lda, p.m, p.k, p.a_vec, m0, tid);
+  const SlabLoader<T, BN, BK, SB, THREADS, B_KMAJOR> lb(static_cast<const T*>(p.b), p.ldb, p.n, p.k,
+                                                        p.b_vec, n0, tid);
+  const int k_tiles = (p.k + BK - 1) / BK;
+  const bool a_full = m0 + BM <= p.m, b_full = n0 + BN <= p.n;
+  auto load_slab = [&](int slab, int buf) {
+    if (slab < k_tiles) {
+      const bool k_full = (slab + 1) * BK <= p.k;
+      la.load(As + buf * A_STAGE, m0, slab * BK, a_full && k_full);
+      lb.load(Bs + buf * B_STAGE, n0, slab * BK, b_full && k_full);
+    }
+    cp_async_commit();
+  };
+
+  // Prologue: slabs 0 .. STAGES-2 in flight; once slab 0 has landed, slab STAGES-1 goes into the
+  // last buffer. From then on, before the last k step of slab t, STAGES groups after slab t are
+  // committed (slabs up to t + STAGES - 1), so wait_group<STAGES - 2> means "slab t + 1 landed".
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) load_slab(s, s);
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  load_slab(STAGES - 1, STAGES - 1);
+
+  const int wm0 = (warp % WARPS_M) * C.wm, wn0 = (warp / WARPS_M) * C.wn;
+  const int lm = lane / LN, ln = lane % LN;
+  // This thread's fragment origin in a stage: As[k][a_off + ...] or As[a_off + ...][k].
+  const int a_off = AMK ? (wm0 + lm) * SA : wm0 + lm * 4;
+  const int b_off = wn0 + ln * 4;
+
+  T acc[4 * RM][4 * RN];
+#pragma unroll
+  for (int i = 0; i < 4 * RM; ++i)
+#pragma unroll
+    for (int j = 0; j < 4 * RN; ++j) acc[i][j] = T(0);
+
+  // AMK: a4[i][q] = a(row i, k 4g + q) of the current 4-k group g. Otherwise af[buf][i].
+  constexpr int AF = AMK ? 1 : 2;
+  T af[AF][4 * RM], bf[2][4 * RN];
+  T a4[AMK ? 4 * RM : 1][4];
+  auto load_a = [&](const T* as, int kk, int buf) {  // !AMK: the fragment of step kk
+#pragma unroll
+    for (int r = 0; r < RM; ++r) lds4(as + kk * SA + r * 4 * LM, af[buf], 4 * r);
+  };
+  auto load_a_row = [&](const T* as, int g, int i) {  // AMK: row i, 4-k group g
+    const float4 x = *reinterpret_cast<const float4*>(as + i * LM * SA + 4 * g);
+    a4[i][0] = x.x, a4[i][1] = x.y, a4[i][2] = x.z, a4[i][3] = x.w;
+  };
+  auto load_b = [&](const T* bs, int kk, int buf) {
+#pragma unroll
+    for (int r = 0; r < RN; ++r) lds4(bs + kk * SB + r * 4 * LN, bf[buf], 4 * r);
+  };
+
+  int rs = 0;  // the buffer being read (slab t)
+  {
+    const T* as = As + a_off;
+    const T* bs = Bs + b_off;
+    if constexpr (AMK) {
+#pragma unroll
+      for (int i = 0; i < 4 * RM; ++i) load_a_row(as, 0, i);
+    } else {
+      load_a(as, 0, 0);
+    }
+    load_b(bs, 0, 0);
+  }
+
+  for (int t = 0; t < k_tiles; ++t) {
+    const T* as = As + rs * A_STAGE + a_off;
+    const T* bs = Bs + rs * B_STAGE + b_off;
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      const int cur = kk & 1, nxt = cur ^ 1;
+      const int ws = rs;  // the buffer freed at kk == BK - 1
+      if (kk == BK - 1) {
+        // Every thread has loaded its last fragments of slab t: after the barrier its buffer is
+        // free for slab t + STAGES and slab t + 1 has landed (the wait). On the last slab the
+        // fragments read below are unused.
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (!LATE_COPY) load_slab(t + STAGES, ws);
+        rs = rs + 1 == STAGES ? 0 : rs + 1;
+        as = As + rs * A_STAGE + a_off;
+        bs = Bs + rs * B_STAGE + b_off;
+      }
+      const int kn = kk == BK - 1 ? 0 : kk + 1;  // the next step, in `as`/`bs`
+      load_b(bs, kn, nxt);
+      if constexpr (AMK) {
+        const int q = kk % 4;
+        if (q != 3) {
+#pragma unroll
+          for (int i = 0; i < 4 * RM; ++i)
+#pragma unroll
+            for (int j = 0; j < 4 * RN; ++j) acc[i][j] = fma(a4[i][q], bf[cur][j], acc[i][j]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4 * RM; ++i) {
+#pragma unroll
+            for (int j = 0; j < 4 * RN; ++j) acc[i][j] = fma(a4[i][3], bf[cur][j], acc[i][j]);
+            load_a_row(as, kn / 4, i);
+          }
+        }
+      } else {
+        load_a(as, kn, nxt);
+#pragma unroll
+        for (int i = 0; i < 4 * RM; ++i)
+#pragma unroll
+          for (int j = 0; j < 4 * RN; ++j) acc[i][j] = fma(af[cur][i], bf[cur][j], acc[i][j]);
+      }
+      if (LATE_COPY && kk == BK - 1) load_slab(t + STAGES, ws);
+    }
+  }
+  cp_async_wait<0>();
+
+  T* c = static_cast<T*>(p.c);
+#pragma unroll
+  for (int i = 0; i < 4 * RM; ++i) {
+    const int row = m0 + wm0 + (AMK ? i * LM + lm : (i / 4) * 4 * LM + lm * 4 + i % 4);
+    if (row >= p.m) continue;
+    T* crow = c + row * p.ldc;
+#pragma unroll
+    for (int r = 0; r < RN; ++r) {
+      const int col = n0 + wn0 + r * 4 * LN + ln * 4;
+      if (p.c_vec && col + 3 < p.n) {
+        store4(crow + col, &acc[i][4 * r]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (col + j < p.n) crow[col + j] = acc[i][4 * r + j];
+      }
+    }
+  }
+}
+
+// threadIdx.x / blockIdx.x read anew (volatile: not merged with an earlier read), so that what is
+// computed from them is recomputed rather than kept in registers (or spilled) across a loop.
+__device__ __forceinline__ int fresh_tid() {
+  int v;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ int fresh_ctaid() {
+  int v;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
+  return v;
+}
+
+// gemm_body_db (without a_mk) plus a fast path for the copies: in a block whose tile has no row or
+// column edge and whose operands allow 16-byte copies, every slab but the last STAGES is loaded by
+// SlabLoader::load_full (no bounds predicates or selects, running pointers, immediate offsets);
+// the remaining slabs (and every slab of an edge tile) take the checked path. The k loop is
+// compiled twice (the fast loop, then the checked loop for the last slabs) with the same FFMA /
+// LDS sequence per step as gemm_body_db. The block's place, loaders and fragment offsets are
+// computed again after the fast loop from fresh tid / ctaid reads: nothing the checked loop and
+// the epilogue need stays live (or spilled) through the fast loop.
+template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED>
+__device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
+  constexpr int BM = C.bm, BN = C.bn, BK = C.bk, STAGES = C.stages, RM = C.rm, RN = C.rn;
+  constexpr int LM = C.lanes_m(), LN = C.lanes_n(), THREADS = C.threads();
+  constexpr int WARPS_M = BM / C.wm;
+  constexpr int SA = BM + GemmTile::kPad, SB = BN + GemmTile::kPad;
+  constexpr int A_STAGE = BK * SA, B_STAGE = BK * SB;
+  static_assert(!C.a_mk, "gemm_body_fp keeps As[k][m]");
+  static_assert(LM * LN == 32, "a warp's lanes must tile its warp tile");
+  static_assert(BM % C.wm == 0 && BN % C.wn == 0, "warp tiles must tile the block tile");
+  static_assert(STAGES >= 2, "the pipeline needs at least two stages");
+  static_assert(C.elem_bytes == sizeof(T), "tile table and element type disagree");
+  static_assert((SA * sizeof(T)) % 16 == 0 && (SB * sizeof(T)) % 16 == 0, "rows stay 16-byte aligned");
+  static_assert(C.a_stage() == A_STAGE, "the host's shared-memory size assumes As[k][m]");
+  // SCHED: instruction order only (ptxas schedules each differently; chosen per kernel by reading
+  // the SASS: no LDS.128 within ~25 instructions of its first use). Bit 0: LATE_COPY as in
+  // gemm_body_db; bit 1: a step loads the next A fragment before the next B fragment.
+  constexpr bool LATE_COPY = SCHED & 1, A_FIRST = SCHED & 2;
+  using ALoader = SlabLoader<T, BM, BK, SA, THREADS, A_KMAJOR>;
+  using BLoader = SlabLoader<T, BN, BK, SB, THREADS, B_KMAJOR>;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* As = reinterpret_cast<T*>(smem_raw);  // [STAGES][BK][SA]
+  T* Bs = As + STAGES * A_STAGE;           // [STAGES][BK][SB]
+  const int k_tiles = (p.k + BK - 1) / BK;
+
+  // Everything that depends on the thread and block index.
+  struct Place {
+    int m0, n0;         // the block's tile
+    int a_off, b_off;   // this thread's fragment origin in a stage: As[k][a_off + ...], Bs likewise
+    int row0, col0;     // this thread's first row and column of c
+    bool a_full, b_full;
+    ALoader la;
+    BLoader lb;
+  };
+  auto place = [&](int tid, int pid) {
+    const int lane = tid % 32, warp = tid / 32;
+    const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
+    const int width = p.group_m * tiles_n;
+    const int first_m = (pid / width) * p.group_m;
+    const int group_rows = min(tiles_m - first_m, p.group_m);
+    const int m0 = (first_m + (pid % width) % group_rows) * BM;
+    const int n0 = ((pid % width) / group_rows) * BN;
+    const int wm0 = (warp % WARPS_M) * C.wm, wn0 = (warp / WARPS_M) * C.wn;
+    const int lm = lane / LN, ln = lane % LN;
+    return Place{m0, n0, wm0 + lm * 4, wn0 + ln * 4, m0 + wm0 + lm * 4, n0 + wn0 + ln * 4,
+                 m0 + BM <= p.m, n0 + BN <= p.n,
+                 ALoader(static_cast<const T*>(p.a), p.lda, p.m, p.k, p.a_vec, m0, tid),
+                 BLoader(static_cast<const T*>(p.b), p.ldb, p.n, p.k, p.b_vec, n0, tid)};
+  };
+  // The checked copies of slab `slab` into buffer `buf` (none past the last slab), one group.
+  auto load_slab = [&](const Place& w, int slab, int buf) {
+    if (slab < k_tiles) {
+      const bool k_full = (slab + 1) * BK <= p.k;
+      w.la.load(As + buf * A_STAGE, w.m0, slab * BK, w.a_full && k_full);
+      w.lb.load(Bs + buf * B_STAGE, w.n0, slab * BK, w.b_full && k_full);
+    }
+    cp_async_commit();
+  };
+
+  T acc[4 * RM][4 * RN];
+#pragma unroll
+  for (int i = 0; i < 4 * RM; ++i)
+#pragma unroll
+    for (int j = 0; j < 4 * RN; ++j) acc[i][j] = T(0);
+  T af[2][4 * RM], bf[2][4 * RN];
+  auto load_a = [&](const T* as, int kk, int buf) {
+#pragma unroll
+    for (int r = 0; r < RM; ++r) lds4(as + kk * SA + r * 4 * LM, af[buf], 4 * r);
+  };
+  auto load_b = [&](const T* bs, int kk, int buf) {
+#pragma unroll
+    for (int r = 0; r < RN; ++r) lds4(bs + kk * SB + r * 4 * LN, bf[buf], 4 * r);
+  };
+
+  int rs = 0;  // the buffer being read (slab t)
+  // One slab t: BK k steps, with the fragments of step kk + 1 loaded during step kk (across the
+  // slab boundary too); before the last step, the barrier and then `copies(ws)` (slab t + STAGES
+  // into the buffer ws that slab t leaves).
+  auto slab_step = [&](int a_off, int b_off, auto copies) {
+    const T* as = As + rs * A_STAGE + a_off;
+    const T* bs = Bs + rs * B_STAGE + b_off;
+    const int ws = rs;
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      const int cur = kk & 1, nxt = cur ^ 1;
+      if (kk == BK - 1) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        if (!LATE_COPY) copies(ws);
+        rs = rs + 1 == STAGES ? 0 : rs + 1;
+        as = As + rs * A_STAGE + a_off;
+        bs = Bs + rs * B_STAGE + b_off;
+      }
+      const int kn = kk == BK - 1 ? 0 : kk + 1;
+      if (A_FIRST) load_a(as, kn, nxt);
+      load_b(bs, kn, nxt);
+      if (!A_FIRST) load_a(as, kn, nxt);
+#pragma unroll
+      for (int i = 0; i < 4 * RM; ++i)
+#pragma unroll
+        for (int j = 0; j < 4 * RN; ++j) acc[i][j] = fma(af[cur][i], bf[cur][j], acc[i][j]);
+      if (LATE_COPY && kk == BK - 1) copies(ws);
+    }
+  };
+
+  int t = 0;
+  {
+    const Place w = place(threadIdx.x, blockIdx.x);
+    // Prologue: slabs 0 .. STAGES-2 in flight; once slab 0 has landed, slab STAGES-1 goes into the
+    // last buffer. Before the last step of slab t, the groups up to slab t + STAGES - 1 are
+    // committed, so wait_group<STAGES - 2> means "slab t + 1 landed".
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) load_slab(w, s, s);
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    load_slab(w, STAGES - 1, STAGES - 1);
+    load_a(As + w.a_off, 0, 0);
+    load_b(Bs + w.b_off, 0, 0);
+
+    // The fast loop runs t < t_fast: the slab it copies (t + STAGES) is whole in k, and the tile
+    // has no edge and 16-byte copies wherever it copies 16 bytes. fa / fb: this thread's first
+    // piece of slab t + STAGES.
+    const bool interior = w.a_full && w.b_full && (A_KMAJOR || p.a_vec) && (B_KMAJOR || p.b_vec);
+    const int t_fast = interior ? max(p.k / BK - STAGES, 0) : 0;
+    const T* fa = w.la.g + STAGES * w.la.slab_step();
+    const T* fb = w.lb.g + STAGES * w.lb.slab_step();
+    for (; t < t_fast; ++t) {
+      slab_step(w.a_off, w.b_off, [&](int ws) {
+        w.la.load_full(As + ws * A_STAGE, w.m0, fa);
+        w.lb.load_full(Bs + ws * B_STAGE, w.n0, fb);
+        cp_async_commit();
+      });
+    }
+  }
+  const Place w = place(fresh_tid(), fresh_ctaid());
+  for (; t < k_tiles; ++t) slab_step(w.a_off, w.b_off, [&](int ws) { load_slab(w, t + STAGES, ws); });
+  cp_async_wait<0>();
+
+  T* c = static_cast<T*>(p.c);
+#pragma unroll
+  for (int i = 0; i < 4 * RM; ++i) {
+    const int row = w.row0 + (i / 4) * 4 * LM + i % 4;
+    if (row >= p.m) continue;
+    T* crow = c + row * p.ldc;
+#pragma unroll
+    for (int r = 0; r < RN; ++r) {
+      const int col = w.col0 + r * 4 * LN;
+      if (p.c_vec && col + 3 < p.n) {
+        store4(crow + col, &acc[i][4 * r]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (col + j < p.n) crow[col + j] = acc[i][4 * r + j];
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace portmat::cuda
 
 using portmat::cuda::GemmArgs;
 using portmat::cuda::gemm_body;
+using portmat::cuda::gemm_body_db;
+using portmat::cuda::gemm_body_fp;
 namespace tiles = portmat::cuda;
 
 // The kernels, by element type, tile and layout of a and b ('r' row-major, 'c' column-major).
@@ -291,6 +743,41 @@ __global__ void PM_BOUNDS(kF32_64x64) gemm_sm80_f32_64x64_rr(GemmArgs p) { gemm_
 __global__ void PM_BOUNDS(kF32_64x64) gemm_sm80_f32_64x64_rc(GemmArgs p) { gemm_body<float, tiles::kF32_64x64, true, true>(p); }
 __global__ void PM_BOUNDS(kF32_64x64) gemm_sm80_f32_64x64_cr(GemmArgs p) { gemm_body<float, tiles::kF32_64x64, false, false>(p); }
 __global__ void PM_BOUNDS(kF32_64x64) gemm_sm80_f32_64x64_cc(GemmArgs p) { gemm_body<float, tiles::kF32_64x64, false, true>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x256_db) gemm_sm80_f32_128x256_db_rr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db, true, false, false>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_db) gemm_sm80_f32_128x256_db_rc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db, true, true, false>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_db) gemm_sm80_f32_128x256_db_cr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db, false, false, false>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_db) gemm_sm80_f32_128x256_db_cc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db, false, true, false>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x256_db32) gemm_sm80_f32_128x256_db32_rr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db32, true, false, false>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_db32) gemm_sm80_f32_128x256_db32_rc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db32, true, true, false>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_db32) gemm_sm80_f32_128x256_db32_cr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db32, false, false, false>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_db32) gemm_sm80_f32_128x256_db32_cc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db32, false, true, false>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_rr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak, true, false, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_rc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak, true, true, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_cr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak, false, false, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_cc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak, false, true, true>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x256_ak32) gemm_sm80_f32_128x256_ak32_rr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak32, true, false, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_ak32) gemm_sm80_f32_128x256_ak32_rc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak32, true, true, false>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_ak32) gemm_sm80_f32_128x256_ak32_cr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak32, false, false, false>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_ak32) gemm_sm80_f32_128x256_ak32_cc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak32, false, true, false>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, true, false, 1>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, true, true, 3>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, false, 3>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, true, 0>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x256_fp4) gemm_sm80_f32_128x256_fp4_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp4, true, false, 1>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fp4) gemm_sm80_f32_128x256_fp4_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp4, true, true, 3>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fp4) gemm_sm80_f32_128x256_fp4_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp4, false, false, 1>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fp4) gemm_sm80_f32_128x256_fp4_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp4, false, true, 3>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, false, 2>(p); }
+__global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, true, 2>(p); }
+__global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, false, false, 3>(p); }
+__global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, false, true, 2>(p); }
 
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_rr(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, true, false>(p); }
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_rc(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, true, true>(p); }

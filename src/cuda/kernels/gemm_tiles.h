@@ -24,12 +24,20 @@ struct GemmArgs {
 struct GemmTile {
   const char* name;  // kernel name prefix; the layout suffix (_rr, _rc, _cr, _cc) follows
   int bm, bn, bk, wm, wn, rm, rn, stages, elem_bytes, min_blocks;
+  // 1: a row-major a stays k-contiguous in shared memory (As[m][bk + kPad], 16-byte copies, read
+  // 4 k at a time); only the double-buffered body (gemm_body_db) reads it. 0: As[k][m] always.
+  int a_mk = 0;
   constexpr int lanes_m() const { return wm / (4 * rm); }
   constexpr int lanes_n() const { return wn / (4 * rn); }
   constexpr int threads() const { return (bm / wm) * (bn / wn) * 32; }
   static constexpr int kPad = 4;  // elements added to each shared-memory row: no bank conflicts
                                   // when a k-major operand is stored transposed
-  constexpr int smem_bytes() const { return stages * bk * (bm + kPad + bn + kPad) * elem_bytes; }
+  // One stage of a: [bk][bm + kPad], or [bm][bk + kPad] with a_mk (the larger of the two, so that
+  // every layout fits the one size the host sets).
+  constexpr int a_stage() const {
+    return a_mk && bm * (bk + kPad) > bk * (bm + kPad) ? bm * (bk + kPad) : bk * (bm + kPad);
+  }
+  constexpr int smem_bytes() const { return stages * (a_stage() + bk * (bn + kPad)) * elem_bytes; }
 };
 
 // float32: the main tile (2 blocks per SM on sm_80/sm_90, 128 registers; _b1: the same tile at one
@@ -40,7 +48,39 @@ inline constexpr GemmTile kF32_128x128_b1{"gemm_sm80_f32_128x128_b1", 128, 128, 
 inline constexpr GemmTile kF32_128x256{"gemm_sm80_f32_128x256", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
 inline constexpr GemmTile kF32_256x128{"gemm_sm80_f32_256x128", 256, 128, 16, 128, 32, 4, 2, 3, 4, 1};
 inline constexpr GemmTile kF32_64x64{"gemm_sm80_f32_64x64", 64, 64, 16, 32, 32, 2, 1, 4, 4, 4};
+// Experimental 128x256 variants (issue 4), all 8x16 per thread, 256 threads, 1 block per SM, run by
+// gemm_body_db: fragments double-buffered in registers across k steps and across the slab
+// boundary (the barrier sits before the last k step of a slab). _db: the baseline's shared layout;
+// _db32: the same with bk = 32 (half the barriers and copy-issue overhead per FFMA); _ak / _ak32:
+// also a_mk (row-major a copied 16 bytes at a time into As[m][k], no 4-byte transposing copies).
+inline constexpr GemmTile kF32_128x256_db{"gemm_sm80_f32_128x256_db", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
+inline constexpr GemmTile kF32_128x256_db32{"gemm_sm80_f32_128x256_db32", 128, 256, 32, 64, 64, 2, 4, 3, 4, 1};
+inline constexpr GemmTile kF32_128x256_ak{"gemm_sm80_f32_128x256_ak", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 1};
+inline constexpr GemmTile kF32_128x256_ak32{"gemm_sm80_f32_128x256_ak32", 128, 256, 32, 64, 64, 2, 4, 3, 4, 1, 1};
+// gemm_body_fp: _db's k loop with a fast copy path for edge-free tiles (no bounds predicates or
+// selects on the copies of all but the last `stages` slabs: running pointers, immediate offsets;
+// see gemm.cu). sm_90 SASS of the rr kernel per 16-deep slab on that path: 2048 FFMA and 150 other
+// instructions (96 LDS.128, 12 LDGSTS, ~37 integer), against 2048 and 286 for _db. _fp: 128x256
+// as _db; _fp4: 4 stages (100 KB of shared memory); 128x128_fp: 8x8 per thread at 2 blocks per SM
+// (128 registers, 16 warps per SM: 64 LDS.128 and ~59 others per 1024 FFMA).
+inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
+inline constexpr GemmTile kF32_128x256_fp4{"gemm_sm80_f32_128x256_fp4", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1};
+inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 16, 64, 32, 2, 2, 4, 4, 2};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
+
+// Every float32 tile by the short name PORTMAT_CUDA_TILE accepts (the name after "gemm_sm80_f32_").
+// A tile added above must be listed here and have its four kernels in gemm.cu.
+struct NamedTile {
+  const char* short_name;
+  const GemmTile* tile;
+};
+inline constexpr NamedTile kF32Tiles[] = {
+    {"128x128", &kF32_128x128}, {"128x128_b1", &kF32_128x128_b1}, {"128x256", &kF32_128x256},
+    {"256x128", &kF32_256x128}, {"64x64", &kF32_64x64}, {"128x256_db", &kF32_128x256_db},
+    {"128x256_db32", &kF32_128x256_db32}, {"128x256_ak", &kF32_128x256_ak},
+    {"128x256_ak32", &kF32_128x256_ak32}, {"128x256_fp", &kF32_128x256_fp},
+    {"128x256_fp4", &kF32_128x256_fp4}, {"128x128_fp", &kF32_128x128_fp},
+};
 
 }  // namespace portmat::cuda
