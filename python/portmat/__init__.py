@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as _np
 
-from . import _ext
+from . import _ext, _host_memory
 from ._ext import DeviceError, DeviceInfo, Error, OutOfDeviceMemory
 
 __all__ = [
@@ -119,6 +119,13 @@ def matmul(a, b, *, device=None) -> _np.ndarray:
     dtype = _np.result_type(a.dtype, b.dtype)
     a = a.astype(dtype, copy=False)
     b = b.astype(dtype, copy=False)
-    out = _np.empty((a.shape[0], b.shape[1]), dtype=dtype)
-    _ext.matmul_into(a, b, out, _device_spec(device))
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    info = _ext.device_for(_device_spec(device), m, n, k)
+    dev = info.id
+    if info.host_unified or m * n * k == 0:
+        out = _np.empty((m, n), dtype=dtype)
+    else:  # a discrete GPU: pinned memory where it pays (_host_memory explains when)
+        _host_memory.pin_operands(dev, a, b)
+        out = _host_memory.new_result(dev, m, n, dtype)
+    _ext.matmul_into(a, b, out, dev)
     return out

@@ -6,7 +6,11 @@ blocks, so that drift on a shared machine hits both alike, and report medians. B
 calls: after each call OpenBLAS's worker threads spin for about 0.1 s, taking cores from whatever
 runs next; a short pause before each block lets either library run as it would on its own.
 - numpy_s:   NumPy's a @ b (its BLAS, all cores);
-- portmat_s: portmat.matmul(a, b) as a user calls it, NumPy in and NumPy out;
+- portmat_s: portmat.matmul(a, b) as a user calls it, NumPy in and NumPy out, called repeatedly
+  on the same arrays (on a discrete GPU, portmat then keeps them and the recycled results in
+  pinned memory: see _host_memory.py);
+- new_arrays_s: one portmat call on arrays it has not seen before (copies of a and b): what a
+  one-off call costs;
 - kernel_s:  portmat's kernel alone on device-resident data (device timer);
 - max_rel_error: max |c - ref| / (|a| @ |b|) over the checked entries: the componentwise error,
   which float32 arithmetic keeps near sqrt(n) * 6e-8 and never above n * 6e-8.
@@ -116,6 +120,9 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
         say(f"n={n}: warming up")
         a @ b
         portmat.matmul(a, b, device=dev)
+        fresh_a, fresh_b = a.copy(), b.copy()
+        t_new = _time_once(lambda: portmat.matmul(fresh_a, fresh_b, device=dev))
+        del fresh_a, fresh_b
         # Verify and warm up each peer, then time every contender in the same alternating blocks.
         contenders = {"numpy": lambda: a @ b, "portmat": lambda: portmat.matmul(a, b, device=dev)}
         peer_errors = {}
@@ -148,6 +155,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
             "device_name": dev.name,
             "numpy_s": statistics.median(t_np),
             "portmat_s": statistics.median(t_pm),
+            "new_arrays_s": t_new,
             "kernel_s": statistics.median(t_k) if t_k else None,
             "numpy_spread_s": [min(t_np), max(t_np)],
             "portmat_spread_s": [min(t_pm), max(t_pm)],
@@ -180,12 +188,14 @@ def table(records: list[dict]) -> str:
     head = [
         f"portmat bench: {r0['dtype']} (n x n) @ (n x n) on {r0['device']} ({r0['device_name']})",
         f"NumPy {r0['numpy_version']} with {r0['blas']}; host {r0['host']}; {r0['date']}",
-        f"medians of {r0['repeat']} runs; ratio = NumPy time / portmat time (NumPy in, NumPy out); "
+        f"medians of {r0['repeat']} runs; ratio = NumPy time / portmat time (NumPy in, NumPy out, "
+        "same arrays each call); new arrays = one call on arrays portmat has not seen; "
         "kernel = device-resident; peers: NumPy in/out ms and device-resident GFLOP/s",
         "",
     ]
     peer_names = sorted({name for r in records for name in r.get("peers", {})})
-    cols = ["n", "NumPy ms", "GFLOP/s", "portmat ms", "GFLOP/s", "kernel ms", "GFLOP/s"]
+    cols = ["n", "NumPy ms", "GFLOP/s", "portmat ms", "GFLOP/s", "new arrays ms", "kernel ms",
+            "GFLOP/s"]
     if any("peak_gflops" in r for r in records):
         cols.append("% peak")
     for name in peer_names:
@@ -205,6 +215,7 @@ def table(records: list[dict]) -> str:
             str(r["size"]),
             f"{r['numpy_s'] * 1e3:.3f}", f"{r['gflops_numpy']:.1f}",
             f"{r['portmat_s'] * 1e3:.3f}", f"{r['gflops_portmat']:.1f}",
+            f"{r['new_arrays_s'] * 1e3:.3f}" if "new_arrays_s" in r else "",
             f"{k * 1e3:.3f}" if k else "n/a", f"{r['gflops_kernel']:.1f}" if k else "n/a",
             *extra,
             f"{r['speedup_vs_numpy']:.2f}x", f"{r['max_rel_error']:.2e}",

@@ -60,6 +60,19 @@ class Device {
   // devices (pooled buffers, later pipelined). Must leave no device work referring to host
   // memory when it returns or throws.
   virtual void matmul_host(const HostMatrix& a, const HostMatrix& b, const MatrixView& c) = 0;
+
+  // Host memory of at least `bytes` that matmul_host writes results into fastest (pinned memory
+  // for a discrete GPU's copy engines), held until the last copy of the pointer goes; null where
+  // ordinary memory is as good or none can be had (the caller then allocates its own). With
+  // `reuse_only`, only memory the device already holds is handed out (nothing slow is allocated).
+  virtual std::shared_ptr<void> alloc_host(std::size_t /*bytes*/, bool /*reuse_only*/) {
+    return nullptr;
+  }
+
+  // Makes the caller's host memory [p, p + bytes) faster for matmul_host to read (page-locks it
+  // in place for a discrete GPU) until the returned handle goes; the caller must keep the memory
+  // alive and unmoved while it holds the handle. Null where it would not help or cannot be done.
+  virtual std::shared_ptr<void> pin_host(const void* /*p*/, std::size_t /*bytes*/) { return nullptr; }
 };
 
 class Backend {

@@ -54,6 +54,9 @@ CuApi* load_api() {
       load(lib, "cuMemGetInfo_v2", api->MemGetInfo) &&
       load(lib, "cuMemHostAlloc", api->MemHostAlloc) &&
       load(lib, "cuMemFreeHost", api->MemFreeHost) &&
+      load(lib, "cuMemHostRegister_v2", api->MemHostRegister) &&
+      load(lib, "cuMemHostUnregister", api->MemHostUnregister) &&
+      load(lib, "cuPointerGetAttribute", api->PointerGetAttribute) &&
       load(lib, "cuMemcpyHtoD_v2", api->MemcpyHtoD) &&
       load(lib, "cuMemcpyDtoH_v2", api->MemcpyDtoH) &&
       load(lib, "cuMemcpyHtoDAsync_v2", api->MemcpyHtoDAsync) &&

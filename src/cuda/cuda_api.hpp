@@ -35,6 +35,9 @@ struct CuApi {
   decltype(&::cuMemGetInfo_v2) MemGetInfo;
   decltype(&::cuMemHostAlloc) MemHostAlloc;
   decltype(&::cuMemFreeHost) MemFreeHost;
+  decltype(&::cuMemHostRegister_v2) MemHostRegister;
+  decltype(&::cuMemHostUnregister) MemHostUnregister;
+  decltype(&::cuPointerGetAttribute) PointerGetAttribute;
   decltype(&::cuMemcpyHtoD_v2) MemcpyHtoD;
   decltype(&::cuMemcpyDtoH_v2) MemcpyDtoH;
   decltype(&::cuMemcpyHtoDAsync_v2) MemcpyHtoDAsync;

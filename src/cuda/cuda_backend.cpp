@@ -22,11 +22,14 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "core/backend.hpp"
 #include "core/buffer_pool.hpp"
 #include "cuda/cuda_api.hpp"
 #include "cuda/host_copy.hpp"
 #include "cuda/kernels/gemm_tiles.h"
+#include "cuda/pinned_pool.hpp"
 
 // kernels/gemm.cu compiled by nvcc, embedded by cuda.cmake (.incbin)
 extern "C" const unsigned char portmat_cuda_gemm_fatbin[];
@@ -73,13 +76,10 @@ struct Pinned {
   }
 };
 
-// The tile table, by the name PORTMAT_CUDA_TILE accepts.
+// A float32 tile by the name PORTMAT_CUDA_TILE accepts (gemm_tiles.h lists them).
 const GemmTile* tile_by_name(const std::string& s) {
-  if (s == "128x128") return &kF32_128x128;
-  if (s == "128x128_b1") return &kF32_128x128_b1;
-  if (s == "128x256") return &kF32_128x256;
-  if (s == "256x128") return &kF32_256x128;
-  if (s == "64x64") return &kF32_64x64;
+  for (const NamedTile& t : kF32Tiles)
+    if (s == t.short_name) return t.tile;
   return nullptr;
 }
 
@@ -155,6 +155,25 @@ class CudaDevice final : public core::Device {
   void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
                    const MatrixView& c) override;
 
+  // Results of 1 MiB and more come from the pinned pool (pinned_pool.hpp), so the copy engine
+  // writes them directly; PORTMAT_CUDA_PINNED_RESULTS=0 turns this off (for measurements).
+  std::shared_ptr<void> alloc_host(std::size_t bytes, bool reuse_only) override {
+    if (bytes < (std::size_t(1) << 20) || env_long("PORTMAT_CUDA_PINNED_RESULTS", 1) == 0)
+      return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    return pinned_pool_->get(bytes, reuse_only);
+  }
+
+  // Operands of 4 MiB and more are page-locked in place (cuMemHostRegister) so that later calls
+  // copy them to the device directly; PORTMAT_CUDA_PIN_OPERANDS=0 turns this off.
+  std::shared_ptr<void> pin_host(const void* p, std::size_t bytes) override {
+    if (bytes < (std::size_t(4) << 20) || env_long("PORTMAT_CUDA_PIN_OPERANDS", 1) == 0) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    return pins_->pin(p, bytes);
+  }
+
  private:
   // ---- set-up, once ------------------------------------------------------------------------------
   void ready() {
@@ -174,6 +193,19 @@ class CudaDevice final : public core::Device {
     const long threads = env_long("PORTMAT_CUDA_THREADS",
                                   std::clamp<long>(std::thread::hardware_concurrency(), 1, 16));
     pool_threads_ = std::make_unique<HostPool>(static_cast<int>(std::clamp<long>(threads, 1, 64)));
+    // Pinned results: keep up to 1/16 of the host's memory (at most 2 GiB) of free blocks for
+    // reuse, and lock at most a quarter of it in live results.
+    const std::size_t ram = static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) *
+                            static_cast<std::size_t>(sysconf(_SC_PAGE_SIZE));
+    HostPool* threads_pool = pool_threads_.get();
+    auto fault_in = [threads_pool](void* p, std::size_t bytes) {
+      threads_pool->run(bytes / 4096, 256, [p](std::size_t b, std::size_t e) {
+        for (std::size_t page = b; page < e; ++page) static_cast<volatile char*>(p)[page * 4096] = 0;
+      });
+    };
+    pinned_pool_ = std::make_shared<PinnedPool>(cu_, ctx, std::min(ram / 16, std::size_t(2) << 30),
+                                                ram / 4, fault_in);
+    pins_ = std::make_shared<HostPins>(cu_, ctx, ram / 4);
     ctx_ = ctx;
   }
 
@@ -207,6 +239,23 @@ class CudaDevice final : public core::Device {
     return pool_.lease(bytes, [&] { return create_buffer(bytes); });
   }
 
+  // True when [p, p + bytes) is page-locked host memory the copy engines can use directly: a block
+  // of the pinned pool, an array pinned by pin_host, or memory pinned by someone else
+  // (cuMemHostAlloc, cuMemHostRegister, e.g. CuPy's pinned memory pool). Pageable memory makes the
+  // driver report CUDA_ERROR_INVALID_VALUE.
+  bool is_pinned(const void* p, std::size_t bytes) {
+    if (pinned_pool_->contains(p, bytes) || pins_->contains(p, bytes)) return true;
+    const auto dp = reinterpret_cast<CUdeviceptr>(p);
+    unsigned type = 0;
+    CUdeviceptr start = 0;
+    std::size_t size = 0;
+    return cu_.PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dp) == CUDA_SUCCESS &&
+           type == CU_MEMORYTYPE_HOST &&
+           cu_.PointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, dp) == CUDA_SUCCESS &&
+           cu_.PointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, dp) == CUDA_SUCCESS &&
+           dp >= start && dp + bytes <= start + size;
+  }
+
   void* pinned(Pinned& p, std::size_t bytes) {
     if (p.bytes >= bytes) return p.p;
     if (p.p) cu_.MemFreeHost(p.p);
@@ -224,12 +273,15 @@ class CudaDevice final : public core::Device {
     if (dtype == DType::f64) return kF64_64x64;
     if (const char* e = std::getenv("PORTMAT_CUDA_TILE"))
       if (const GemmTile* t = tile_by_name(e)) return *t;
-    // Measured on the H200 (bench/results/cuda_h200.md): 128x256 (8x16 per thread) is fastest from
-    // n = 2048 up (41.8 TFLOP/s at 8192 against 39.4 for 128x128); when there are fewer 128x128
-    // tiles than SMs, 64x64 tiles (4x as many) fill the GPU better (26.3 against 17.3 at n = 1024).
+    // Measured on the H200 (bench/results/2026-11-29_h200_cuda_round2.json): 128x256 (8x16 per
+    // thread) with register double-buffered fragments and unchecked copies for interior slabs
+    // (_fp) is fastest from n = 2048 up: 49.6 / 49.8 TFLOP/s at 4096 / 8192, against 45.7 / 46.8
+    // for _db, 41.3 / 41.8 for the plain 128x256 and 45.1 / 46.4 for 128x128_fp. When there are
+    // fewer 128x128 tiles than SMs, 64x64 tiles (4x as many) fill the GPU better (26.3 against
+    // 17.3 TFLOP/s for 128x128 at n = 1024).
     const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128);
     if (big_tiles < info_.compute_units) return kF32_64x64;
-    return kF32_128x256;
+    return kF32_128x256_fp;
   }
 
   CUfunction function(const GemmTile& t, bool a_col, bool b_col) {
@@ -292,6 +344,8 @@ class CudaDevice final : public core::Device {
   core::BufferPool<CuBuffer> pool_;  // keeps at most a quarter of the device (constructor)
   std::unique_ptr<HostPool> pool_threads_;
   Pinned in_stage_, out_stage_;
+  std::shared_ptr<PinnedPool> pinned_pool_;
+  std::shared_ptr<HostPins> pins_;
 };
 
 // ---- NumPy in, NumPy out ---------------------------------------------------------------------
@@ -316,7 +370,7 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
   Lease dc = lease(static_cast<std::size_t>(M * N) * es);
 
   // Whatever happens below, no copy or kernel may outlive this call: they read and write pinned
-  // staging that the next call reuses, and the result array.
+  // staging that the next call reuses, the operands and the result array.
   std::vector<CUevent> used;
   struct SyncGuard {
     CudaDevice* d;
@@ -344,23 +398,24 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
   const std::int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
   constexpr int kSlots = 3;  // staging slots per direction: fill one while two are in flight
 
-  // b's pieces: runs of whole lines (rows of a row-major b, columns of a column-major one).
-  const std::int64_t b_lines = b.col_major ? N : K, b_line = b.col_major ? K : N;
-  const std::int64_t b_line_bytes = b_line * static_cast<std::int64_t>(es);
-  std::int64_t b_lines_per_piece = std::max<std::int64_t>(1, static_cast<std::int64_t>(chunk_bytes) / b_line_bytes);
-  if (chunks == 1) b_lines_per_piece = b_lines;
+  // Staging slots hold an a chunk or a piece of b (whole lines of b: rows of a row-major b, columns
+  // of a column-major one); one chunk means one piece.
   const std::size_t a_chunk_bytes = static_cast<std::size_t>(rows_per_chunk * K) * es;
-  const std::size_t in_slot = std::max<std::size_t>(a_chunk_bytes, b_lines_per_piece * b_line_bytes);
+  const std::size_t b_line_bytes = static_cast<std::size_t>(b.col_major ? K : N) * es;
+  const std::size_t in_slot =
+      chunks == 1 ? std::max(a_chunk_bytes, static_cast<std::size_t>(K * N) * es)
+                  : std::max(a_chunk_bytes, std::max(chunk_bytes / b_line_bytes, std::size_t(1)) * b_line_bytes);
   const std::size_t out_slot = static_cast<std::size_t>(rows_per_chunk * N) * es;
   const int in_slots = chunks == 1 ? 2 : kSlots, out_slots = chunks == 1 ? 1 : kSlots;
-  auto* in_base = static_cast<unsigned char*>(pinned(in_stage_, in_slot * in_slots));
-  auto* out_base = static_cast<unsigned char*>(pinned(out_stage_, out_slot * out_slots));
+  unsigned char* in_base = nullptr;  // staging, allocated (or grown) at first use
+  unsigned char* out_base = nullptr;
   std::vector<CUevent> in_free(in_slots, nullptr);  // recorded after the upload that read the slot
   int in_next = 0;
   auto take_in_slot = [&]() -> unsigned char* {
     const int s = in_next;
     in_next = (in_next + 1) % in_slots;
     if (in_free[s]) cu_check(cu_.EventSynchronize(in_free[s]), "host-to-device copy (cuEventSynchronize)", where_);
+    if (!in_base) in_base = static_cast<unsigned char*>(pinned(in_stage_, in_slot * in_slots));
     return in_base + s * in_slot;
   };
   auto release_in_slot = [&](CUstream s) {
@@ -369,20 +424,87 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
     cu_check(cu_.EventRecord(in_free[slot], s), "cuEventRecord", where_);
   };
 
+  // Operands the copy engines read in place, without the host copy into staging: dense ones in
+  // pinned memory (is_pinned: the pinned pool, arrays pinned by pin_host, or pinned elsewhere).
+  // The result is written in place when it is pinned (alloc_host) and its rows are contiguous.
+  const std::size_t a_bytes = static_cast<std::size_t>(M * K) * es;
+  const std::size_t b_bytes = static_cast<std::size_t>(K * N) * es;
+  auto in_place = [&](const core::HostMatrix& x, std::size_t bytes) {
+    return x.ld == (x.col_major ? x.rows : x.cols) && is_pinned(x.data, bytes);
+  };
+  const bool a_direct = !a.col_major && in_place(a, a_bytes);  // row chunks are contiguous
+  const bool b_direct = in_place(b, b_bytes);
+  const bool c_direct = c.row_stride == N && is_pinned(c.data, static_cast<std::size_t>(M * N) * es);
+
   HostPool& pool = *pool_threads_;
-  // b: copy pieces up, then one event the kernels wait for.
-  for (std::int64_t l0 = 0; l0 < b_lines; l0 += b_lines_per_piece) {
-    const std::int64_t nl = std::min(b_lines_per_piece, b_lines - l0);
-    unsigned char* slot = take_in_slot();
-    copy_2d(pool, slot, b_line_bytes, static_cast<const unsigned char*>(b.data) + l0 * b.ld * es,
-            b.ld * es, nl, b_line_bytes);
-    cu_check(cu_.MemcpyHtoDAsync(db->ptr() + l0 * b_line_bytes, slot, nl * b_line_bytes, in_stream_),
-             "cuMemcpyHtoDAsync(b)", where_);
-    release_in_slot(in_stream_);
-  }
-  CUevent b_ready = new_event();
-  cu_check(cu_.EventRecord(b_ready, in_stream_), "cuEventRecord", where_);
-  for (CUstream s : kstream_) cu_check(cu_.StreamWaitEvent(s, b_ready, 0), "cuStreamWaitEvent", where_);
+
+  // b goes up first, whole (the kernels of every chunk need all of it). Measured on the H200 at
+  // n = 4096: sending b in two column panels, so that the first kernels could start after one,
+  // was slower (5.43 against 5.02 ms with pinned operands, 7.60 against 6.61 staged): half-width
+  // kernels leave half the SMs idle, and a strided panel copies slower.
+  CUevent b_ready = nullptr;
+  auto upload_b = [&] {
+    const std::int64_t lines = b.col_major ? N : K, line_bytes = (b.col_major ? K : N) * es;
+    const auto* src = static_cast<const unsigned char*>(b.data);
+    if (b_direct) {  // dense in pinned memory
+      cu_check(cu_.MemcpyHtoDAsync(db->ptr(), src, b_bytes, in_stream_), "cuMemcpyHtoDAsync(b)", where_);
+    } else {  // staged, in pieces of whole lines
+      const std::int64_t per_piece =
+          std::max<std::int64_t>(1, static_cast<std::int64_t>(in_slot) / line_bytes);
+      for (std::int64_t l0 = 0; l0 < lines; l0 += per_piece) {
+        const std::int64_t nl = std::min(per_piece, lines - l0);
+        unsigned char* slot = take_in_slot();
+        copy_2d(pool, slot, line_bytes, src + l0 * b.ld * es, b.ld * es, nl, line_bytes);
+        cu_check(cu_.MemcpyHtoDAsync(db->ptr() + l0 * line_bytes, slot, nl * line_bytes, in_stream_),
+                 "cuMemcpyHtoDAsync(b)", where_);
+        release_in_slot(in_stream_);
+      }
+    }
+    b_ready = new_event();
+    cu_check(cu_.EventRecord(b_ready, in_stream_), "cuEventRecord", where_);
+  };
+
+  auto chunk_rows = [&](std::int64_t ci, std::int64_t& i0, std::int64_t& rows) {
+    i0 = ci * rows_per_chunk, rows = std::min(rows_per_chunk, M - i0);
+  };
+  std::vector<CUevent> chunk_ready(chunks, nullptr);
+  auto upload_chunk = [&](std::int64_t ci) {  // a's rows: lines of K, or K columns of `rows`
+    std::int64_t i0, rows;
+    chunk_rows(ci, i0, rows);
+    const auto* asrc = static_cast<const unsigned char*>(a.data);
+    const CUdeviceptr a_chunk = da->ptr() + static_cast<std::size_t>(i0 * K) * es;
+    if (a_direct) {
+      cu_check(cu_.MemcpyHtoDAsync(a_chunk, asrc + i0 * K * es, rows * K * es, in_stream_),
+               "cuMemcpyHtoDAsync(a)", where_);
+    } else {
+      unsigned char* slot = take_in_slot();
+      if (a.col_major)
+        copy_2d(pool, slot, rows * es, asrc + i0 * es, a.ld * es, K, rows * es);
+      else
+        copy_2d(pool, slot, K * es, asrc + i0 * a.ld * es, a.ld * es, rows, K * es);
+      cu_check(cu_.MemcpyHtoDAsync(a_chunk, slot, rows * K * es, in_stream_), "cuMemcpyHtoDAsync(a)", where_);
+      release_in_slot(in_stream_);
+    }
+    chunk_ready[ci] = new_event();
+    cu_check(cu_.EventRecord(chunk_ready[ci], in_stream_), "cuEventRecord", where_);
+  };
+
+  // Chunk ci's kernel, alternating two streams so that one chunk's tail overlaps the next one's
+  // start; computed[ci] is the event the chunk's download waits for.
+  std::vector<CUevent> computed(chunks, nullptr);
+  auto compute = [&](std::int64_t ci) {
+    std::int64_t i0, rows;
+    chunk_rows(ci, i0, rows);
+    CUstream ks = kstream_[ci % 2];
+    cu_check(cu_.StreamWaitEvent(ks, chunk_ready[ci], 0), "cuStreamWaitEvent", where_);
+    cu_check(cu_.StreamWaitEvent(ks, b_ready, 0), "cuStreamWaitEvent", where_);
+    core::DeviceMatrix am{nullptr, 0, rows, K, a.col_major ? rows : K, a.col_major, a.dtype};
+    core::DeviceMatrix bm{nullptr, 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
+    launch(ks, da->ptr() + static_cast<std::size_t>(i0 * K) * es, am, db->ptr(), bm,
+           dc->ptr() + static_cast<std::size_t>(i0 * N) * es, N, rows, N, K);
+    computed[ci] = new_event();
+    cu_check(cu_.EventRecord(computed[ci], ks), "cuEventRecord", where_);
+  };
 
   struct Pending {
     std::int64_t i0, rows;
@@ -396,38 +518,24 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
     copy_2d(pool, static_cast<unsigned char*>(c.data) + p.i0 * c.row_stride * es, line_stride * es,
             p.slot, N * es, p.rows, N * es);
   };
-
-  for (std::int64_t ci = 0; ci < chunks; ++ci) {
-    const std::int64_t i0 = ci * rows_per_chunk, rows = std::min(rows_per_chunk, M - i0);
-    // a's rows i0..i0+rows: lines of K (row-major) or K columns of `rows` (column-major).
-    unsigned char* slot = take_in_slot();
-    const auto* asrc = static_cast<const unsigned char*>(a.data);
-    if (a.col_major)
-      copy_2d(pool, slot, rows * es, asrc + i0 * es, a.ld * es, K, rows * es);
-    else
-      copy_2d(pool, slot, K * es, asrc + i0 * a.ld * es, a.ld * es, rows, K * es);
-    const CUdeviceptr a_chunk = da->ptr() + static_cast<std::size_t>(i0 * K) * es;
-    cu_check(cu_.MemcpyHtoDAsync(a_chunk, slot, rows * K * es, in_stream_), "cuMemcpyHtoDAsync(a)", where_);
-    release_in_slot(in_stream_);
-    CUevent a_ready = new_event();
-    cu_check(cu_.EventRecord(a_ready, in_stream_), "cuEventRecord", where_);
-
-    CUstream ks = kstream_[ci % 2];
-    cu_check(cu_.StreamWaitEvent(ks, a_ready, 0), "cuStreamWaitEvent", where_);
-    core::DeviceMatrix am{nullptr, 0, rows, K, a.col_major ? rows : K, a.col_major, a.dtype};
-    core::DeviceMatrix bm{nullptr, 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
+  auto download = [&](std::int64_t ci) {  // chunk ci's rows of c, once its kernel is done
+    std::int64_t i0, rows;
+    chunk_rows(ci, i0, rows);
+    cu_check(cu_.StreamWaitEvent(out_stream_, computed[ci], 0), "cuStreamWaitEvent", where_);
     const CUdeviceptr c_chunk = dc->ptr() + static_cast<std::size_t>(i0 * N) * es;
-    launch(ks, a_chunk, am, db->ptr(), bm, c_chunk, N, rows, N, K);
-    CUevent k_done = new_event();
-    cu_check(cu_.EventRecord(k_done, ks), "cuEventRecord", where_);
-
+    if (c_direct) {  // straight into the result's rows
+      cu_check(cu_.MemcpyDtoHAsync(static_cast<unsigned char*>(c.data) + i0 * N * es, c_chunk,
+                                   rows * N * es, out_stream_),
+               "cuMemcpyDtoHAsync(c)", where_);
+      return;
+    }
     // The output slot this chunk uses must have been copied out: at most out_slots in flight.
     while (static_cast<int>(pending.size()) >= out_slots) {
       copy_out(pending.front());
       pending.pop_front();
     }
+    if (!out_base) out_base = static_cast<unsigned char*>(pinned(out_stage_, out_slot * out_slots));
     unsigned char* oslot = out_base + (ci % out_slots) * out_slot;
-    cu_check(cu_.StreamWaitEvent(out_stream_, k_done, 0), "cuStreamWaitEvent", where_);
     cu_check(cu_.MemcpyDtoHAsync(oslot, c_chunk, rows * N * es, out_stream_), "cuMemcpyDtoHAsync(c)", where_);
     CUevent c_ready = new_event();
     cu_check(cu_.EventRecord(c_ready, out_stream_), "cuEventRecord", where_);
@@ -437,12 +545,20 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
       copy_out(pending.front());
       pending.pop_front();
     }
+  };
+
+  upload_b();
+  for (std::int64_t ci = 0; ci < chunks; ++ci) {
+    upload_chunk(ci);
+    compute(ci);
+    download(ci);
   }
   while (!pending.empty()) {
     copy_out(pending.front());
     pending.pop_front();
   }
 }
+
 
 class CudaBackend final : public core::Backend {
  public:

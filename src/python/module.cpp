@@ -51,6 +51,12 @@ portmat::DType parse_dtype(const std::string& s) {
   throw nb::value_error(("unsupported dtype '" + s + "' (float32 or float64)").c_str());
 }
 
+// A capsule that owns `p` (deleting the capsule drops the reference).
+nb::capsule hold(std::shared_ptr<void> p) {
+  auto* h = new std::shared_ptr<void>(std::move(p));
+  return nb::capsule(h, [](void* q) noexcept { delete static_cast<std::shared_ptr<void>*>(q); });
+}
+
 }  // namespace
 
 NB_MODULE(_ext, m) {
@@ -122,6 +128,46 @@ NB_MODULE(_ext, m) {
       },
       "a"_a, "b"_a, "out"_a, "device"_a,
       "out = a @ b for 2-D float32/float64 arrays of one dtype; out row-major.");
+
+  m.def(
+      "empty_result",
+      [](const std::string& device, std::size_t rows, std::size_t cols, const std::string& dtype,
+         bool reuse_only) -> nb::object {
+        const portmat::DType t = parse_dtype(dtype);
+        auto dev = portmat::core::open_device(device);
+        std::shared_ptr<void> mem;
+        {
+          nb::gil_scoped_release release;
+          mem = dev->alloc_host(rows * cols * portmat::dtype_size(t), reuse_only);
+        }
+        if (!mem) return nb::none();
+        void* data = mem.get();
+        // The array owns a reference to the block; the pool gets it back when the array dies.
+        nb::capsule owner = hold(std::move(mem));
+        const std::size_t shape[2] = {rows, cols};
+        if (t == portmat::DType::f32)
+          return nb::cast(nb::ndarray<nb::numpy, float, nb::ndim<2>>(data, 2, shape, owner));
+        return nb::cast(nb::ndarray<nb::numpy, double, nb::ndim<2>>(data, 2, shape, owner));
+      },
+      "device"_a, "rows"_a, "cols"_a, "dtype"_a, "reuse_only"_a = false,
+      "An uninitialised C-contiguous result array in the memory `device` writes fastest (pinned "
+      "memory for CUDA GPUs), or None where ordinary memory is as good or (reuse_only) none is free");
+
+  m.def(
+      "pin_host",
+      [](const std::string& device, std::uintptr_t address, std::size_t bytes) -> nb::object {
+        auto dev = portmat::core::open_device(device);
+        std::shared_ptr<void> pin;
+        {
+          nb::gil_scoped_release release;
+          pin = dev->pin_host(reinterpret_cast<const void*>(address), bytes);
+        }
+        if (!pin) return nb::none();
+        return hold(std::move(pin));
+      },
+      "device"_a, "address"_a, "bytes"_a,
+      "Page-locks host memory for `device` until the returned handle is deleted (None where it "
+      "would not help). The caller keeps the memory alive while it holds the handle.");
 
   m.def(
       "time_gemm",

@@ -5,6 +5,7 @@
 // where no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -15,6 +16,7 @@
 #include "core/reference.hpp"
 #include "test_util.hpp"
 #include "cuda/cuda_api.hpp"
+#include "cuda/kernels/gemm_tiles.h"
 
 using portmat::DType;
 using portmat::testing::dtype_of;
@@ -118,8 +120,13 @@ TEST_P(CudaTiles, AwkwardShapesBothLayoutsF32) {
       check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, layout == 3 ? 0 : 3, rng);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiles, CudaTiles,
-                         ::testing::Values("128x128", "128x128_b1", "128x256", "256x128", "64x64"));
+// Every float32 tile the kernels provide (gemm_tiles.h), so a new tile is tested by being listed.
+std::vector<std::string> all_f32_tiles() {
+  std::vector<std::string> names;
+  for (const auto& t : portmat::cuda::kF32Tiles) names.push_back(t.short_name);
+  return names;
+}
+INSTANTIATE_TEST_SUITE_P(Tiles, CudaTiles, ::testing::ValuesIn(all_f32_tiles()));
 
 TEST(CudaGemm, AwkwardShapesBothLayoutsF64) {
   REQUIRE_CUDA();
@@ -188,4 +195,42 @@ TEST(CudaGemm, TimeGemmReportsKernelTimes) {
   const auto t = portmat::time_gemm(dev, 512, 512, 512, DType::f32, 3);
   ASSERT_EQ(t.size(), 3u);
   for (double s : t) EXPECT_GT(s, 0.0);
+}
+
+// Pinned host memory: results written straight into pool blocks, operands read from pinned
+// memory, both correct; blocks are recycled and pins are exclusive.
+TEST(CudaHostMemory, PinnedResultsAndPinnedOperands) {
+  REQUIRE_CUDA();
+  auto d = portmat::core::open_device(dev);
+  std::mt19937 rng(11);
+  const long m = 1100, n = 900, k = 1300;
+  auto av = random_vector<float>(m * k, rng), bv = random_vector<float>(k * n, rng);
+  auto block = d->alloc_host(m * n * sizeof(float), /*reuse_only=*/false);
+  ASSERT_TRUE(block) << "a CUDA device hands out pinned result memory";
+  float* c = static_cast<float*>(block.get());
+  MatrixView a{av.data(), m, k, k, 1, DType::f32}, b{bv.data(), k, n, n, 1, DType::f32};
+  MatrixView cv{c, m, n, n, 1, DType::f32};
+  portmat::matmul(a, b, cv, dev);
+  EXPECT_LE(portmat::reference::worst_error_ratio(a, b, cv), 1.0);
+  void* first = block.get();
+  block.reset();
+  auto again = d->alloc_host(m * n * sizeof(float), /*reuse_only=*/true);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again.get(), first) << "a freed block is handed out again";
+  EXPECT_FALSE(d->alloc_host(m * n * sizeof(float), /*reuse_only=*/true)) << "none free now";
+
+  auto pa = d->pin_host(av.data(), av.size() * sizeof(float));
+  auto pb = d->pin_host(bv.data(), bv.size() * sizeof(float));
+  ASSERT_TRUE(pa && pb);
+  EXPECT_FALSE(d->pin_host(av.data(), av.size() * sizeof(float))) << "pinned twice";
+  std::fill(c, c + m * n, std::numeric_limits<float>::quiet_NaN());
+  MatrixView cv2{again.get(), m, n, n, 1, DType::f32};
+  for (int rep = 0; rep < 2; ++rep) {
+    portmat::matmul(a, b, cv2, dev);
+    EXPECT_LE(portmat::reference::worst_error_ratio(a, b, cv2), 1.0);
+    for (long i = 0; i < k; ++i) av[i] = -av[i];  // read as it is now
+  }
+  pa.reset();
+  pb.reset();
+  EXPECT_TRUE(d->pin_host(av.data(), av.size() * sizeof(float))) << "unpinned on release";
 }

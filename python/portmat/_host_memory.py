@@ -1,0 +1,106 @@
+"""Host memory for discrete GPUs, in NumPy terms: where results are written and which operands are
+page-locked, so that the copy engines move them directly instead of through a host copy.
+
+Results. A result of 1 MiB or more is written into a recycled pinned block when the device has one
+free. A new block is pinned (cuMemHostAlloc: ~30 ms per 64 MiB on the H200's host) only for a
+(device, shape, dtype) whose earlier results have died: the pattern of repeated calls with
+transient results, where the block is then reused call after call. A program that keeps its
+results gets ordinary arrays and never pays for pinning.
+
+Operands. An array used a second time as an operand is page-locked where it is (~3.5 ms per
+64 MiB), so that every later call copies it to the device directly; the lock goes when the array
+dies (a weakref callback, which NumPy runs before it frees the memory). Only arrays that own their
+memory are locked, never views of memory owned elsewhere (memory maps, other libraries' buffers).
+
+Both are limits-bounded in the C++ layer (a quarter of the machine's memory each) and can be
+turned off with PORTMAT_CUDA_PINNED_RESULTS=0 and PORTMAT_CUDA_PIN_OPERANDS=0.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from . import _ext
+
+_MIN_RESULT_BYTES = 1 << 20
+_MIN_OPERAND_BYTES = 4 << 20
+_MAX_KEYS = 256
+
+# (device, m, n, dtype) -> True once a result of that kind has died
+_results_died: dict = {}
+
+
+class _Pin:
+    __slots__ = ("ref", "device", "address", "nbytes", "handle", "__weakref__")
+
+    def __init__(self, owner, device):
+        key = id(owner)
+        self.ref = weakref.ref(owner, lambda _, k=key: _pins.pop(k, None))
+        self.device = device
+        self.address = owner.ctypes.data
+        self.nbytes = owner.nbytes
+        self.handle = None  # the C++ pin once taken; False when the device refused
+
+
+# id(owner array) -> _Pin
+_pins: dict = {}
+
+
+def new_result(device: str, m: int, n: int, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous (m, n) result for `device` (a discrete GPU)."""
+    if m * n * dtype.itemsize < _MIN_RESULT_BYTES:
+        return np.empty((m, n), dtype)
+    key = (device, m, n, dtype.name)
+    out = _ext.empty_result(device, m, n, dtype.name, True)  # a free pinned block
+    if out is None and _results_died.get(key):
+        out = _ext.empty_result(device, m, n, dtype.name, False)  # pin a new one
+    if out is None:
+        out = np.empty((m, n), dtype)
+    if key not in _results_died:
+        if len(_results_died) >= _MAX_KEYS:
+            _results_died.clear()
+        _results_died[key] = False
+    weakref.finalize(out, _results_died.__setitem__, key, True)
+    return out
+
+
+def _memory_owner(arr: np.ndarray):
+    owner = arr
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    if owner.base is not None or not owner.flags.owndata:
+        return None  # memory owned by something else (a pinned block, a buffer, a memory map)
+    return owner
+
+
+def _drop_moved_pins() -> None:
+    # ndarray.resize() may move an array's memory while it lives: the old range must not stay
+    # locked, nor be mistaken later for this (or another) array's pinned memory.
+    for key, pin in list(_pins.items()):
+        owner = pin.ref()
+        if pin.handle and owner is not None and (
+            owner.ctypes.data != pin.address or owner.nbytes != pin.nbytes
+        ):
+            del _pins[key]
+
+
+def pin_operands(device: str, *arrays: np.ndarray) -> None:
+    """Page-locks, for `device`, the memory of operands seen before (see the module's text)."""
+    _drop_moved_pins()
+    for arr in arrays:
+        owner = _memory_owner(arr)
+        if owner is None or owner.nbytes < _MIN_OPERAND_BYTES:
+            continue
+        pin = _pins.get(id(owner))
+        if (
+            pin is None
+            or pin.ref() is not owner
+            or pin.address != owner.ctypes.data  # resized in place
+            or pin.nbytes != owner.nbytes
+        ):
+            _pins[id(owner)] = _Pin(owner, device)  # first sighting: remember it, do not pin yet
+            continue
+        if pin.handle is None and pin.device == device:
+            pin.handle = _ext.pin_host(device, pin.address, pin.nbytes) or False
