@@ -28,20 +28,26 @@ timeout 300 build/h200/portmat_tests --gtest_filter='Cuda*:*CudaTiles*' 2>&1 | t
 if [ -n "$SANITIZE" ]; then
 step sanitizer
 ( timeout 150 compute-sanitizer --tool memcheck --leak-check no build/h200/portmat_tests \
-    --gtest_filter='CudaHostMemory*:CudaGemm.Chunked*:CudaGemm.DeviceResident*' 2>&1 | grep -E "ERROR SUMMARY|PASSED|FAILED"
-  PORTMAT_CUDA_TILE=128x256_db timeout 120 compute-sanitizer --tool racecheck build/h200/portmat_tests \
-    --gtest_filter='CudaGemm.DeviceResident*' 2>&1 | tail -2
-  PORTMAT_CUDA_TILE=128x256_db timeout 120 compute-sanitizer --tool synccheck build/h200/portmat_tests \
+    --gtest_filter='CudaHostMemory*:CudaGemm.Chunked*:CudaGemm.DeviceResident*:CudaGemm.StreamK*' 2>&1 |
+    grep -E "ERROR SUMMARY|PASSED|FAILED|Program hit|^=========     Host Frame:.*portmat" | sort | uniq -c | sort -rn | head -12
+  for t in 128x256_fp 128x256_sk; do
+    PORTMAT_CUDA_TILE=$t PORTMAT_CUDA_SK_UNITS=5 timeout 100 compute-sanitizer --tool racecheck build/h200/portmat_tests \
+      --gtest_filter='CudaGemm.DeviceResident*' 2>&1 | tail -2
+  done
+  PORTMAT_CUDA_TILE=128x256_fp timeout 100 compute-sanitizer --tool synccheck build/h200/portmat_tests \
     --gtest_filter='CudaGemm.DeviceResident*' 2>&1 | tail -2
 ) 2>&1 | tee $OUT/sanitizer.log
 fi
+for u in 3 5 7; do PORTMAT_CUDA_SK_UNITS=$u PORTMAT_CUDA_TILE=128x256_sk timeout 60 build/h200/portmat_tests \
+  --gtest_filter='*CudaTiles*:CudaGemm.Chunked*' 2>&1 | grep -E "^\[  (FAILED|PASSED) " ; done
 step tiles vs cuBLAS
 timeout 200 python3 bench/cuda/bench_cuda.py device --sizes 4096,8192 --tiles ${TILES:-128x256} --json $J
+for g in ${GROUPS_M:-}; do PORTMAT_CUDA_GROUP_M=$g timeout 60 python3 bench/cuda/bench_cuda.py device --sizes 4096,8192 \
+  --tiles ${TILES:-128x256} --json $J; done
 step python tests on cuda
 timeout 240 python3 -m pytest -q -x tests/python -k "cuda or host_memory" 2>&1 | tail -5
 step host path switches n=4096
-for env in "" "PORTMAT_CUDA_B_PANELS=1" "PORTMAT_CUDA_PIN_OPERANDS=0" "PORTMAT_CUDA_PIN_OPERANDS=0 PORTMAT_CUDA_B_PANELS=1" \
-    "PORTMAT_CUDA_PIN_OPERANDS=0 PORTMAT_CUDA_THREADS=8" "PORTMAT_CUDA_PIN_OPERANDS=0 PORTMAT_CUDA_PINNED_RESULTS=0"; do
+for env in "" "PORTMAT_CUDA_PIN_OPERANDS=0" ${HOST_ENVS:-}; do
   env $env timeout 40 python3 bench/cuda/bench_cuda.py hostone --n 4096 --repeat 15 --json $J
 done
 step host vs CuPy, torch

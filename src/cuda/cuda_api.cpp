@@ -56,12 +56,12 @@ CuApi* load_api() {
       load(lib, "cuMemFreeHost", api->MemFreeHost) &&
       load(lib, "cuMemHostRegister_v2", api->MemHostRegister) &&
       load(lib, "cuMemHostUnregister", api->MemHostUnregister) &&
-      load(lib, "cuPointerGetAttribute", api->PointerGetAttribute) &&
       load(lib, "cuMemcpyHtoD_v2", api->MemcpyHtoD) &&
       load(lib, "cuMemcpyDtoH_v2", api->MemcpyDtoH) &&
       load(lib, "cuMemcpyHtoDAsync_v2", api->MemcpyHtoDAsync) &&
       load(lib, "cuMemcpyDtoHAsync_v2", api->MemcpyDtoHAsync) &&
       load(lib, "cuMemcpy2DAsync_v2", api->Memcpy2DAsync) &&
+      load(lib, "cuMemsetD2D32Async", api->MemsetD2D32Async) &&
       load(lib, "cuStreamCreate", api->StreamCreate) &&
       load(lib, "cuStreamSynchronize", api->StreamSynchronize) &&
       load(lib, "cuStreamWaitEvent", api->StreamWaitEvent) &&

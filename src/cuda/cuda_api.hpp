@@ -37,12 +37,12 @@ struct CuApi {
   decltype(&::cuMemFreeHost) MemFreeHost;
   decltype(&::cuMemHostRegister_v2) MemHostRegister;
   decltype(&::cuMemHostUnregister) MemHostUnregister;
-  decltype(&::cuPointerGetAttribute) PointerGetAttribute;
   decltype(&::cuMemcpyHtoD_v2) MemcpyHtoD;
   decltype(&::cuMemcpyDtoH_v2) MemcpyDtoH;
   decltype(&::cuMemcpyHtoDAsync_v2) MemcpyHtoDAsync;
   decltype(&::cuMemcpyDtoHAsync_v2) MemcpyDtoHAsync;
   decltype(&::cuMemcpy2DAsync_v2) Memcpy2DAsync;
+  decltype(&::cuMemsetD2D32Async) MemsetD2D32Async;
   decltype(&::cuStreamCreate) StreamCreate;
   decltype(&::cuStreamSynchronize) StreamSynchronize;
   decltype(&::cuStreamWaitEvent) StreamWaitEvent;

@@ -539,6 +539,37 @@ __device__ __forceinline__ int fresh_ctaid() {
   return v;
 }
 
+// Stream-K (gemm_body_fp with SK): the first sk_first blocks are data-parallel (block b computes
+// the tile of swizzled index b); the last sk_tiles tiles (swizzled indices sk_first ..) are shared
+// by sk_blocks blocks, each taking an equal run of their sk_tiles * k_tiles slabs (tile-major), at
+// least k_tiles of them (the host makes sk_blocks <= sk_tiles): so every tile is split between at
+// most two blocks. Part q of a block: slabs [kb, ke) of tile pid; empty (ke <= kb) past its run.
+struct SkPart {
+  int pid, kb, ke;
+};
+__device__ __forceinline__ SkPart sk_part(const GemmArgs& p, int ctaid, int q, int k_tiles) {
+  if (ctaid < p.sk_first) return SkPart{ctaid, q == 0 ? 0 : k_tiles, k_tiles};
+  const long long i = ctaid - p.sk_first, total = static_cast<long long>(p.sk_tiles) * k_tiles;
+  const long long s = i * total / p.sk_blocks, e = (i + 1) * total / p.sk_blocks;
+  const int tile = static_cast<int>(s / k_tiles) + q;
+  const long long t0 = static_cast<long long>(tile) * k_tiles;
+  const int kb = q == 0 ? static_cast<int>(s - t0) : 0;
+  const int ke = static_cast<int>(max(min(static_cast<long long>(k_tiles), e - t0), 0LL));
+  return SkPart{p.sk_first + tile, kb, ke};
+}
+
+// c[0..3] += v[0..3] (global memory, relaxed, no return value): one 16-byte reduction on sm_90,
+// four 4-byte ones before.
+__device__ __forceinline__ void red_add4(float* c, const float* v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(c), "f"(v[0]), "f"(v[1]),
+               "f"(v[2]), "f"(v[3])
+               : "memory");
+#else
+  for (int j = 0; j < 4; ++j) atomicAdd(c + j, v[j]);
+#endif
+}
+
 // gemm_body_db (without a_mk) plus a fast path for the copies: in a block whose tile has no row or
 // column edge and whose operands allow 16-byte copies, every slab but the last STAGES is loaded by
 // SlabLoader::load_full (no bounds predicates or selects, running pointers, immediate offsets);
@@ -546,8 +577,9 @@ __device__ __forceinline__ int fresh_ctaid() {
 // compiled twice (the fast loop, then the checked loop for the last slabs) with the same FFMA /
 // LDS sequence per step as gemm_body_db. The block's place, loaders and fragment offsets are
 // computed again after the fast loop from fresh tid / ctaid reads: nothing the checked loop and
-// the epilogue need stays live (or spilled) through the fast loop.
-template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED>
+// the epilogue need stays live (or spilled) through the fast loop. SK: the hybrid stream-K grid
+// (sk_part above); a block runs the same k loops once per part, over that part's slabs only.
+template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED, bool SK = false>
 __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   constexpr int BM = C.bm, BN = C.bn, BK = C.bk, STAGES = C.stages, RM = C.rm, RN = C.rn;
   constexpr int LM = C.lanes_m(), LN = C.lanes_n(), THREADS = C.threads();
@@ -597,9 +629,9 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
                  ALoader(static_cast<const T*>(p.a), p.lda, p.m, p.k, p.a_vec, m0, tid),
                  BLoader(static_cast<const T*>(p.b), p.ldb, p.n, p.k, p.b_vec, n0, tid)};
   };
-  // The checked copies of slab `slab` into buffer `buf` (none past the last slab), one group.
-  auto load_slab = [&](const Place& w, int slab, int buf) {
-    if (slab < k_tiles) {
+  // The checked copies of slab `slab` into buffer `buf` (none from `end` on), one group.
+  auto load_slab = [&](const Place& w, int slab, int buf, int end) {
+    if (slab < end) {
       const bool k_full = (slab + 1) * BK <= p.k;
       w.la.load(As + buf * A_STAGE, w.m0, slab * BK, w.a_full && k_full);
       w.lb.load(Bs + buf * B_STAGE, w.n0, slab * BK, w.b_full && k_full);
@@ -608,10 +640,6 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   };
 
   T acc[4 * RM][4 * RN];
-#pragma unroll
-  for (int i = 0; i < 4 * RM; ++i)
-#pragma unroll
-    for (int j = 0; j < 4 * RN; ++j) acc[i][j] = T(0);
   T af[2][4 * RM], bf[2][4 * RN];
   auto load_a = [&](const T* as, int kk, int buf) {
 #pragma unroll
@@ -653,56 +681,96 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
     }
   };
 
-  int t = 0;
-  {
-    const Place w = place(threadIdx.x, blockIdx.x);
-    // Prologue: slabs 0 .. STAGES-2 in flight; once slab 0 has landed, slab STAGES-1 goes into the
-    // last buffer. Before the last step of slab t, the groups up to slab t + STAGES - 1 are
-    // committed, so wait_group<STAGES - 2> means "slab t + 1 landed".
+  // One part: slabs [kb, ke) of tile pid (part_of(ctaid) gives {pid, kb, ke}: called with the
+  // block index, and again with a fresh read of it after the fast loop), stored into c, or added
+  // (reduction) when the part is not the tile's whole k range (SK only).
+  auto tile_part = [&](auto part_of) {
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) load_slab(w, s, s);
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();
-    load_slab(w, STAGES - 1, STAGES - 1);
-    load_a(As + w.a_off, 0, 0);
-    load_b(Bs + w.b_off, 0, 0);
+    for (int i = 0; i < 4 * RM; ++i)
+#pragma unroll
+      for (int j = 0; j < 4 * RN; ++j) acc[i][j] = T(0);
+    rs = 0;
+    int t = 0;  // slabs done, counted from kb
+    {
+      const SkPart pt = part_of(blockIdx.x);
+      const Place w = place(threadIdx.x, pt.pid);
+      // Prologue: slabs kb .. kb+STAGES-2 in flight; once slab kb has landed, slab kb+STAGES-1
+      // goes into the last buffer. Before the last step of slab t, the groups up to slab
+      // t + STAGES - 1 are committed, so wait_group<STAGES - 2> means "slab t + 1 landed".
+#pragma unroll
+      for (int s = 0; s < STAGES - 1; ++s) load_slab(w, pt.kb + s, s, pt.ke);
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();
+      load_slab(w, pt.kb + STAGES - 1, STAGES - 1, pt.ke);
+      load_a(As + w.a_off, 0, 0);
+      load_b(Bs + w.b_off, 0, 0);
 
-    // The fast loop runs t < t_fast: the slab it copies (t + STAGES) is whole in k, and the tile
-    // has no edge and 16-byte copies wherever it copies 16 bytes. fa / fb: this thread's first
-    // piece of slab t + STAGES.
-    const bool interior = w.a_full && w.b_full && (A_KMAJOR || p.a_vec) && (B_KMAJOR || p.b_vec);
-    const int t_fast = interior ? max(p.k / BK - STAGES, 0) : 0;
-    const T* fa = w.la.g + STAGES * w.la.slab_step();
-    const T* fb = w.lb.g + STAGES * w.lb.slab_step();
-    for (; t < t_fast; ++t) {
-      slab_step(w.a_off, w.b_off, [&](int ws) {
-        w.la.load_full(As + ws * A_STAGE, w.m0, fa);
-        w.lb.load_full(Bs + ws * B_STAGE, w.n0, fb);
-        cp_async_commit();
-      });
-    }
-  }
-  const Place w = place(fresh_tid(), fresh_ctaid());
-  for (; t < k_tiles; ++t) slab_step(w.a_off, w.b_off, [&](int ws) { load_slab(w, t + STAGES, ws); });
-  cp_async_wait<0>();
-
-  T* c = static_cast<T*>(p.c);
-#pragma unroll
-  for (int i = 0; i < 4 * RM; ++i) {
-    const int row = w.row0 + (i / 4) * 4 * LM + i % 4;
-    if (row >= p.m) continue;
-    T* crow = c + row * p.ldc;
-#pragma unroll
-    for (int r = 0; r < RN; ++r) {
-      const int col = w.col0 + r * 4 * LN;
-      if (p.c_vec && col + 3 < p.n) {
-        store4(crow + col, &acc[i][4 * r]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (col + j < p.n) crow[col + j] = acc[i][4 * r + j];
+      // The fast loop runs t < t_fast: the slab it copies (kb + t + STAGES) is whole in k and
+      // before ke, and the tile has no edge and 16-byte copies wherever it copies 16 bytes.
+      // fa / fb: this thread's first piece of slab kb + t + STAGES.
+      const bool interior = w.a_full && w.b_full && (A_KMAJOR || p.a_vec) && (B_KMAJOR || p.b_vec);
+      const int t_fast = interior ? max((SK ? min(pt.ke, p.k / BK) : p.k / BK) - pt.kb - STAGES, 0) : 0;
+      const T* fa = w.la.g + (pt.kb + STAGES) * w.la.slab_step();
+      const T* fb = w.lb.g + (pt.kb + STAGES) * w.lb.slab_step();
+      for (; t < t_fast; ++t) {
+        slab_step(w.a_off, w.b_off, [&](int ws) {
+          w.la.load_full(As + ws * A_STAGE, w.m0, fa);
+          w.lb.load_full(Bs + ws * B_STAGE, w.n0, fb);
+          cp_async_commit();
+        });
       }
     }
+    const SkPart pt = part_of(fresh_ctaid());
+    const Place w = place(fresh_tid(), pt.pid);
+    for (; t < pt.ke - pt.kb; ++t)
+      slab_step(w.a_off, w.b_off, [&](int ws) { load_slab(w, pt.kb + t + STAGES, ws, pt.ke); });
+    cp_async_wait<0>();
+
+    // A part of a tile split between two blocks is added into c (zeroed by the host): 0 + x + y
+    // is the same sum in either order, so the result does not depend on which block ends first.
+    const bool partial = SK && (pt.kb != 0 || pt.ke != k_tiles);
+    T* c = static_cast<T*>(p.c);
+#pragma unroll
+    for (int i = 0; i < 4 * RM; ++i) {
+      const int row = w.row0 + (i / 4) * 4 * LM + i % 4;
+      if (row >= p.m) continue;
+      T* crow = c + row * p.ldc;
+#pragma unroll
+      for (int r = 0; r < RN; ++r) {
+        const int col = w.col0 + r * 4 * LN;
+        if (p.c_vec && col + 3 < p.n) {
+          if (partial)
+            red_add4(crow + col, &acc[i][4 * r]);
+          else
+            store4(crow + col, &acc[i][4 * r]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (col + j < p.n) {
+              if (partial)
+                atomicAdd(crow + col + j, acc[i][4 * r + j]);
+              else
+                crow[col + j] = acc[i][4 * r + j];
+            }
+        }
+      }
+    }
+  };
+
+  if constexpr (SK) {
+    // Data-parallel blocks (blockIdx.x < sk_first) have one part, their whole tile; a stream-K
+    // block has up to three (the end of one tile, whole tiles, the start of another).
+    for (int q = 0;; ++q) {
+      auto part_of = [&](int ctaid) { return sk_part(p, ctaid, q, k_tiles); };
+      if (q > 0) {
+        const SkPart pt = part_of(blockIdx.x);
+        if (pt.ke <= pt.kb) break;
+        __syncthreads();  // every warp is done reading the last part's shared memory
+      }
+      tile_part(part_of);
+    }
+  } else {
+    tile_part([&](int ctaid) { return SkPart{ctaid, 0, k_tiles}; });
   }
 }
 
@@ -768,6 +836,11 @@ __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rr(GemmArgs 
 __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, true, true, 3>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, false, 3>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, true, 0>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, false, 3, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, true, 1, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, false, 2, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, true, 3, true>(p); }
 
 __global__ void PM_BOUNDS(kF32_128x256_fp4) gemm_sm80_f32_128x256_fp4_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp4, true, false, 1>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_fp4) gemm_sm80_f32_128x256_fp4_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp4, true, true, 3>(p); }

@@ -16,6 +16,12 @@ struct GemmArgs {
   int m, n, k;
   int a_vec, b_vec, c_vec;  // 1: 16-byte copies allowed (base and ld aligned); 0: element copies
   int group_m;              // block swizzle: tile rows per group (L2 reuse), >= 1
+  // Stream-K tiles only (GemmTile::stream_k; the others ignore these): blocks [0, sk_first) are
+  // data-parallel, one tile each; blocks sk_first .. sk_first + sk_blocks - 1 share the last
+  // sk_tiles tiles (swizzled indices sk_first ..) slab by slab, sk_blocks <= sk_tiles, adding
+  // into c where a tile is split (c zeroed there beforehand). Without stream-K: sk_first = tiles,
+  // sk_tiles = sk_blocks = 0.
+  int sk_first, sk_tiles, sk_blocks;
 };
 
 // One compiled tile configuration. A block computes bm x bn of c in k-steps of bk through a
@@ -27,6 +33,9 @@ struct GemmTile {
   // 1: a row-major a stays k-contiguous in shared memory (As[m][bk + kPad], 16-byte copies, read
   // 4 k at a time); only the double-buffered body (gemm_body_db) reads it. 0: As[k][m] always.
   int a_mk = 0;
+  // 1: hybrid data-parallel + stream-K grid (GemmArgs::sk_*; the host sizes the grid and zeroes the
+  // stream-K tiles of c first).
+  int stream_k = 0;
   constexpr int lanes_m() const { return wm / (4 * rm); }
   constexpr int lanes_n() const { return wn / (4 * rn); }
   constexpr int threads() const { return (bm / wm) * (bn / wn) * 32; }
@@ -65,6 +74,11 @@ inline constexpr GemmTile kF32_128x256_ak32{"gemm_sm80_f32_128x256_ak32", 128, 2
 // (128 registers, 16 warps per SM: 64 LDS.128 and ~59 others per 1024 FFMA).
 inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
 inline constexpr GemmTile kF32_128x256_fp4{"gemm_sm80_f32_128x256_fp4", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1};
+// _sk: _fp's body and tile with a hybrid grid against wave quantization. With T tiles, W SMs and
+// R = T % W > 0 (and T > W), the first T - W - R tiles are data-parallel blocks and the last W + R
+// tiles are shared by W stream-K blocks, each taking (W + R) / W tiles' worth of slabs (at least
+// one tile, so a tile is split between at most two blocks: deterministic sums into zeroed c).
+inline constexpr GemmTile kF32_128x256_sk{"gemm_sm80_f32_128x256_sk", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 1};
 inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 16, 64, 32, 2, 2, 4, 4, 2};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
@@ -81,6 +95,7 @@ inline constexpr NamedTile kF32Tiles[] = {
     {"128x256_db32", &kF32_128x256_db32}, {"128x256_ak", &kF32_128x256_ak},
     {"128x256_ak32", &kF32_128x256_ak32}, {"128x256_fp", &kF32_128x256_fp},
     {"128x256_fp4", &kF32_128x256_fp4}, {"128x128_fp", &kF32_128x128_fp},
+    {"128x256_sk", &kF32_128x256_sk},
 };
 
 }  // namespace portmat::cuda
