@@ -12,6 +12,10 @@ Operands. An array used a second time as an operand is page-locked where it is (
 dies (a weakref callback, which NumPy runs before it frees the memory). Only arrays that own their
 memory are locked, never views of memory owned elsewhere (memory maps, other libraries' buffers).
 
+The weakrefs also keep the memory where it is: NumPy refuses ndarray.resize() on an array that
+has weakrefs (ValueError, as for an array another object refers to), so a pinned range cannot be
+freed or moved behind portmat's back; np.resize() or a copy work as usual.
+
 Both are limits-bounded in the C++ layer (a quarter of the machine's memory each) and can be
 turned off with PORTMAT_CUDA_PINNED_RESULTS=0 and PORTMAT_CUDA_PIN_OPERANDS=0.
 """
@@ -75,20 +79,8 @@ def _memory_owner(arr: np.ndarray):
     return owner
 
 
-def _drop_moved_pins() -> None:
-    # ndarray.resize() may move an array's memory while it lives: the old range must not stay
-    # locked, nor be mistaken later for this (or another) array's pinned memory.
-    for key, pin in list(_pins.items()):
-        owner = pin.ref()
-        if pin.handle and owner is not None and (
-            owner.ctypes.data != pin.address or owner.nbytes != pin.nbytes
-        ):
-            del _pins[key]
-
-
 def pin_operands(device: str, *arrays: np.ndarray) -> None:
     """Page-locks, for `device`, the memory of operands seen before (see the module's text)."""
-    _drop_moved_pins()
     for arr in arrays:
         owner = _memory_owner(arr)
         if owner is None or owner.nbytes < _MIN_OPERAND_BYTES:
@@ -97,7 +89,7 @@ def pin_operands(device: str, *arrays: np.ndarray) -> None:
         if (
             pin is None
             or pin.ref() is not owner
-            or pin.address != owner.ctypes.data  # resized in place
+            or pin.address != owner.ctypes.data  # cannot move (see below): a guard all the same
             or pin.nbytes != owner.nbytes
         ):
             _pins[id(owner)] = _Pin(owner, device)  # first sighting: remember it, do not pin yet

@@ -240,20 +240,12 @@ class CudaDevice final : public core::Device {
   }
 
   // True when [p, p + bytes) is page-locked host memory the copy engines can use directly: a block
-  // of the pinned pool, an array pinned by pin_host, or memory pinned by someone else
-  // (cuMemHostAlloc, cuMemHostRegister, e.g. CuPy's pinned memory pool). Pageable memory makes the
-  // driver report CUDA_ERROR_INVALID_VALUE.
+  // of the pinned pool or an array pinned by pin_host. Memory pinned by others (e.g. CuPy's pinned
+  // pool) is not looked up with cuPointerGetAttribute: the driver may still hold a registration
+  // that a program's own unpinning failed to drop (memory moved by ndarray.resize), for pages the
+  // address no longer maps, and that lookup fails (an API error) on every pageable pointer.
   bool is_pinned(const void* p, std::size_t bytes) {
-    if (pinned_pool_->contains(p, bytes) || pins_->contains(p, bytes)) return true;
-    const auto dp = reinterpret_cast<CUdeviceptr>(p);
-    unsigned type = 0;
-    CUdeviceptr start = 0;
-    std::size_t size = 0;
-    return cu_.PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, dp) == CUDA_SUCCESS &&
-           type == CU_MEMORYTYPE_HOST &&
-           cu_.PointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, dp) == CUDA_SUCCESS &&
-           cu_.PointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, dp) == CUDA_SUCCESS &&
-           dp >= start && dp + bytes <= start + size;
+    return pinned_pool_->contains(p, bytes) || pins_->contains(p, bytes);
   }
 
   void* pinned(Pinned& p, std::size_t bytes) {
@@ -318,8 +310,41 @@ class CudaDevice final : public core::Device {
     args.m = static_cast<int>(m), args.n = static_cast<int>(n), args.k = static_cast<int>(k);
     args.a_vec = aligned(a, am.ld), args.b_vec = aligned(b, bm.ld), args.c_vec = aligned(c, ldc);
     args.group_m = static_cast<int>(std::max(1L, env_long("PORTMAT_CUDA_GROUP_M", 8)));
-    const std::int64_t blocks = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn);
-    if (blocks > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
+    const std::int64_t tiles_m = (m + t.bm - 1) / t.bm, tiles_n = (n + t.bn - 1) / t.bn;
+    const std::int64_t tiles = tiles_m * tiles_n;
+    if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
+    std::int64_t blocks = tiles;
+    args.sk_first = static_cast<int>(tiles), args.sk_tiles = 0, args.sk_blocks = 0;
+    if (t.stream_k) {
+      // Hybrid grid against wave quantization (gemm_tiles.h): with w SMs and r = tiles % w > 0,
+      // the last w + r tiles (swizzled indices) are shared slab by slab by w stream-K blocks, at
+      // least a tile's worth each; the others stay one block per tile. PORTMAT_CUDA_SK_UNITS
+      // replaces the SM count (tests: small shapes through the stream-K path).
+      const std::int64_t w = env_long("PORTMAT_CUDA_SK_UNITS", info_.compute_units);
+      const std::int64_t k_tiles = (k + t.bk - 1) / t.bk;
+      if (es == 4 && w > 0 && k_tiles > 0 && tiles > w && tiles % w != 0) {
+        const std::int64_t sk_tiles = tiles % w + w, first = tiles - sk_tiles;
+        args.sk_first = static_cast<int>(first);
+        args.sk_tiles = static_cast<int>(sk_tiles);
+        args.sk_blocks = static_cast<int>(w);
+        blocks = first + w;
+        // Zero the stream-K tiles' part of c (split tiles are sums of reductions). Swizzled index
+        // `first` lies in the group of tile rows [r0, r0 + rows), column col0; the stream-K tiles
+        // are that group's columns from col0 on and every tile row below the group.
+        const std::int64_t group = args.group_m, width = group * tiles_n;
+        const std::int64_t r0 = first / width * group, rows = std::min(tiles_m - r0, group);
+        const std::int64_t col0 = first % width / rows;
+        auto zero = [&](std::int64_t tr0, std::int64_t tr1, std::int64_t tc0) {
+          const std::int64_t i0 = tr0 * t.bm, i1 = std::min(tr1 * t.bm, m), j0 = tc0 * t.bn;
+          if (i0 >= i1 || j0 >= n) return;
+          cu_check(cu_.MemsetD2D32Async(c + static_cast<std::size_t>(i0 * ldc + j0) * es, ldc * es, 0,
+                                        n - j0, i1 - i0, stream),
+                   "cuMemsetD2D32Async (stream-K tiles of c)", where_);
+        };
+        zero(r0, r0 + rows, col0);
+        zero(r0 + rows, tiles_m, 0);
+      }
+    }
     void* params[] = {&args};
     cu_check(cu_.LaunchKernel(f, static_cast<unsigned>(blocks), 1, 1, t.threads(), 1, 1,
                               t.smem_bytes(), stream, params, nullptr),
@@ -425,7 +450,7 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
   };
 
   // Operands the copy engines read in place, without the host copy into staging: dense ones in
-  // pinned memory (is_pinned: the pinned pool, arrays pinned by pin_host, or pinned elsewhere).
+  // pinned memory (is_pinned: the pinned pool or arrays pinned by pin_host).
   // The result is written in place when it is pinned (alloc_host) and its rows are contiguous.
   const std::size_t a_bytes = static_cast<std::size_t>(M * K) * es;
   const std::size_t b_bytes = static_cast<std::size_t>(K * N) * es;

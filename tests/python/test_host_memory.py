@@ -99,9 +99,8 @@ def test_operands_used_again_are_pinned_and_stay_correct(rng):
     check_matmul(portmat.matmul(a, b, device=dev), a, b)
     check_matmul(portmat.matmul(a[100:1400], b, device=dev), a[100:1400], b)  # dense view inside
     check_matmul(portmat.matmul(b.T, a.T, device=dev), b.T, a.T)  # column-major views
-    a.resize((1400, 1200), refcheck=False)  # moves (or shrinks) the pinned memory
-    for _ in range(3):
-        check_matmul(portmat.matmul(a, b, device=dev), a, b)
+    with pytest.raises(ValueError):  # NumPy will not move memory that has weakrefs (pinned)
+        a.resize((1400, 1200), refcheck=False)
     del a, b  # unpinned before NumPy frees the memory
     x, y = random_matrix(rng, (1500, 1200)), random_matrix(rng, (1200, 1300))
     check_matmul(portmat.matmul(x, y, device=dev), x, y)
