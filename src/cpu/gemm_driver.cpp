@@ -59,25 +59,39 @@ class Scratch {
 
 // How one call is cut up: block sizes fitted to the shape, and the work items of each step.
 //
-// The loop nest runs as a sequence of steps, one per (jc, pc, ic) block triple. Each step packs an
-// A block (items: MR panels) into one of two A buffers, and the first step of each (jc, pc) packs
-// the B block (items: NR panels); then the step's micro-tiles are computed (items: one B
-// micro-panel times a run of A micro-panels). Threads claim items from per-step atomic counters,
-// so the work goes to whichever threads are running: a thread the OS has descheduled (a busy
-// machine, another library's spinning workers) slows the call down by at most one item, and the
-// caller finishes alone if no worker shows up at all. Ordering is by completion counts:
-//   compute(s)  waits for A(s) and the step's B block to be packed;
-//   A(s)        waits for compute(s-2), the last user of its buffer (double buffering lets the
-//               first threads done with step s-1 pack ahead while others finish);
-//   B block     waits for every compute step of the previous B block.
+// Two loop orders (GemmConfig::a_outer), mirror images of each other. One operand is "outer":
+// its block is packed once and shared by several steps, the other "inner" one is packed per step.
+//   B outer (BLIS's order): steps (jc, pc, ic); B block kc x nc (L3) per (jc, pc), A block
+//     mc x kc (L2) per step; compute items: one B micro-panel x a run of A micro-panels, so the
+//     kernel keeps its B panel and streams A panels from L2.
+//   A outer: steps (ic, pc, jc); A block mc x kc (L3) per (ic, pc), B block kc x nc (L2) per step;
+//     compute items: one A micro-panel x a run of B micro-panels, so the A micro-panel stays in L1
+//     and the B panels stream from L2 (for a row-major C this is BLIS's order for C^T = B^T A^T).
+//
+// Each step packs its inner block (items: micro-panels) into one of two buffers, and the first
+// step of each outer block packs that (items: micro-panels); then the step's micro-tiles are
+// computed (items: one outer micro-panel times a run of inner micro-panels). Threads claim items
+// from per-step atomic counters, so the work goes to whichever threads are running: a thread the
+// OS has descheduled (a busy machine, another library's spinning workers) slows the call down by
+// at most one item, and the caller finishes alone if no worker shows up at all. Ordering is by
+// completion counts:
+//   compute(s)   waits for inner(s) and the step's outer block to be packed;
+//   inner(s)     waits for compute(s-2), the last user of its buffer (double buffering lets the
+//                first threads done with step s-1 pack ahead while others finish);
+//   outer block  waits for every compute step of the previous outer block.
+// The last rule also orders the pc blocks of each C tile: every step of an outer block (pc) is
+// computed before the next one (pc + 1), which accumulates onto it, is even packed.
 // Every wait is for items already claimed, and a claimed item never waits: no deadlock.
 struct Plan {
   std::int64_t m, n, k;
   std::int64_t mc, kc, nc;          // actual block sizes (<= the table's)
   std::int64_t jc_blocks, pc_blocks, ic_blocks;
-  std::int64_t ir_chunks;           // compute items per B micro-panel
+  std::int64_t chunks;              // compute items per outer micro-panel
   int threads;
+  bool a_outer;
   std::int64_t steps() const { return jc_blocks * pc_blocks * ic_blocks; }
+  std::int64_t inner_blocks() const { return a_outer ? jc_blocks : ic_blocks; }  // per outer
+  std::int64_t outer_blocks() const { return steps() / inner_blocks(); }
 };
 
 template <class T>
@@ -85,6 +99,7 @@ Plan make_plan(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t n, std::in
                int max_threads, double min_flops_per_thread) {
   Plan p{};
   p.m = m, p.n = n, p.k = k;
+  p.a_outer = cfg.a_outer;
   // Equal blocks rather than full ones plus a runt: a K of 400 with kc 384 becomes 2 x 200.
   p.pc_blocks = ceil_div(k, cfg.kc);
   p.kc = ceil_div(k, p.pc_blocks);
@@ -100,40 +115,47 @@ Plan make_plan(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t n, std::in
     p.threads = static_cast<int>(std::min<double>(p.threads, flops / min_flops_per_thread));
   p.threads = std::max(p.threads, 1);
   // Enough compute items per step to balance (4 per thread), but no smaller than needed: each
-  // item re-reads its B micro-panel, and a long run of A panels amortises the claim.
+  // item re-reads its outer micro-panel, and a long run of inner panels amortises the claim.
   const std::int64_t n_panels = ceil_div(p.nc, cfg.nr), m_panels = ceil_div(p.mc, cfg.mr);
-  p.ir_chunks = std::min(m_panels, std::max<std::int64_t>(1, ceil_div(4 * p.threads, n_panels)));
+  const std::int64_t outer = p.a_outer ? m_panels : n_panels;
+  const std::int64_t inner = p.a_outer ? n_panels : m_panels;
+  p.chunks = std::min(inner, std::max<std::int64_t>(1, ceil_div(4 * p.threads, outer)));
   return p;
 }
 
 // Where step s works and how many items each of its phases has.
 struct Step {
-  std::int64_t bi, icb;           // B block index, A block index within it
+  std::int64_t bi, ii;            // outer block index, inner block index within it
   std::int64_t jc, pc, ic;        // the block's origin
   std::int64_t nc, kc, mc;        // its size
   std::int64_t n_panels, m_panels;
-  std::int64_t chunks, chunk_panels;  // compute items per B micro-panel, A panels per item
-  std::int64_t items() const { return n_panels * chunks; }
+  std::int64_t outer_panels, inner_panels;  // the same two, by role
+  std::int64_t chunks, chunk_panels;  // compute items per outer micro-panel, inner panels per item
+  std::int64_t items() const { return outer_panels * chunks; }
 };
 
 Step step_of(const Plan& p, int mr, int nr, std::int64_t s) {
   Step t;
-  t.bi = s / p.ic_blocks, t.icb = s % p.ic_blocks;
-  t.jc = (t.bi / p.pc_blocks) * p.nc, t.pc = (t.bi % p.pc_blocks) * p.kc, t.ic = t.icb * p.mc;
+  t.bi = s / p.inner_blocks(), t.ii = s % p.inner_blocks();
+  const std::int64_t pcb = t.bi % p.pc_blocks, ob = t.bi / p.pc_blocks;  // ob: outer jc or ic
+  t.pc = pcb * p.kc;
+  t.jc = (p.a_outer ? t.ii : ob) * p.nc, t.ic = (p.a_outer ? ob : t.ii) * p.mc;
   t.nc = std::min(p.nc, p.n - t.jc), t.kc = std::min(p.kc, p.k - t.pc);
   t.mc = std::min(p.mc, p.m - t.ic);
   t.n_panels = ceil_div(t.nc, nr), t.m_panels = ceil_div(t.mc, mr);
-  t.chunks = std::min(p.ir_chunks, t.m_panels);  // fewer when this A block is a short runt
-  t.chunk_panels = ceil_div(t.m_panels, t.chunks);
-  t.chunks = ceil_div(t.m_panels, t.chunk_panels);  // no empty chunk at the end
+  t.outer_panels = p.a_outer ? t.m_panels : t.n_panels;
+  t.inner_panels = p.a_outer ? t.n_panels : t.m_panels;
+  t.chunks = std::min(p.chunks, t.inner_panels);  // fewer when this inner block is a short runt
+  t.chunk_panels = ceil_div(t.inner_panels, t.chunks);
+  t.chunks = ceil_div(t.inner_panels, t.chunk_panels);  // no empty chunk at the end
   return t;
 }
 
 // The counters of one phase (packing a block, or computing a step): items are split into one
 // contiguous home range per thread, claimed through next[thread]; done counts finished items.
-// Home ranges keep a thread on the same B micro-panels in every step, so the part of the B block
-// it packed and uses stays in its own L2; when a thread's range runs out it takes items from the
-// others' ranges, so a thread that is late or absent holds no one up.
+// Home ranges keep a thread on the same outer micro-panels in every step, so the part of the
+// outer block it packed and uses stays in its own cache; when a thread's range runs out it takes
+// items from the others' ranges, so a thread that is late or absent holds no one up.
 struct Phase {
   alignas(64) std::atomic<std::int64_t> done{0};
   std::atomic<std::int64_t>* next = nullptr;  // [threads], offsets into each home range
@@ -163,12 +185,12 @@ struct Job {
   T* c;
   std::int64_t ldc;
   Plan plan;
-  T* b_pack;           // kc x round_up(nc, nr)
-  T* a_pack[2];        // round_up(mc, mr) x kc each
-  Phase* b_phase;      // [jc_blocks * pc_blocks]
-  Phase* a_phase;      // [steps]
-  Phase* c_phase;      // [steps]
-  WaitWord* progress;  // notified whenever a phase completes
+  T* outer_pack;        // the outer block: B kc x round_up(nc, nr), or A round_up(mc, mr) x kc
+  T* inner_pack[2];     // the inner blocks, one per step parity
+  Phase* outer_phase;   // [outer_blocks]
+  Phase* inner_phase;   // [steps]
+  Phase* c_phase;       // [steps]
+  WaitWord* progress;   // notified whenever a phase completes
 };
 
 bool complete(const Phase& ph, std::int64_t total) {
@@ -186,6 +208,7 @@ void run_thread(void* ctx, int tid) {
   const Plan& p = job.plan;
   const int mr = cfg.mr, nr = cfg.nr;
   WaitWord& progress = *job.progress;
+  const bool a_outer = p.a_outer;
 
   auto computed = [&](std::int64_t s) {
     return complete(job.c_phase[s], step_of(p, mr, nr, s).items());
@@ -193,42 +216,52 @@ void run_thread(void* ctx, int tid) {
   for (std::int64_t s = 0; s < p.steps(); ++s) {
     const Step st = step_of(p, mr, nr, s);
     const std::int64_t jc = st.jc, pc = st.pc, ic = st.ic, nc = st.nc, kc = st.kc, mc = st.mc;
-    const std::int64_t n_panels = st.n_panels, m_panels = st.m_panels;
+    // Packs A micro-panel r / B micro-panel q of this step's blocks into the block at dst.
+    auto pack_a = [&](std::int64_t r, T* dst) {
+      cfg.pack_a(*job.a, ic + r * mr, std::min<std::int64_t>(mr, mc - r * mr), pc, kc,
+                 dst + r * mr * kc);
+    };
+    auto pack_b = [&](std::int64_t q, T* dst) {
+      cfg.pack_b(*job.b, pc, kc, jc + q * nr, std::min<std::int64_t>(nr, nc - q * nr),
+                 dst + q * nr * kc);
+    };
 
-    if (st.icb == 0) {  // the first step of a B block packs it, once the previous one is done with
+    if (st.ii == 0) {  // the first step of an outer block packs it, once the previous one is done
       progress.wait_until(
           [&] {
-            for (std::int64_t t = std::max<std::int64_t>(0, s - p.ic_blocks); t < s; ++t)
+            for (std::int64_t t = std::max<std::int64_t>(0, s - p.inner_blocks()); t < s; ++t)
               if (!computed(t)) return false;
             return true;
           },
           kPhaseSpinUs);
-      claim_all(job.b_phase[st.bi], n_panels, tid, p.threads, progress, [&](std::int64_t q) {
-        cfg.pack_b(*job.b, pc, kc, jc + q * nr, std::min<std::int64_t>(nr, nc - q * nr),
-                   job.b_pack + q * nr * kc);
-      });
+      claim_all(job.outer_phase[st.bi], st.outer_panels, tid, p.threads, progress,
+                [&](std::int64_t x) {
+                  a_outer ? pack_a(x, job.outer_pack) : pack_b(x, job.outer_pack);
+                });
     }
 
-    T* a_pack = job.a_pack[s % 2];
+    T* inner_pack = job.inner_pack[s % 2];
     if (s >= 2) progress.wait_until([&] { return computed(s - 2); }, kPhaseSpinUs);
-    claim_all(job.a_phase[s], m_panels, tid, p.threads, progress, [&](std::int64_t r) {
-      cfg.pack_a(*job.a, ic + r * mr, std::min<std::int64_t>(mr, mc - r * mr), pc, kc,
-                 a_pack + r * mr * kc);
-    });
+    claim_all(job.inner_phase[s], st.inner_panels, tid, p.threads, progress,
+              [&](std::int64_t x) { a_outer ? pack_b(x, inner_pack) : pack_a(x, inner_pack); });
 
     progress.wait_until(
-        [&] { return complete(job.b_phase[st.bi], n_panels) && complete(job.a_phase[s], m_panels); },
+        [&] {
+          return complete(job.outer_phase[st.bi], st.outer_panels) &&
+                 complete(job.inner_phase[s], st.inner_panels);
+        },
         kPhaseSpinUs);
+    const T* a_block = a_outer ? job.outer_pack : inner_pack;
+    const T* b_block = a_outer ? inner_pack : job.outer_pack;
     claim_all(job.c_phase[s], st.items(), tid, p.threads, progress, [&](std::int64_t item) {
-      const std::int64_t q = item / st.chunks, r0 = (item % st.chunks) * st.chunk_panels;
-      const std::int64_t r1 = std::min(m_panels, r0 + st.chunk_panels);
-      const T* bp = job.b_pack + q * nr * kc;
-      const int n_tile = static_cast<int>(std::min<std::int64_t>(nr, nc - q * nr));
-      T* c_col = job.c + jc + q * nr;
-      for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t o = item / st.chunks, i0 = (item % st.chunks) * st.chunk_panels;
+      const std::int64_t i1 = std::min(st.inner_panels, i0 + st.chunk_panels);
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const std::int64_t r = a_outer ? o : i, q = a_outer ? i : o;  // A panel, B panel
         const int m_tile = static_cast<int>(std::min<std::int64_t>(mr, mc - r * mr));
-        cfg.ukernel(kc, a_pack + r * mr * kc, bp, c_col + (ic + r * mr) * job.ldc, job.ldc, m_tile,
-                    n_tile, pc > 0);
+        const int n_tile = static_cast<int>(std::min<std::int64_t>(nr, nc - q * nr));
+        cfg.ukernel(kc, a_block + r * mr * kc, b_block + q * nr * kc,
+                    job.c + (ic + r * mr) * job.ldc + jc + q * nr, job.ldc, m_tile, n_tile, pc > 0);
       }
     });
   }
@@ -241,16 +274,19 @@ void run_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::H
   const std::int64_t line = 64 / sizeof(T);
   const std::int64_t b_elems = round_up(plan.kc * round_up(plan.nc, cfg.nr), line);
   const std::int64_t a_elems = round_up(round_up(plan.mc, cfg.mr) * plan.kc, line);
-  T* base = static_cast<T*>(scratch.get((b_elems + 2 * a_elems) * sizeof(T)));
-  const std::int64_t n_phases = plan.jc_blocks * plan.pc_blocks + 2 * plan.steps();
+  const std::int64_t outer_elems = plan.a_outer ? a_elems : b_elems;
+  const std::int64_t inner_elems = plan.a_outer ? b_elems : a_elems;
+  T* base = static_cast<T*>(scratch.get((outer_elems + 2 * inner_elems) * sizeof(T)));
+  const std::int64_t n_phases = plan.outer_blocks() + 2 * plan.steps();
   std::unique_ptr<Phase[]> phases(new Phase[n_phases]);
   std::unique_ptr<std::atomic<std::int64_t>[]> next(
       new std::atomic<std::int64_t>[n_phases * plan.threads]());  // zeroed
   for (std::int64_t i = 0; i < n_phases; ++i) phases[i].next = next.get() + i * plan.threads;
   WaitWord progress;
-  Job<T> job{&cfg, &a, &b, c, ldc, plan, base, {base + b_elems, base + b_elems + a_elems},
-             phases.get(), phases.get() + plan.jc_blocks * plan.pc_blocks,
-             phases.get() + plan.jc_blocks * plan.pc_blocks + plan.steps(), &progress};
+  Job<T> job{&cfg, &a, &b, c, ldc, plan, base,
+             {base + outer_elems, base + outer_elems + inner_elems},
+             phases.get(), phases.get() + plan.outer_blocks(),
+             phases.get() + plan.outer_blocks() + plan.steps(), &progress};
   if (pool)
     pool->run(plan.threads, &run_thread<T>, &job);
   else

@@ -6,6 +6,11 @@
 //      jr: NR-wide micro-panels of the B block  one B micro-panel kc x NR (L1/L2)
 //       ir: MR-high micro-panels of the A block the micro-kernel: an MR x NR tile of C
 //
+// or, with GemmConfig::a_outer, its mirror image (ic, pc, jc, ir, jr): the A block mc x kc is
+// packed once and shared (L3), a B block kc x nc per step (L2), and the kernel keeps one A
+// micro-panel in L1 while it walks the B micro-panels. Which one wins depends on the kernel and
+// the caches; kernel_table.cpp picks per ISA and dtype.
+//
 // Threads claim work items (B panels to pack, A panels to pack, runs of micro-tiles) from atomic
 // counters step by step, so a descheduled thread delays no one (details in gemm_driver.cpp).
 #pragma once
@@ -33,6 +38,10 @@ struct GemmConfig {
   GemmUkernel<T> ukernel = nullptr;
   PackFn<T> pack_a = nullptr;  // A panel packer for this mr
   PackFn<T> pack_b = nullptr;  // B panel packer for this nr
+  // The loop order (gemm_driver.cpp). false: B block kc x nc outer (L3), A block mc x kc per step
+  // (L2), the kernel keeps a B micro-panel and streams A panels. true: A block mc x kc outer (L3),
+  // B block kc x nc per step (L2), the kernel keeps an A micro-panel in L1 and streams B panels.
+  bool a_outer = false;
 };
 
 // The packers for a tile size, instantiated in gemm_driver.cpp for the shapes the table uses.

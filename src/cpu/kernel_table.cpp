@@ -5,9 +5,25 @@
 //       storing the C tile over kc rank-1 updates.
 //   mc: the A block mc x kc lives in L2 and is reused across all B micro-panels of the B block.
 //   nc: the B block kc x nc lives in L3 (or L2 on big-L2 parts) and is reused across A blocks.
-// AVX-512 numbers were tuned on a 2-core Sapphire Rapids Xeon VM (48 KiB L1d, 2 MiB L2 per core):
-// kc 512 (float32) / 768 (float64) beat 256-384 by 3-6% at n = 2048-4096 (fewer C tile round
-// trips); mc and nc mattered within noise. AVX2 and scalar sizes are the usual Haswell-class ones.
+// AVX-512 numbers were tuned on a 2-core Sapphire Rapids Xeon VM (48 KiB L1d, 2 MiB L2 per core).
+// float32 uses the A-outer loop order (gemm_driver.cpp), where the roles of mc and nc swap: the
+// 14 x kc A micro-panel (28 KiB at kc 512) stays in L1 while the kernel streams the B block's
+// micro-panels from L2, and the A block mc x kc is the one shared from L3. Against NumPy/OpenBLAS
+// on 2 threads, one process, alternating blocks (ratio > 1: portmat faster), n = 4096 / 2048:
+//   B-outer, mc 336 kc 512 nc 4096 (before):    0.91-0.92 / 0.94-0.95
+//   A-outer, mc 1344 kc 512 nc 512:              0.93      / 0.97
+//   A-outer, mc 4200 kc 512 nc 512:              0.93-0.98 / 1.01-1.02
+//   A-outer, mc 4200 kc 512 nc 256 / 320 / 384:  0.99-1.01 / 1.03-1.05  (with the early C
+//     prefetch of gemm_avx512.cpp; without it 1-3% less)
+//   A-outer, mc 4200 kc 384 nc 384-512:          0.97-0.98 / 1.01-1.04
+// So: kc 512, nc 320 (a 640 KiB B block per step: both cores read all of it, each from its own
+// L2), mc 4200 (14 x 300): all rows up to 4200 in one A block, 8 MiB at kc 512, so B is packed
+// once per (jc, pc); a smaller mc re-packs B once per A block (mc 1344: 2-5% slower at 2048-4096).
+// Splitting each step's B panels between the threads (half the B block per L2, every A panel read
+// by both) measured 2-5% slower than splitting the A panels. The A micro-panel is reused over
+// only nc / 32 = 10 kernel calls, but it is 28 KiB read once per 10 x 7k cycles: no strain on L3.
+// float64 keeps the B-outer order (not re-tuned): kc 768 beat 256-384 by 3-6% at n = 2048-4096.
+// AVX2 and scalar sizes are the usual Haswell-class ones.
 // NEON sizes are not tuned on hardware yet; they are sized for the smaller caches common on ARM
 // cores (Cortex-A72/A76/A78, Neoverse N1/V1: 32-64 KiB L1d, 256 KiB-1 MiB L2, 0-4 MiB L3 or SLC
 // shared): kc 256 (float32) / 192 (float64) keeps the B micro-panel at 12 / 9 KiB, so it stays in
@@ -27,6 +43,22 @@ namespace portmat::cpu {
 
 namespace {
 
+#if defined(__x86_64__) || defined(_M_X64)
+// PackFn adapter for the AVX-512 A packer, which takes one micro-panel as plain pointers (so that
+// no header type is compiled with AVX-512 flags). Replaces pack_a_panels<float, 14>'s scalar
+// transpose: measured 1.3% of a 2-thread n = 4096 product before.
+void pack_a_avx512_f32(const core::HostMatrix& a, std::int64_t i0, std::int64_t m,
+                       std::int64_t p0, std::int64_t k, float* dst) {
+  const float* src = static_cast<const float*>(a.data) + a.offset;
+  for (std::int64_t r = 0; r < m; r += 14, dst += 14 * k) {
+    const std::int64_t i = i0 + r;
+    const float* origin = a.col_major ? src + p0 * a.ld + i : src + i * a.ld + p0;
+    const int rows = static_cast<int>(std::min<std::int64_t>(14, m - r));
+    pack_a_avx512_f32_14(origin, a.ld, a.col_major, rows, k, dst);
+  }
+}
+#endif
+
 std::vector<KernelSet> detect() {
   std::vector<KernelSet> sets;
 #if defined(__x86_64__) || defined(_M_X64)
@@ -35,8 +67,8 @@ std::vector<KernelSet> detect() {
   if (__builtin_cpu_supports("avx512f")) {
     KernelSet s;
     s.isa = "avx512";
-    s.f32 = {"gemm_avx512_f32_14x32", 14, 32, 14 * 24, 512, 4096, gemm_avx512_f32_14x32,
-             pack_a_panels<float, 14>, pack_b_panels<float, 32>};
+    s.f32 = {"gemm_avx512_f32_14x32", 14, 32, 14 * 300, 512, 320, gemm_avx512_f32_14x32,
+             pack_a_avx512_f32, pack_b_panels<float, 32>, /*a_outer=*/true};
     s.f64 = {"gemm_avx512_f64_14x16", 14, 16, 14 * 8, 768, 2048, gemm_avx512_f64_14x16,
              pack_a_panels<double, 14>, pack_b_panels<double, 16>};
     sets.push_back(s);

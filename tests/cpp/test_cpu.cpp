@@ -1,7 +1,8 @@
 // The native CPU backend's own machinery: every micro-kernel this CPU can run against the scalar
-// reference kernel for every edge-tile size (and that it writes nothing outside its tile); the
-// blocking driver with small block sizes so every loop runs several times, on 1 to 4 threads, with
-// both storage orders of A and B; the device's info, thread setting and concurrent callers.
+// reference kernel for every edge-tile size (and that it writes nothing outside its tile); every
+// A packer against the portable one for every edge panel; the blocking driver in both loop orders
+// with small block sizes so every loop runs several times, on 1 to 4 threads, with both storage
+// orders of A and B; the device's info, thread setting and concurrent callers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -99,6 +100,46 @@ void check_micro_kernel(const GemmConfig<T>& cfg) {
   }
 }
 
+// The portable packer at the A tile height of cfg: the oracle for ISA-specific packers.
+template <class T>
+portmat::cpu::PackFn<T> reference_pack_a(const GemmConfig<T>& cfg) {
+  using portmat::cpu::pack_a_panels;
+  switch (cfg.mr) {
+    case 14: return &pack_a_panels<T, 14>;
+    case 8: return &pack_a_panels<T, 8>;
+    case 6: return &pack_a_panels<T, 6>;
+    case 4: return &pack_a_panels<T, 4>;
+    default: return nullptr;
+  }
+}
+
+// cfg.pack_a against the portable packer, bit for bit, for every edge panel height (m below,
+// at and above mr), k around the SIMD widths, leading dimensions with and without slack, both
+// storage orders, at an offset, and nothing written past the packed panels.
+template <class T>
+void check_pack_a(const GemmConfig<T>& cfg) {
+  SCOPED_TRACE(cfg.kernel);
+  auto ref = reference_pack_a(cfg);
+  ASSERT_NE(ref, nullptr);
+  std::mt19937 rng(11);
+  const int mr = cfg.mr;
+  const T poison = T(-777);
+  for (bool col : {false, true})
+    for (std::int64_t k : {1, 5, 15, 16, 17, 40, 64})
+      for (std::int64_t slack : {0, 3, 16})
+        for (std::int64_t m = 1; m <= 2 * mr + 1; ++m) {
+          const std::int64_t i0 = 2, p0 = 3, rows = i0 + m, cols = p0 + k;
+          const std::int64_t ld = (col ? rows : cols) + slack, off = 7;
+          auto src = random_vector<T>(off + ld * (col ? cols : rows), rng);
+          portmat::core::HostMatrix a{src.data(), off, rows, cols, ld, col, dtype_of<T>()};
+          const std::int64_t size = (m + mr - 1) / mr * mr * k;
+          std::vector<T> got(size + 16, poison), want(size + 16, poison);
+          cfg.pack_a(a, i0, m, p0, k, got.data());
+          ref(a, i0, m, p0, k, want.data());
+          ASSERT_EQ(got, want) << "m=" << m << " k=" << k << " ld=" << ld << " col=" << col;
+        }
+}
+
 // c = a @ b through the blocking driver with cfg on `threads` threads; returns the worst error
 // ratio against the float64 reference (<= 1 is accurate).
 template <class T>
@@ -129,16 +170,19 @@ void check_driver(GemmConfig<T> cfg) {
   // Small blocks so every loop of the nest runs several times, with runts at every level.
   cfg.mc = 2 * cfg.mr, cfg.kc = 16, cfg.nc = 2 * cfg.nr;
   std::mt19937 rng(7);
-  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {5, 3, 2}, {2 * cfg.mr + 1, 33, 3 * cfg.nr - 1},
-                         {3 * cfg.mr, 48, 5 * cfg.nr + 3}, {70, 40, 1}, {1, 50, 90}})
-    for (int threads : {1, 2, 3, 4})
-      for (bool a_col : {false, true})
-        for (bool b_col : {false, true}) {
-          // min_flops_per_thread 0: use every thread even for these small products.
-          EXPECT_LE(run_driver<T>(cfg, m, k, n, a_col, b_col, threads, rng, 0.0), 1.0)
-              << m << "x" << k << "x" << n << " threads=" << threads << " a_col=" << a_col
-              << " b_col=" << b_col;
-        }
+  for (bool a_outer : {false, true}) {  // both loop orders, whichever the table picks
+    cfg.a_outer = a_outer;
+    for (auto [m, k, n] : {std::tuple{1, 1, 1}, {5, 3, 2}, {2 * cfg.mr + 1, 33, 3 * cfg.nr - 1},
+                           {3 * cfg.mr, 48, 5 * cfg.nr + 3}, {70, 40, 1}, {1, 50, 90}})
+      for (int threads : {1, 2, 3, 4})
+        for (bool a_col : {false, true})
+          for (bool b_col : {false, true}) {
+            // min_flops_per_thread 0: use every thread even for these small products.
+            EXPECT_LE(run_driver<T>(cfg, m, k, n, a_col, b_col, threads, rng, 0.0), 1.0)
+                << m << "x" << k << "x" << n << " threads=" << threads << " a_col=" << a_col
+                << " b_col=" << b_col << " a_outer=" << a_outer;
+          }
+  }
 }
 
 }  // namespace
@@ -154,17 +198,25 @@ class KernelSets : public ::testing::TestWithParam<std::string> {
 
 TEST_P(KernelSets, MicroKernelFloat32EveryEdgeTile) { check_micro_kernel(set().f32); }
 TEST_P(KernelSets, MicroKernelFloat64EveryEdgeTile) { check_micro_kernel(set().f64); }
+TEST_P(KernelSets, PackAFloat32EveryEdgePanel) { check_pack_a(set().f32); }
+TEST_P(KernelSets, PackAFloat64EveryEdgePanel) { check_pack_a(set().f64); }
 TEST_P(KernelSets, DriverFloat32) { check_driver(set().f32); }
 TEST_P(KernelSets, DriverFloat64) { check_driver(set().f64); }
 
 TEST_P(KernelSets, DriverThreadsLargeProducts) {
   // Big enough for the driver to use several threads with the table's own block sizes.
+  // Both loop orders: the table's, and the other one at the same block sizes.
   std::mt19937 rng(3);
-  for (int threads : {2, 3})
-    for (auto [m, k, n] : {std::tuple{301, 517, 263}, {64, 1000, 700}, {700, 300, 40}})
-      EXPECT_LE(run_driver<float>(set().f32, m, k, n, false, false, threads, rng), 1.0)
-          << m << "x" << k << "x" << n;
-  EXPECT_LE(run_driver<double>(set().f64, 257, 400, 300, true, false, 2, rng), 1.0);
+  for (bool flip : {false, true}) {
+    auto f32 = set().f32;
+    auto f64 = set().f64;
+    f32.a_outer ^= flip, f64.a_outer ^= flip;
+    for (int threads : {2, 3})
+      for (auto [m, k, n] : {std::tuple{301, 517, 263}, {64, 1000, 700}, {700, 300, 40}})
+        EXPECT_LE(run_driver<float>(f32, m, k, n, false, false, threads, rng), 1.0)
+            << m << "x" << k << "x" << n << " a_outer=" << f32.a_outer;
+    EXPECT_LE(run_driver<double>(f64, 257, 400, 300, true, false, 2, rng), 1.0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cpu, KernelSets, ::testing::ValuesIn([] {

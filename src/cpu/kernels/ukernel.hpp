@@ -41,6 +41,12 @@ void gemm_avx2_f32_6x16(std::int64_t k, const float* a, const float* b, float* c
 void gemm_avx2_f64_6x8(std::int64_t k, const double* a, const double* b, double* c,
                        std::int64_t ldc, int m, int n, bool accumulate);
 
+// Packs one A micro-panel of 14 rows (rows <= 14 of them real, the rest zero-padded) and k
+// columns starting at `a` (row-major: row i at a + i*lda; col_major: column p at a + p*lda) into
+// dst, k-major as the 14-row kernels read it (ukernel contract above).
+void pack_a_avx512_f32_14(const float* a, std::int64_t lda, bool col_major, int rows,
+                          std::int64_t k, float* dst);
+
 // `iters` rounds of independent float32 FMAs (12 chains of full vectors) for the peak estimate:
 // returns a value that depends on every FMA so none is optimised away.
 float fma_loop_avx512_f32(long iters);  // 12 * 16 * 2 flops per round
