@@ -16,12 +16,18 @@
 //   A-outer, mc 4200 kc 512 nc 256 / 320 / 384:  0.99-1.01 / 1.03-1.05  (with the early C
 //     prefetch of gemm_avx512.cpp; without it 1-3% less)
 //   A-outer, mc 4200 kc 384 nc 384-512:          0.97-0.98 / 1.01-1.04
-// So: kc 512, nc 320 (a 640 KiB B block per step: both cores read all of it, each from its own
-// L2), mc 4200 (14 x 300): all rows up to 4200 in one A block, 8 MiB at kc 512, so B is packed
+// So: kc 512, nc 256 (a 512 KiB B block per step: both cores read all of it, each from its own
+// L2; 256 rather than 320 because it divides the power-of-two sizes: 320 leaves a 128-wide runt
+// block at n = 2048, and in the same runs against Debian's OpenBLAS nc 256 gave 1.01-1.02 /
+// 1.01-1.05 / 1.00-1.03 at n = 1024 / 2048 / 4096 where 320 gave 0.98-1.00 / 1.00-1.05 / 1.00),
+// mc 4200 (14 x 300): all rows up to 4200 in one A block, 8 MiB at kc 512, so B is packed
 // once per (jc, pc); a smaller mc re-packs B once per A block (mc 1344: 2-5% slower at 2048-4096).
 // Splitting each step's B panels between the threads (half the B block per L2, every A panel read
 // by both) measured 2-5% slower than splitting the A panels. The A micro-panel is reused over
-// only nc / 32 = 10 kernel calls, but it is 28 KiB read once per 10 x 7k cycles: no strain on L3.
+// only nc / 32 = 8 kernel calls, but it is 28 KiB read once per 8 x 7k cycles: no strain on L3.
+// On the H200's 16-core host (a noisy VM) the A-outer order measured 1.38x / 1.43x / 1.46x / 1.50x
+// NumPy (OpenBLAS 0.3.34) at n = 512 / 1024 / 2048 / 4096 in one run, and 0.84x / 1.01x / 1.28x /
+// 1.41x with nc 320 in another; B-outer had 1.25x / 1.20x / 1.22x / 1.32x in an earlier session.
 // float64 keeps the B-outer order (not re-tuned): kc 768 beat 256-384 by 3-6% at n = 2048-4096.
 // AVX2 and scalar sizes are the usual Haswell-class ones.
 // NEON sizes are not tuned on hardware yet; they are sized for the smaller caches common on ARM
@@ -67,7 +73,7 @@ std::vector<KernelSet> detect() {
   if (__builtin_cpu_supports("avx512f")) {
     KernelSet s;
     s.isa = "avx512";
-    s.f32 = {"gemm_avx512_f32_14x32", 14, 32, 14 * 300, 512, 320, gemm_avx512_f32_14x32,
+    s.f32 = {"gemm_avx512_f32_14x32", 14, 32, 14 * 300, 512, 256, gemm_avx512_f32_14x32,
              pack_a_avx512_f32, pack_b_panels<float, 32>, /*a_outer=*/true};
     s.f64 = {"gemm_avx512_f64_14x16", 14, 16, 14 * 8, 768, 2048, gemm_avx512_f64_14x16,
              pack_a_panels<double, 14>, pack_b_panels<double, 16>};
