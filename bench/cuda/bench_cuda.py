@@ -1,7 +1,7 @@
 """CUDA backend benchmark: portmat's CUDA kernels and NumPy-in/NumPy-out path against cuBLAS
 (torch, TF32 off) and CuPy in the same run, with medians and verified results.
 
-  python3 bench/cuda/bench_cuda.py device  --sizes 1024,2048,4096,8192 [--tiles 128x128,128x256]
+  python3 bench/cuda/bench_cuda.py device  --sizes 1024,2048,4096,8192 [--tiles 128x256,128x256_fp]
   python3 bench/cuda/bench_cuda.py host    --sizes 512,1024,2048,4096,8192
   python3 bench/cuda/bench_cuda.py hostone --n 4096        (portmat only; for env-var sweeps)
   python3 bench/cuda/bench_cuda.py crossover --sizes 64,128,256,384,512,768,1024

@@ -2,7 +2,7 @@
 page-locked, so that the copy engines move them directly instead of through a host copy.
 
 Results. A result of 1 MiB or more is written into a recycled pinned block when the device has one
-free. A new block is pinned (cuMemHostAlloc: ~30 ms per 64 MiB on the H200's host) only for a
+free. A new block is pinned (a few ms per 64 MiB: faulted in and registered) only for a
 (device, shape, dtype) whose earlier results have died: the pattern of repeated calls with
 transient results, where the block is then reused call after call. A program that keeps its
 results gets ordinary arrays and never pays for pinning.

@@ -8,8 +8,9 @@
 // compute_90 PTX that newer GPUs' drivers compile once; only libcuda.so.1 is needed at run time.
 //
 // Per device, created at first use and shared by all threads (one lock): the primary context,
-// the loaded module, streams and events, a pool of device buffers, pinned staging buffers and a
-// pool of host threads for the NumPy-in/NumPy-out pipeline (matmul_host, described there).
+// the loaded module, streams and events, a pool of device buffers, pinned staging buffers, a pool
+// of host threads for the NumPy-in/NumPy-out pipeline (matmul_host, described there), and the
+// pinned result pool and operand pins that let that pipeline skip host copies (pinned_pool.hpp).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -382,6 +383,8 @@ class CudaDevice final : public core::Device {
 // them into the result array, which also faults its fresh pages in parallel. Host copies, both
 // transfers and the kernels of different chunks all overlap; the host waits on an event only when
 // it needs a slot back or a chunk's result. Small problems take the same path with one chunk.
+// Operands and results in pinned memory (is_pinned) skip their host copy: the copy engines read
+// and write them in place.
 void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
                              const MatrixView& c) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -1,6 +1,6 @@
 """Host memory on the NumPy-in/NumPy-out path of CUDA GPUs: results in recycled pinned memory,
-operands that are already pinned (read in place), operands pinned for one call
-(PORTMAT_CUDA_REGISTER=1). Runs where portmat finds a CUDA device; elsewhere only the checks
+operands pinned in place on their second use and read by the copy engines directly, and every
+case that must still be staged. Runs where portmat finds a CUDA device; elsewhere only the checks
 that hold on every machine run."""
 
 import numpy as np

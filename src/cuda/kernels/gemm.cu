@@ -787,25 +787,11 @@ namespace tiles = portmat::cuda;
 // Spelled out so each name can be grepped; the host builds the same names from GemmTile::name.
 #define PM_BOUNDS(tile) __launch_bounds__(tiles::tile.threads(), tiles::tile.min_blocks)
 extern "C" {
-__global__ void PM_BOUNDS(kF32_128x128) gemm_sm80_f32_128x128_rr(GemmArgs p) { gemm_body<float, tiles::kF32_128x128, true, false>(p); }
-__global__ void PM_BOUNDS(kF32_128x128) gemm_sm80_f32_128x128_rc(GemmArgs p) { gemm_body<float, tiles::kF32_128x128, true, true>(p); }
-__global__ void PM_BOUNDS(kF32_128x128) gemm_sm80_f32_128x128_cr(GemmArgs p) { gemm_body<float, tiles::kF32_128x128, false, false>(p); }
-__global__ void PM_BOUNDS(kF32_128x128) gemm_sm80_f32_128x128_cc(GemmArgs p) { gemm_body<float, tiles::kF32_128x128, false, true>(p); }
-
-__global__ void PM_BOUNDS(kF32_128x128_b1) gemm_sm80_f32_128x128_b1_rr(GemmArgs p) { gemm_body<float, tiles::kF32_128x128_b1, true, false>(p); }
-__global__ void PM_BOUNDS(kF32_128x128_b1) gemm_sm80_f32_128x128_b1_rc(GemmArgs p) { gemm_body<float, tiles::kF32_128x128_b1, true, true>(p); }
-__global__ void PM_BOUNDS(kF32_128x128_b1) gemm_sm80_f32_128x128_b1_cr(GemmArgs p) { gemm_body<float, tiles::kF32_128x128_b1, false, false>(p); }
-__global__ void PM_BOUNDS(kF32_128x128_b1) gemm_sm80_f32_128x128_b1_cc(GemmArgs p) { gemm_body<float, tiles::kF32_128x128_b1, false, true>(p); }
 
 __global__ void PM_BOUNDS(kF32_128x256) gemm_sm80_f32_128x256_rr(GemmArgs p) { gemm_body<float, tiles::kF32_128x256, true, false>(p); }
 __global__ void PM_BOUNDS(kF32_128x256) gemm_sm80_f32_128x256_rc(GemmArgs p) { gemm_body<float, tiles::kF32_128x256, true, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256) gemm_sm80_f32_128x256_cr(GemmArgs p) { gemm_body<float, tiles::kF32_128x256, false, false>(p); }
 __global__ void PM_BOUNDS(kF32_128x256) gemm_sm80_f32_128x256_cc(GemmArgs p) { gemm_body<float, tiles::kF32_128x256, false, true>(p); }
-
-__global__ void PM_BOUNDS(kF32_256x128) gemm_sm80_f32_256x128_rr(GemmArgs p) { gemm_body<float, tiles::kF32_256x128, true, false>(p); }
-__global__ void PM_BOUNDS(kF32_256x128) gemm_sm80_f32_256x128_rc(GemmArgs p) { gemm_body<float, tiles::kF32_256x128, true, true>(p); }
-__global__ void PM_BOUNDS(kF32_256x128) gemm_sm80_f32_256x128_cr(GemmArgs p) { gemm_body<float, tiles::kF32_256x128, false, false>(p); }
-__global__ void PM_BOUNDS(kF32_256x128) gemm_sm80_f32_256x128_cc(GemmArgs p) { gemm_body<float, tiles::kF32_256x128, false, true>(p); }
 
 __global__ void PM_BOUNDS(kF32_64x64) gemm_sm80_f32_64x64_rr(GemmArgs p) { gemm_body<float, tiles::kF32_64x64, true, false>(p); }
 __global__ void PM_BOUNDS(kF32_64x64) gemm_sm80_f32_64x64_rc(GemmArgs p) { gemm_body<float, tiles::kF32_64x64, true, true>(p); }
@@ -817,20 +803,10 @@ __global__ void PM_BOUNDS(kF32_128x256_db) gemm_sm80_f32_128x256_db_rc(GemmArgs 
 __global__ void PM_BOUNDS(kF32_128x256_db) gemm_sm80_f32_128x256_db_cr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db, false, false, false>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_db) gemm_sm80_f32_128x256_db_cc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db, false, true, false>(p); }
 
-__global__ void PM_BOUNDS(kF32_128x256_db32) gemm_sm80_f32_128x256_db32_rr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db32, true, false, false>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_db32) gemm_sm80_f32_128x256_db32_rc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db32, true, true, false>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_db32) gemm_sm80_f32_128x256_db32_cr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db32, false, false, false>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_db32) gemm_sm80_f32_128x256_db32_cc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_db32, false, true, false>(p); }
-
 __global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_rr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak, true, false, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_rc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak, true, true, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_cr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak, false, false, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_cc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak, false, true, true>(p); }
-
-__global__ void PM_BOUNDS(kF32_128x256_ak32) gemm_sm80_f32_128x256_ak32_rr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak32, true, false, true>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_ak32) gemm_sm80_f32_128x256_ak32_rc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak32, true, true, false>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_ak32) gemm_sm80_f32_128x256_ak32_cr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak32, false, false, false>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_ak32) gemm_sm80_f32_128x256_ak32_cc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak32, false, true, false>(p); }
 
 __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, true, false, 1>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, true, true, 3>(p); }
@@ -841,11 +817,6 @@ __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rr(GemmArgs 
 __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, true, 1, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, false, 2, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, true, 3, true>(p); }
-
-__global__ void PM_BOUNDS(kF32_128x256_fp4) gemm_sm80_f32_128x256_fp4_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp4, true, false, 1>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_fp4) gemm_sm80_f32_128x256_fp4_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp4, true, true, 3>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_fp4) gemm_sm80_f32_128x256_fp4_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp4, false, false, 1>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_fp4) gemm_sm80_f32_128x256_fp4_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp4, false, true, 3>(p); }
 
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, false, 2>(p); }
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, true, 2>(p); }

@@ -49,31 +49,28 @@ struct GemmTile {
   constexpr int smem_bytes() const { return stages * (a_stage() + bk * (bn + kPad)) * elem_bytes; }
 };
 
-// float32: the main tile (2 blocks per SM on sm_80/sm_90, 128 registers; _b1: the same tile at one
-// block per SM without the register cap), two larger ones (1 block per SM, 8x16
-// per thread: fewer shared-memory loads per FFMA), and a small one for small problems (more blocks).
-inline constexpr GemmTile kF32_128x128{"gemm_sm80_f32_128x128", 128, 128, 16, 64, 32, 2, 2, 4, 4, 2};
-inline constexpr GemmTile kF32_128x128_b1{"gemm_sm80_f32_128x128_b1", 128, 128, 16, 64, 32, 2, 2, 4, 4, 1};
+// float32, run by gemm_body: 128x256 (8x16 per thread, 1 block per SM), the baseline of the
+// variants below, and 64x64 for problems with fewer 128x128 tiles than SMs (more, smaller blocks).
+// Tiles measured slower and removed (their records are in bench/results): 128x128 and its _b1,
+// 256x128, and the variants _db32, _ak32 and _fp4 described below.
 inline constexpr GemmTile kF32_128x256{"gemm_sm80_f32_128x256", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
-inline constexpr GemmTile kF32_256x128{"gemm_sm80_f32_256x128", 256, 128, 16, 128, 32, 4, 2, 3, 4, 1};
 inline constexpr GemmTile kF32_64x64{"gemm_sm80_f32_64x64", 64, 64, 16, 32, 32, 2, 1, 4, 4, 4};
 // Experimental 128x256 variants (issue 4), all 8x16 per thread, 256 threads, 1 block per SM, run by
 // gemm_body_db: fragments double-buffered in registers across k steps and across the slab
-// boundary (the barrier sits before the last k step of a slab). _db: the baseline's shared layout;
-// _db32: the same with bk = 32 (half the barriers and copy-issue overhead per FFMA); _ak / _ak32:
-// also a_mk (row-major a copied 16 bytes at a time into As[m][k], no 4-byte transposing copies).
+// boundary (the barrier sits before the last k step of a slab). _db: the baseline's shared layout
+// (H200: 45.5-45.7 TFLOP/s at n = 4096 against 41.3); _ak: also a_mk (row-major a copied 16 bytes
+// at a time into As[m][k], no 4-byte transposing copies; 40.8, kept as the only user of a_mk).
+// Removed: _db32 / _ak32 with bk = 32 (42.8 / 39.7).
 inline constexpr GemmTile kF32_128x256_db{"gemm_sm80_f32_128x256_db", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
-inline constexpr GemmTile kF32_128x256_db32{"gemm_sm80_f32_128x256_db32", 128, 256, 32, 64, 64, 2, 4, 3, 4, 1};
 inline constexpr GemmTile kF32_128x256_ak{"gemm_sm80_f32_128x256_ak", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 1};
-inline constexpr GemmTile kF32_128x256_ak32{"gemm_sm80_f32_128x256_ak32", 128, 256, 32, 64, 64, 2, 4, 3, 4, 1, 1};
 // gemm_body_fp: _db's k loop with a fast copy path for edge-free tiles (no bounds predicates or
 // selects on the copies of all but the last `stages` slabs: running pointers, immediate offsets;
 // see gemm.cu). sm_90 SASS of the rr kernel per 16-deep slab on that path: 2048 FFMA and 150 other
 // instructions (96 LDS.128, 12 LDGSTS, ~37 integer), against 2048 and 286 for _db. _fp: 128x256
-// as _db; _fp4: 4 stages (100 KB of shared memory); 128x128_fp: 8x8 per thread at 2 blocks per SM
-// (128 registers, 16 warps per SM: 64 LDS.128 and ~59 others per 1024 FFMA).
+// as _db (the default: 49.5-49.6 TFLOP/s at n = 4096); 128x128_fp: 8x8 per thread at 2 blocks per
+// SM (128 registers, 16 warps per SM: 64 LDS.128 and ~59 others per 1024 FFMA; 45.1). Removed:
+// _fp4 with 4 stages (47.7).
 inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
-inline constexpr GemmTile kF32_128x256_fp4{"gemm_sm80_f32_128x256_fp4", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1};
 // _sk: _fp's body and tile with a hybrid grid against wave quantization. With T tiles, W SMs and
 // R = T % W > 0 (and T > W), the first T - W - R tiles are data-parallel blocks and the last W + R
 // tiles are shared by W stream-K blocks, each taking (W + R) / W tiles' worth of slabs (at least
@@ -90,11 +87,9 @@ struct NamedTile {
   const GemmTile* tile;
 };
 inline constexpr NamedTile kF32Tiles[] = {
-    {"128x128", &kF32_128x128}, {"128x128_b1", &kF32_128x128_b1}, {"128x256", &kF32_128x256},
-    {"256x128", &kF32_256x128}, {"64x64", &kF32_64x64}, {"128x256_db", &kF32_128x256_db},
-    {"128x256_db32", &kF32_128x256_db32}, {"128x256_ak", &kF32_128x256_ak},
-    {"128x256_ak32", &kF32_128x256_ak32}, {"128x256_fp", &kF32_128x256_fp},
-    {"128x256_fp4", &kF32_128x256_fp4}, {"128x128_fp", &kF32_128x128_fp},
+    {"128x256", &kF32_128x256},       {"64x64", &kF32_64x64},
+    {"128x256_db", &kF32_128x256_db}, {"128x256_ak", &kF32_128x256_ak},
+    {"128x256_fp", &kF32_128x256_fp}, {"128x128_fp", &kF32_128x128_fp},
     {"128x256_sk", &kF32_128x256_sk},
 };
 
