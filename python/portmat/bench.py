@@ -121,6 +121,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
         a @ b
         portmat.matmul(a, b, device=dev)
         fresh_a, fresh_b = a.copy(), b.copy()
+        time.sleep(_PAUSE_S)  # NumPy's BLAS threads still spin after the warm-up above
         t_new = _time_once(lambda: portmat.matmul(fresh_a, fresh_b, device=dev))
         del fresh_a, fresh_b
         # Verify and warm up each peer, then time every contender in the same alternating blocks.
