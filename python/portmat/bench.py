@@ -4,7 +4,8 @@ For each size n, square (n x n) @ (n x n) on fresh random data: verify portmat a
 reference first, warm both up, then time `repeat` runs of NumPy and of portmat in alternating
 blocks, so that drift on a shared machine hits both alike, and report medians. Blocks, not single
 calls: after each call OpenBLAS's worker threads spin for about 0.1 s, taking cores from whatever
-runs next; a short pause before each block lets either library run as it would on its own.
+runs next; a short pause before each block lets either library run as it would on its own, and a
+few milliseconds of untimed calls after it wake the idle cores up again.
 - numpy_s:   NumPy's a @ b (its BLAS, all cores);
 - portmat_s: portmat.matmul(a, b) as a user calls it, NumPy in and NumPy out, called repeatedly
   on the same arrays (on a discrete GPU, portmat then keeps them and the recycled results in
@@ -37,6 +38,7 @@ _FULL_CHECK_ROWS = 1024
 _SAMPLE_ROWS = 128
 _BLOCK = 5  # runs per block of one library
 _PAUSE_S = 0.3  # quiet time before each block: longer than OpenBLAS's ~0.1 s of spinning
+_WARM_S = 0.005  # untimed calls after the pause, before a block is timed (_warm_up)
 
 
 def blas_info() -> str:
@@ -77,9 +79,20 @@ def _time_once(fn) -> float:
     return time.perf_counter() - t0
 
 
+def _warm_up(fn) -> None:
+    # After the pause, the first calls run on cores that were idle: on the 2-core VM the first call
+    # of a 256^3 product took 8-15 ms and the second 0.2-1 ms against 0.15 ms warm, for NumPy and
+    # portmat alike. Untimed calls for at least _WARM_S (and two calls) bring the machine back.
+    t0 = time.perf_counter()
+    calls = 0
+    while calls < 2 or time.perf_counter() - t0 < _WARM_S:
+        fn()
+        calls += 1
+
+
 def _time_blocks(contenders: dict, repeat: int, say) -> dict:
     """`repeat` timings of each contender, taken in alternating blocks of _BLOCK calls, each block
-    after a quiet pause (see the module docstring)."""
+    after a quiet pause and a short untimed warm-up (see the module docstring)."""
     times = {name: [] for name in contenders}
     done = 0
     while done < repeat:
@@ -87,6 +100,7 @@ def _time_blocks(contenders: dict, repeat: int, say) -> dict:
         say(f"runs {done + 1}-{done + block} of {repeat}")
         for name, fn in contenders.items():
             time.sleep(_PAUSE_S)
+            _warm_up(fn)
             times[name] += [_time_once(fn) for _ in range(block)]
         done += block
     return times
@@ -122,6 +136,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
         portmat.matmul(a, b, device=dev)
         fresh_a, fresh_b = a.copy(), b.copy()
         time.sleep(_PAUSE_S)  # NumPy's BLAS threads still spin after the warm-up above
+        _warm_up(lambda: portmat.matmul(a, b, device=dev))  # wakes the machine, not the copies
         t_new = _time_once(lambda: portmat.matmul(fresh_a, fresh_b, device=dev))
         del fresh_a, fresh_b
         # Verify and warm up each peer, then time every contender in the same alternating blocks.
