@@ -41,7 +41,6 @@ struct CuApi {
   decltype(&::cuMemcpyDtoH_v2) MemcpyDtoH;
   decltype(&::cuMemcpyHtoDAsync_v2) MemcpyHtoDAsync;
   decltype(&::cuMemcpyDtoHAsync_v2) MemcpyDtoHAsync;
-  decltype(&::cuMemcpy2DAsync_v2) Memcpy2DAsync;
   decltype(&::cuMemsetD2D32Async) MemsetD2D32Async;
   decltype(&::cuStreamCreate) StreamCreate;
   decltype(&::cuStreamSynchronize) StreamSynchronize;

@@ -18,6 +18,31 @@ std::size_t rounded(std::size_t bytes) {
   return (bytes + unit - 1) / unit * unit;
 }
 
+// cuMemHostRegister / cuMemHostUnregister with `ctx` current on the calling thread (which may be
+// a Python thread dropping an array, with no context of its own); the thread's own is restored.
+CUresult registered(const CuApi& cu, CUcontext ctx, void* p, std::size_t bytes, unsigned flags) {
+  CUcontext prev = nullptr;
+  cu.CtxPushCurrent(ctx);
+  const CUresult r = cu.MemHostRegister(p, bytes, flags);
+  cu.CtxPopCurrent(&prev);
+  return r;
+}
+void unregistered(const CuApi& cu, CUcontext ctx, void* p) {
+  CUcontext prev = nullptr;
+  cu.CtxPushCurrent(ctx);
+  cu.MemHostUnregister(p);
+  cu.CtxPopCurrent(&prev);
+}
+
+// True when [p, p + bytes) lies inside one of `ranges` (start -> size, not overlapping).
+bool inside(const std::map<std::uintptr_t, std::size_t>& ranges, const void* p, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto it = ranges.upper_bound(a);
+  if (it == ranges.begin()) return false;
+  --it;
+  return a + bytes <= it->first + it->second;
+}
+
 }  // namespace
 
 PinnedPool::~PinnedPool() {
@@ -34,11 +59,7 @@ void* PinnedPool::allocate(std::size_t bytes) {
   if (align > 4096) madvise(p, bytes, MADV_HUGEPAGE);
 #endif
   fault_in_(p, bytes);
-  CUcontext prev = nullptr;
-  cu_.CtxPushCurrent(ctx_);
-  const CUresult r = cu_.MemHostRegister(p, bytes, CU_MEMHOSTREGISTER_PORTABLE);
-  cu_.CtxPopCurrent(&prev);
-  if (r != CUDA_SUCCESS) {
+  if (registered(cu_, ctx_, p, bytes, CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
     std::free(p);
     return nullptr;
   }
@@ -46,10 +67,7 @@ void* PinnedPool::allocate(std::size_t bytes) {
 }
 
 void PinnedPool::free_block(void* p) {
-  CUcontext prev = nullptr;
-  cu_.CtxPushCurrent(ctx_);
-  cu_.MemHostUnregister(p);
-  cu_.CtxPopCurrent(&prev);
+  unregistered(cu_, ctx_, p);
   std::free(p);
 }
 
@@ -115,22 +133,8 @@ void PinnedPool::put(void* p, std::size_t bytes) {
 }
 
 bool PinnedPool::contains(const void* p, std::size_t bytes) const {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.upper_bound(a);
-  if (it == live_.begin()) return false;
-  --it;
-  return a >= it->first && a + bytes <= it->first + it->second;
-}
-
-std::size_t PinnedPool::live_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return live_bytes_;
-}
-
-std::size_t PinnedPool::free_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return free_bytes_;
+  return inside(live_, p, bytes);
 }
 
 std::shared_ptr<void> HostPins::pin(const void* p, std::size_t bytes) {
@@ -138,11 +142,7 @@ std::shared_ptr<void> HostPins::pin(const void* p, std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
     if (bytes_ + bytes > max_bytes_) return nullptr;
   }
-  CUcontext prev = nullptr;
-  cu_.CtxPushCurrent(ctx_);
-  const CUresult r = cu_.MemHostRegister(const_cast<void*>(p), bytes, 0);
-  cu_.CtxPopCurrent(&prev);
-  if (r != CUDA_SUCCESS) return nullptr;
+  if (registered(cu_, ctx_, const_cast<void*>(p), bytes, 0) != CUDA_SUCCESS) return nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pinned_.emplace(reinterpret_cast<std::uintptr_t>(p), bytes);
@@ -160,19 +160,12 @@ void HostPins::unpin(void* p) {
     bytes_ -= it->second;
     pinned_.erase(it);
   }
-  CUcontext prev = nullptr;
-  cu_.CtxPushCurrent(ctx_);
-  cu_.MemHostUnregister(p);
-  cu_.CtxPopCurrent(&prev);
+  unregistered(cu_, ctx_, p);
 }
 
 bool HostPins::contains(const void* p, std::size_t bytes) const {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = pinned_.upper_bound(a);
-  if (it == pinned_.begin()) return false;
-  --it;
-  return a >= it->first && a + bytes <= it->first + it->second;
+  return inside(pinned_, p, bytes);
 }
 
 }  // namespace portmat::cuda

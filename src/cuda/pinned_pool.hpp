@@ -50,13 +50,10 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   // True when [p, p + bytes) lies inside one block handed out by this pool.
   bool contains(const void* p, std::size_t bytes) const;
 
-  std::size_t live_bytes() const;
-  std::size_t free_bytes() const;
-
  private:
   void put(void* p, std::size_t bytes);
   void* allocate(std::size_t bytes);           // null on failure
-  void free_block(void* p);                    // unregister (pool's context current) and free
+  void free_block(void* p);                    // unregister and free
 
   const CuApi& cu_;
   CUcontext ctx_;
