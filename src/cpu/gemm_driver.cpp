@@ -306,8 +306,12 @@ void pack_a_panels(const core::HostMatrix& a, std::int64_t i0, std::int64_t m, s
       for (std::int64_t p = 0; p < k; ++p) {
         const T* col = src + (p0 + p) * a.ld + i;
         T* d = dst + p * MR;
-        for (int ii = 0; ii < rows; ++ii) d[ii] = col[ii];
-        for (int ii = rows; ii < MR; ++ii) d[ii] = T(0);
+        if (rows == MR) {
+          std::memcpy(d, col, MR * sizeof(T));
+        } else {
+          for (int ii = 0; ii < rows; ++ii) d[ii] = col[ii];
+          for (int ii = rows; ii < MR; ++ii) d[ii] = T(0);
+        }
       }
     } else if (rows == MR) {  // a transpose: MR row streams, written MR apart
       const T* row0 = src + i * a.ld + p0;
@@ -323,33 +327,13 @@ void pack_a_panels(const core::HostMatrix& a, std::int64_t i0, std::int64_t m, s
   }
 }
 
+// B's panels are A's panels of B transposed: panel rows are B's columns, the k index its rows.
 template <class T, int NR>
 void pack_b_panels(const core::HostMatrix& b, std::int64_t p0, std::int64_t k, std::int64_t j0,
                    std::int64_t n, T* dst) {
-  const T* src = static_cast<const T*>(b.data) + b.offset;
-  for (std::int64_t q = 0; q < n; q += NR, dst += NR * k) {
-    const int cols = static_cast<int>(std::min<std::int64_t>(NR, n - q));
-    const std::int64_t j = j0 + q;
-    if (!b.col_major) {  // row p of the panel is contiguous
-      for (std::int64_t p = 0; p < k; ++p) {
-        const T* row = src + (p0 + p) * b.ld + j;
-        T* d = dst + p * NR;
-        if (cols == NR) {
-          std::memcpy(d, row, NR * sizeof(T));
-        } else {
-          for (int jj = 0; jj < cols; ++jj) d[jj] = row[jj];
-          for (int jj = cols; jj < NR; ++jj) d[jj] = T(0);
-        }
-      }
-    } else {  // a transpose: one column stream per panel column
-      for (int jj = 0; jj < cols; ++jj) {
-        const T* col = src + (j + jj) * b.ld + p0;
-        for (std::int64_t p = 0; p < k; ++p) dst[p * NR + jj] = col[p];
-      }
-      for (std::int64_t p = 0; p < k; ++p)
-        for (int jj = cols; jj < NR; ++jj) dst[p * NR + jj] = T(0);
-    }
-  }
+  core::HostMatrix bt = b;
+  bt.rows = b.cols, bt.cols = b.rows, bt.col_major = !b.col_major;
+  pack_a_panels<T, NR>(bt, j0, n, p0, k, dst);
 }
 
 template <class T>
