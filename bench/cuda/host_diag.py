@@ -136,27 +136,19 @@ def main():
         pool.shutdown()
 
     # host copy while the copy engine reads pinned memory (do they share the bandwidth?)
-    pool = ThreadPoolExecutor(16)
-    parts = np.array_split(np.arange(nbytes // 4096), 16)
-    pptr2, parr2 = pinned_array(nbytes)
+    pptr2, _ = pinned_array(nbytes)
+    for threads in (16, 8):
+        pool = ThreadPoolExecutor(threads)
+        parts = np.array_split(np.arange(nbytes // 4096), threads)
 
-    def both():
-        rt.memcpyAsync(dev.data.ptr, pptr2, nbytes, rt.memcpyHostToDevice, s.ptr)
-        list(pool.map(lambda r: np.copyto(parr[r[0] * 4096:(r[-1] + 1) * 4096],
-                                          src[r[0] * 4096:(r[-1] + 1) * 4096]), parts))
-        s.synchronize()
+        def both():
+            rt.memcpyAsync(dev.data.ptr, pptr2, nbytes, rt.memcpyHostToDevice, s.ptr)
+            list(pool.map(lambda r: np.copyto(parr[r[0] * 4096:(r[-1] + 1) * 4096],
+                                              src[r[0] * 4096:(r[-1] + 1) * 4096]), parts))
+            s.synchronize()
 
-    report("host copy 16 thr + concurrent H2D, both done ms", med(both) * 1e3, "ms")
-    pool8 = ThreadPoolExecutor(8)
-    parts8 = np.array_split(np.arange(nbytes // 4096), 8)
-
-    def both8():
-        rt.memcpyAsync(dev.data.ptr, pptr2, nbytes, rt.memcpyHostToDevice, s.ptr)
-        list(pool8.map(lambda r: np.copyto(parr[r[0] * 4096:(r[-1] + 1) * 4096],
-                                           src[r[0] * 4096:(r[-1] + 1) * 4096]), parts8))
-        s.synchronize()
-
-    report("host copy 8 thr + concurrent H2D, both done ms", med(both8) * 1e3, "ms")
+        report(f"host copy {threads} thr + concurrent H2D, both done ms", med(both) * 1e3, "ms")
+        pool.shutdown()
 
     # pinning an existing array in pieces from several threads at once (driver API through ctypes,
     # which releases the GIL): does cuMemHostRegister scale?
