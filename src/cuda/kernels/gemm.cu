@@ -596,7 +596,13 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   // SCHED: instruction order only (ptxas schedules each differently; chosen per kernel by reading
   // the SASS: no LDS.128 within ~25 instructions of its first use). Bit 0: LATE_COPY as in
   // gemm_body_db; bit 1: a step loads the next A fragment before the next B fragment.
-  constexpr bool LATE_COPY = SCHED & 1, A_FIRST = SCHED & 2;
+  // Bit 2: SERPENTINE, a step's FFMAs row by row with the columns back and forth (as CUTLASS's
+  // SIMT thread mma orders them); otherwise every row left to right. The order changes ptxas's
+  // register assignment and with it the register-bank conflicts that Nsight Compute counts as
+  // dispatch stalls (bench/results/2026-11-29_h200_ncu_stalls.txt): H200, 128x256 rr, serpentine
+  // +0.3-0.8% over in-order at n = 4096-8448; columns outer and rows back and forth was 14% slower
+  // (dispatch stalls 0.59 per instruction against 0.16).
+  constexpr bool LATE_COPY = SCHED & 1, A_FIRST = SCHED & 2, SERPENTINE = SCHED & 4;
   using ALoader = SlabLoader<T, BM, BK, SA, THREADS, A_KMAJOR>;
   using BLoader = SlabLoader<T, BN, BK, SB, THREADS, B_KMAJOR>;
 
@@ -676,7 +682,10 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
 #pragma unroll
       for (int i = 0; i < 4 * RM; ++i)
 #pragma unroll
-        for (int j = 0; j < 4 * RN; ++j) acc[i][j] = fma(af[cur][i], bf[cur][j], acc[i][j]);
+        for (int jj = 0; jj < 4 * RN; ++jj) {
+          const int j = SERPENTINE && i % 2 ? 4 * RN - 1 - jj : jj;
+          acc[i][j] = fma(af[cur][i], bf[cur][j], acc[i][j]);
+        }
       if (LATE_COPY && kk == BK - 1) copies(ws);
     }
   };
@@ -808,15 +817,15 @@ __global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_rc(GemmArgs 
 __global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_cr(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak, false, false, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_ak) gemm_sm80_f32_128x256_ak_cc(GemmArgs p) { gemm_body_db<float, tiles::kF32_128x256_ak, false, true, true>(p); }
 
-__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, true, false, 1>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, true, true, 3>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, false, 3>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, true, 0>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, true, false, 5>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, true, true, 7>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, false, 7>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, true, 4>(p); }
 
-__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, false, 3, true>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, true, 1, true>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, false, 2, true>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, true, 3, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, false, 7, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, true, 5, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, false, 6, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, true, 7, true>(p); }
 
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, false, 2>(p); }
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, true, 2>(p); }

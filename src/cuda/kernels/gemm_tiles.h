@@ -67,7 +67,8 @@ inline constexpr GemmTile kF32_128x256_ak{"gemm_sm80_f32_128x256_ak", 128, 256, 
 // selects on the copies of all but the last `stages` slabs: running pointers, immediate offsets;
 // see gemm.cu). sm_90 SASS of the rr kernel per 16-deep slab on that path: 2048 FFMA and 150 other
 // instructions (96 LDS.128, 12 LDGSTS, ~37 integer), against 2048 and 286 for _db. _fp: 128x256
-// as _db (the default: 49.5-49.6 TFLOP/s at n = 4096); 128x128_fp: 8x8 per thread at 2 blocks per
+// as _db (the default: 49.5-49.6 TFLOP/s at n = 4096; 49.8 with the serpentine FFMA order of
+// session 3, 51.2 cuBLAS in that run: 2026-11-29_h200_kernel_diag_round5.json); 128x128_fp: 8x8 per thread at 2 blocks per
 // SM (128 registers, 16 warps per SM: 64 LDS.128 and ~59 others per 1024 FFMA; 45.1). Removed:
 // _fp4 with 4 stages (47.7).
 inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
