@@ -28,7 +28,12 @@
 // On the H200's 16-core host (a noisy VM) the A-outer order measured 1.38x / 1.43x / 1.46x / 1.50x
 // NumPy (OpenBLAS 0.3.34) at n = 512 / 1024 / 2048 / 4096 in one run, and 0.84x / 1.01x / 1.28x /
 // 1.41x with nc 320 in another; B-outer had 1.25x / 1.20x / 1.22x / 1.32x in an earlier session.
-// float64 keeps the B-outer order (not re-tuned): kc 768 beat 256-384 by 3-6% at n = 2048-4096.
+// float64 uses the same A-outer order with the same footprints: kc 256 makes the A micro-panel
+// 28 KiB and nc 256 the B block 512 KiB. Against the B-outer order it had before (mc 112, kc 768,
+// nc 2048), 2 threads, `bench/cpu_env_ab.py` (a process per variant, alternating rounds), GFLOP/s:
+//   n = 1024: 139-145 against 131-140;  n = 2048: 138-146 against 125-139 (NumPy 133-147);
+//   n = 4096: 140-152 against 134-142;  n = 256 / 512: the same within 1%.
+// kc 320-384 or nc 128 / 384 were no better at n = 2048.
 // AVX2 and scalar sizes are the usual Haswell-class ones.
 // NEON sizes are not tuned on hardware yet; they are sized for the smaller caches common on ARM
 // cores (Cortex-A72/A76/A78, Neoverse N1/V1: 32-64 KiB L1d, 256 KiB-1 MiB L2, 0-4 MiB L3 or SLC
@@ -75,8 +80,8 @@ std::vector<KernelSet> detect() {
     s.isa = "avx512";
     s.f32 = {"gemm_avx512_f32_14x32", 14, 32, 14 * 300, 512, 256, gemm_avx512_f32_14x32,
              pack_a_avx512_f32, pack_b_panels<float, 32>, /*a_outer=*/true};
-    s.f64 = {"gemm_avx512_f64_14x16", 14, 16, 14 * 8, 768, 2048, gemm_avx512_f64_14x16,
-             pack_a_panels<double, 14>, pack_b_panels<double, 16>};
+    s.f64 = {"gemm_avx512_f64_14x16", 14, 16, 14 * 300, 256, 256, gemm_avx512_f64_14x16,
+             pack_a_panels<double, 14>, pack_b_panels<double, 16>, /*a_outer=*/true};
     sets.push_back(s);
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {

@@ -1,0 +1,80 @@
+"""A/B of CPU settings that are read once per process (PORTMAT_CPU_BLOCKS, PORTMAT_CPU_ISA, ...):
+each variant runs in its own process, variants alternate round by round (so a machine that speeds
+up or slows down affects all of them alike), and NumPy can be one of the variants.
+
+    python bench/cpu_env_ab.py --n 2048 --dtype float64 --rounds 3 \\
+        - "PORTMAT_CPU_BLOCKS=f64:4200,256,256" numpy
+
+A variant is "-" (the defaults), "numpy", or space-separated NAME=VALUE assignments. Each process
+verifies one product against NumPy, warms up, and prints the median GFLOP/s of --repeat calls
+(2 n^3 / t, NumPy arrays in and out); the table gives every round's figure per variant.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def worker(n, dtype, repeat, use_numpy):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.random((n, n)).astype(dtype)
+    b = rng.random((n, n)).astype(dtype)
+    if use_numpy:
+        f = lambda: a @ b  # noqa: E731
+    else:
+        import portmat
+
+        f = lambda: portmat.matmul(a, b, device="cpu")  # noqa: E731
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        err = np.max(np.abs(f() - ref)) / np.max(np.abs(ref))
+        if err > (1e-5 if dtype == "float32" else 1e-12):
+            sys.exit(f"wrong result: relative error {err:.2e}")
+    for _ in range(2):
+        f()
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t0)
+    print(f"{2 * n**3 / statistics.median(ts) / 1e9:.1f}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("variants", nargs="*")
+    p.add_argument("--n", type=int, default=2048)
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--repeat", type=int, default=0, help="timed calls per process (default: ~2 s)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--worker", default="", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    repeat = args.repeat or max(2, min(100, int(2 * 300e9 / (2 * args.n**3))))
+    if args.worker:
+        worker(args.n, args.dtype, repeat, args.worker == "numpy")
+        return
+    if not args.variants:
+        p.error("give at least one variant")
+    results = {v: [] for v in args.variants}
+    for _ in range(args.rounds):
+        for v in args.variants:
+            env = dict(os.environ)
+            if v not in ("-", "numpy"):
+                env.update(kv.split("=", 1) for kv in v.split())
+            out = subprocess.run([sys.executable, __file__, "--worker", "numpy" if v == "numpy" else "portmat",
+                                  "--n", str(args.n), "--dtype", args.dtype, "--repeat", str(repeat)],
+                                 env=env, capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"{v}: {out.stderr.strip() or out.stdout.strip()}")
+            results[v].append(float(out.stdout.split()[-1]))
+    print(f"GFLOP/s, {args.dtype} n = {args.n}, {repeat} calls per process, one column per round")
+    for v, r in results.items():
+        print(f"{v:50s} " + " ".join(f"{x:7.1f}" for x in r) + f"   median {statistics.median(r):7.1f}")
+
+
+if __name__ == "__main__":
+    main()
