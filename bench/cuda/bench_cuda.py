@@ -47,16 +47,23 @@ def cuda_id():
     sys.exit("no CUDA device in portmat.devices(): " + ", ".join(d.id for d in portmat.devices()))
 
 
-def torch_device_tflops(n, repeat):
+def torch_operands(m, n, k):
+    """cuBLAS FP32 through torch (TF32 off): a (m x k), b (k x n), c, after three warm-up products."""
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    a = torch.rand(n, n, device="cuda") - 0.5
-    b = torch.rand(n, n, device="cuda") - 0.5
-    c = torch.empty(n, n, device="cuda")
+    a = torch.rand(m, k, device="cuda") - 0.5
+    b = torch.rand(k, n, device="cuda") - 0.5
+    c = torch.empty(m, n, device="cuda")
     for _ in range(3):
         torch.matmul(a, b, out=c)
     torch.cuda.synchronize()
+    return a, b, c
+
+
+def torch_device_tflops(n, repeat):
+    import torch
+    a, b, c = torch_operands(n, n, n)
     ts = []
     for _ in range(repeat):
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

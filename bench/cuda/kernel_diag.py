@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 import portmat
+from bench_cuda import torch_operands  # this script's folder is on sys.path
 from portmat import _ext
 
 
@@ -57,13 +58,7 @@ class Sampler:
 
 
 def cublas_times(m, n, k, seconds):
-    torch.backends.cuda.matmul.allow_tf32 = False
-    a = torch.rand(m, k, device="cuda") - 0.5
-    b = torch.rand(k, n, device="cuda") - 0.5
-    c = torch.empty(m, n, device="cuda")
-    for _ in range(3):
-        torch.matmul(a, b, out=c)
-    torch.cuda.synchronize()
+    a, b, c = torch_operands(m, n, k)
     ts, t_end = [], time.perf_counter() + seconds
     while time.perf_counter() < t_end:
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
