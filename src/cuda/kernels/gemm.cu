@@ -75,6 +75,59 @@ __device__ __forceinline__ void store4(double* p, const double* v) {
   reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
 }
 
+// c[0..3] += v[0..3] (global memory, relaxed, no return value): one 16-byte reduction on sm_90,
+// four 4-byte ones before.
+__device__ __forceinline__ void red_add4(float* c, const float* v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(c), "f"(v[0]), "f"(v[1]),
+               "f"(v[2]), "f"(v[3])
+               : "memory");
+#else
+  for (int j = 0; j < 4; ++j) atomicAdd(c + j, v[j]);
+#endif
+}
+
+// The epilogue of every kernel here: this thread's accumulators acc[i][4r .. 4r+3] go to row
+// row_of(i) of c, columns col0 + r * 4 * LN .. + 3; 4-wide where the row is aligned and whole,
+// element by element at the edges, nothing past c's last row or column. With `add` (compiled in
+// only where MAY_ADD: the stream-K kernels, float32) they are added to c instead of stored.
+template <class T, int RM, int RN, int LN, bool MAY_ADD = false, class RowOf>
+__device__ __forceinline__ void store_acc(const GemmArgs& p, const T (&acc)[4 * RM][4 * RN],
+                                          RowOf row_of, int col0, bool add = false) {
+  T* c = static_cast<T*>(p.c);
+#pragma unroll
+  for (int i = 0; i < 4 * RM; ++i) {
+    const int row = row_of(i);
+    if (row >= p.m) continue;
+    T* crow = c + row * p.ldc;
+#pragma unroll
+    for (int r = 0; r < RN; ++r) {
+      const int col = col0 + r * 4 * LN;
+      if (p.c_vec && col + 3 < p.n) {
+        if constexpr (MAY_ADD) {
+          if (add) {
+            red_add4(crow + col, &acc[i][4 * r]);
+            continue;
+          }
+        }
+        store4(crow + col, &acc[i][4 * r]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (col + j < p.n) {
+            if constexpr (MAY_ADD) {
+              if (add) {
+                atomicAdd(crow + col + j, acc[i][4 * r + j]);
+                continue;
+              }
+            }
+            crow[col + j] = acc[i][4 * r + j];
+          }
+      }
+    }
+  }
+}
+
 // Copies one bk-deep slab of an operand into shared memory. `ROWS` is the operand's extent along
 // M (for a) or N (for b): the index that is contiguous in shared memory (stride `S` per k).
 // K_MAJOR: the global layout has k contiguous (element (r, k) at g[r * ld + k]); otherwise r is
@@ -274,25 +327,9 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& p) {
   }
   cp_async_wait<0>();  // no copy may outlive the block (they are all empty by now)
 
-  // Epilogue: 4-wide stores where the row is aligned and whole, element stores at the edges.
-  T* c = static_cast<T*>(p.c);
-#pragma unroll
-  for (int i = 0; i < 4 * RM; ++i) {
-    const int row = m0 + wm0 + (i / 4) * 4 * LM + lm * 4 + i % 4;
-    if (row >= p.m) continue;
-    T* crow = c + row * p.ldc;
-#pragma unroll
-    for (int r = 0; r < RN; ++r) {
-      const int col = n0 + wn0 + r * 4 * LN + ln * 4;
-      if (p.c_vec && col + 3 < p.n) {
-        store4(crow + col, &acc[i][4 * r]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (col + j < p.n) crow[col + j] = acc[i][4 * r + j];
-      }
-    }
-  }
+  store_acc<T, RM, RN, LN>(
+      p, acc, [&](int i) { return m0 + wm0 + (i / 4) * 4 * LM + lm * 4 + i % 4; },
+      n0 + wn0 + ln * 4);
 }
 
 // Copies one bk-deep slab of a k-contiguous operand (row-major a) into shared memory as it is:
@@ -506,24 +543,10 @@ __device__ __forceinline__ void gemm_body_db(const GemmArgs& p) {
   }
   cp_async_wait<0>();
 
-  T* c = static_cast<T*>(p.c);
-#pragma unroll
-  for (int i = 0; i < 4 * RM; ++i) {
-    const int row = m0 + wm0 + (AMK ? i * LM + lm : (i / 4) * 4 * LM + lm * 4 + i % 4);
-    if (row >= p.m) continue;
-    T* crow = c + row * p.ldc;
-#pragma unroll
-    for (int r = 0; r < RN; ++r) {
-      const int col = n0 + wn0 + r * 4 * LN + ln * 4;
-      if (p.c_vec && col + 3 < p.n) {
-        store4(crow + col, &acc[i][4 * r]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (col + j < p.n) crow[col + j] = acc[i][4 * r + j];
-      }
-    }
-  }
+  store_acc<T, RM, RN, LN>(
+      p, acc,
+      [&](int i) { return m0 + wm0 + (AMK ? i * LM + lm : (i / 4) * 4 * LM + lm * 4 + i % 4); },
+      n0 + wn0 + ln * 4);
 }
 
 // threadIdx.x / blockIdx.x read anew (volatile: not merged with an earlier read), so that what is
@@ -556,18 +579,6 @@ __device__ __forceinline__ SkPart sk_part(const GemmArgs& p, int ctaid, int q, i
   const int kb = q == 0 ? static_cast<int>(s - t0) : 0;
   const int ke = static_cast<int>(max(min(static_cast<long long>(k_tiles), e - t0), 0LL));
   return SkPart{p.sk_first + tile, kb, ke};
-}
-
-// c[0..3] += v[0..3] (global memory, relaxed, no return value): one 16-byte reduction on sm_90,
-// four 4-byte ones before.
-__device__ __forceinline__ void red_add4(float* c, const float* v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(c), "f"(v[0]), "f"(v[1]),
-               "f"(v[2]), "f"(v[3])
-               : "memory");
-#else
-  for (int j = 0; j < 4; ++j) atomicAdd(c + j, v[j]);
-#endif
 }
 
 // gemm_body_db (without a_mk) plus a fast path for the copies: in a block whose tile has no row or
@@ -738,32 +749,8 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
     // A part of a tile split between two blocks is added into c (zeroed by the host): 0 + x + y
     // is the same sum in either order, so the result does not depend on which block ends first.
     const bool partial = SK && (pt.kb != 0 || pt.ke != k_tiles);
-    T* c = static_cast<T*>(p.c);
-#pragma unroll
-    for (int i = 0; i < 4 * RM; ++i) {
-      const int row = w.row0 + (i / 4) * 4 * LM + i % 4;
-      if (row >= p.m) continue;
-      T* crow = c + row * p.ldc;
-#pragma unroll
-      for (int r = 0; r < RN; ++r) {
-        const int col = w.col0 + r * 4 * LN;
-        if (p.c_vec && col + 3 < p.n) {
-          if (partial)
-            red_add4(crow + col, &acc[i][4 * r]);
-          else
-            store4(crow + col, &acc[i][4 * r]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-            if (col + j < p.n) {
-              if (partial)
-                atomicAdd(crow + col + j, acc[i][4 * r + j]);
-              else
-                crow[col + j] = acc[i][4 * r + j];
-            }
-        }
-      }
-    }
+    store_acc<T, RM, RN, LN, SK>(
+        p, acc, [&](int i) { return w.row0 + (i / 4) * 4 * LM + i % 4; }, w.col0, partial);
   };
 
   if constexpr (SK) {
