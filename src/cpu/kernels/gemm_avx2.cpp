@@ -88,17 +88,6 @@ void gemm_avx2_f64_6x8(std::int64_t k, const double* a, const double* b, double*
   gemm_tile<F64, 6, 2>(k, a, b, c, ldc, m, n, accumulate);
 }
 
-float fma_loop_avx2_f32(long iters) {
-  __m256 x[12];
-  unroll<12>([&](auto i) { x[i] = _mm256_set1_ps(0.001f * (i + 1)); });
-  const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
-  for (long it = 0; it < iters; ++it)
-    unroll<12>([&](auto i) { x[i] = _mm256_fmadd_ps(x[i], mul, add); });
-  __m256 s = x[0];
-  unroll<11>([&](auto i) { s = _mm256_add_ps(s, x[i + 1]); });
-  alignas(32) float out[8];
-  _mm256_store_ps(out, s);
-  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
-}
+float fma_loop_avx2_f32(long iters) { return fma_chains<F32>(iters); }
 
 }  // namespace portmat::cpu

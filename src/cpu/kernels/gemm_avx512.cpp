@@ -155,19 +155,6 @@ void pack_a_avx512_f32_14(const float* a, std::int64_t lda, bool col_major, int 
 
 #pragma GCC diagnostic pop
 
-float fma_loop_avx512_f32(long iters) {
-  __m512 x[12];
-  unroll<12>([&](auto i) { x[i] = _mm512_set1_ps(0.001f * (i + 1)); });
-  const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
-  for (long it = 0; it < iters; ++it)
-    unroll<12>([&](auto i) { x[i] = _mm512_fmadd_ps(x[i], mul, add); });
-  __m512 s = x[0];
-  unroll<11>([&](auto i) { s = _mm512_add_ps(s, x[i + 1]); });
-  alignas(64) float out[16];  // not _mm512_reduce_add_ps: GCC 12's trips -Wuninitialized
-  _mm512_store_ps(out, s);
-  float sum = 0;
-  for (float v : out) sum += v;
-  return sum;
-}
+float fma_loop_avx512_f32(long iters) { return fma_chains<F32>(iters); }
 
 }  // namespace portmat::cpu

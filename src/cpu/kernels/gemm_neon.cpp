@@ -32,6 +32,8 @@ struct F32 {
   static constexpr int lanes = 4;
   static V zero() { return vdupq_n_f32(0.0f); }
   static V load(const T* p) { return vld1q_f32(p); }
+  static V bcast(const T* p) { return vld1q_dup_f32(p); }  // bcast and fma: for fma_chains
+  static V fma(V a, V b, V c) { return vfmaq_f32(c, a, b); }
   // acc + b * a[L]: one fmla by element.
   template <int L>
   static V fma_lane(V acc, V b, V a) { return vfmaq_laneq_f32(acc, b, a, L); }
@@ -113,16 +115,7 @@ void gemm_neon_f64_8x6(std::int64_t k, const double* a, const double* b, double*
   gemm_tile<F64, 8, 3>(k, a, b, c, ldc, m, n, accumulate);
 }
 
-float fma_loop_neon_f32(long iters) {
-  float32x4_t x[12];
-  unroll<12>([&](auto i) { x[i] = vdupq_n_f32(0.001f * (i + 1)); });
-  const float32x4_t mul = vdupq_n_f32(0.999999f), add = vdupq_n_f32(1e-7f);
-  for (long it = 0; it < iters; ++it)
-    unroll<12>([&](auto i) { x[i] = vfmaq_f32(add, x[i], mul); });
-  float32x4_t s = x[0];
-  unroll<11>([&](auto i) { s = vaddq_f32(s, x[i + 1]); });
-  return vaddvq_f32(s);
-}
+float fma_loop_neon_f32(long iters) { return fma_chains<F32>(iters); }
 
 }  // namespace portmat::cpu
 #endif  // __aarch64__

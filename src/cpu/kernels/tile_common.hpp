@@ -8,8 +8,8 @@
 //
 // An ISA's traits S provide: T (element), V (vector), lanes, zero(), load(p), add(a, b),
 // store(p, v), and load_part(p, n) / store_part(p, v, n) for the first n < lanes elements
-// (load_part zeroes the rest; neither touches memory past p[n-1]). The x86 loop also uses
-// bcast(p) and fma(a, b, c).
+// (load_part zeroes the rest; neither touches memory past p[n-1]). The x86 loop and fma_chains
+// also use bcast(p) and fma(a, b, c) = a * b + c.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +57,30 @@ template <class S, int MR, int NV, class Hook>
   steps(head);
   before_tail();
   steps(k - head);
+}
+
+// `iters` rounds of 12 independent FMA chains on whole vectors, for the core-peak estimate of
+// kernel_table.cpp (12 * lanes * 2 flops per round): returns a value that depends on every FMA,
+// so none is optimised away.
+template <class S>
+[[gnu::always_inline]] inline typename S::T fma_chains(long iters) {
+  using T = typename S::T;
+  using V = typename S::V;
+  const T mul_s = T(0.999999f), add_s = T(1e-7f);
+  V x[12];
+  unroll<12>([&](auto i) {
+    const T v = T(0.001f * (i + 1));
+    x[i] = S::bcast(&v);
+  });
+  const V mul = S::bcast(&mul_s), add = S::bcast(&add_s);
+  for (long it = 0; it < iters; ++it) unroll<12>([&](auto i) { x[i] = S::fma(x[i], mul, add); });
+  V s = x[0];
+  unroll<11>([&](auto i) { s = S::add(s, x[i + 1]); });
+  alignas(64) T out[S::lanes];  // a store and a scalar sum: GCC 12's reduce intrinsics trip
+  S::store(out, s);             // -Wuninitialized
+  T sum = 0;
+  for (T v : out) sum += v;
+  return sum;
 }
 
 // c = (accumulate ? c : 0) + acc on the m x n tile at c: whole vectors for a full tile; for an
