@@ -8,7 +8,7 @@
      of each kernel shows without the last partial wave.
   3. cuBLAS's kernel names (torch.profiler): which tile and algorithm it picks per shape.
 
-  python3 bench/cuda/kernel_diag.py --tiles 128x256_fp,128x256_sk --json out.json
+  python3 bench/cuda/kernel_diag.py --tiles 128x256_fp,128x256_sk,128x256_sk:PORTMAT_CUDA_SK_CONCURRENT=0 --json out.json
 """
 
 import argparse
@@ -99,13 +99,18 @@ def main():
         row = {"shape": shape, "cublas_kernels": cublas_kernels(m, n, k)}
         ts, clk, pw = sampler.run(lambda: cublas_times(m, n, k, args.seconds))
         row["cublas"] = {"tflops": flop / statistics.median(ts) / 1e12, "mhz": clk, "watts": pw}
-        for tile in args.tiles.split(","):
+        for spec in args.tiles.split(","):
+            # "tile" or "tile:NAME=VALUE:NAME=VALUE" (environment for this entry only)
+            tile, *env = spec.split(":")
             os.environ["PORTMAT_CUDA_TILE"] = tile
+            os.environ.update(dict(e.split("=", 1) for e in env))
             _ext.time_gemm(dev, m, n, k, "float32", 3)  # load, warm
             reps = max(10, int(args.seconds / (flop / 50e12)))
             ts, clk, pw = sampler.run(lambda: _ext.time_gemm(dev, m, n, k, "float32", reps))
-            row[tile] = {"tflops": flop / statistics.median(ts) / 1e12, "mhz": clk, "watts": pw,
+            row[spec] = {"tflops": flop / statistics.median(ts) / 1e12, "mhz": clk, "watts": pw,
                          "spread": [flop / max(ts) / 1e12, flop / min(ts) / 1e12]}
+            for e in env:
+                os.environ.pop(e.split("=", 1)[0], None)
         os.environ.pop("PORTMAT_CUDA_TILE", None)
         # cuBLAS again: the first reading may have run on a cooler card
         ts, clk, pw = sampler.run(lambda: cublas_times(m, n, k, args.seconds))

@@ -5,11 +5,11 @@
 #   TILES="128x256_fp 128x256_fs" [CUBLAS=1] bash bench/cuda/ncu_stalls.sh
 set -o pipefail
 export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH
-M='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed_op_shared_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed.sum,sm__cycles_active.avg,smsp__inst_executed_op_global_ld.sum,smsp__inst_executed_op_ldgsts.sum'
+M='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed_op_shared_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed.sum,sm__cycles_active.avg,smsp__inst_executed_op_global_ld.sum,smsp__inst_executed_op_ldgsts.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum'
 OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
 for t in ${TILES:-128x256_fp}; do echo "== $t"
-PORTMAT_CUDA_TILE=$t timeout 120 ncu --clock-control none --kernel-name regex:gemm_sm80 --launch-skip 2 --launch-count 1 --metrics "$M" \
-  python3 -c "from portmat import _ext; _ext.time_gemm('cuda:0', 8448, 8192, 8192, 'float32', 4)" 2>&1 | grep -vE "^==PROF==|^\s*$" | tee $OUT/ncu_stall_$t.txt | grep -vE "ratio +0(\.0+)?$" 
+PORTMAT_CUDA_TILE=$t timeout 120 ncu --clock-control none --kernel-name ${KNAME:-regex:gemm_sm80} --launch-skip 2 --launch-count 1 --metrics "$M" \
+  python3 -c "from portmat import _ext; _ext.time_gemm('cuda:0', ${SHAPE:-8448, 8192, 8192}, 'float32', 4)" 2>&1 | grep -vE "^==PROF==|^\s*$" | tee $OUT/ncu_stall_$t.txt | grep -vE "ratio +0(\.0+)?$" 
 done
 [ -z "$CUBLAS" ] && exit 0
 echo "== cublas"

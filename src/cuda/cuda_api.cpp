@@ -60,7 +60,7 @@ CuApi* load_api() {
       load(lib, "cuMemcpyDtoH_v2", api->MemcpyDtoH) &&
       load(lib, "cuMemcpyHtoDAsync_v2", api->MemcpyHtoDAsync) &&
       load(lib, "cuMemcpyDtoHAsync_v2", api->MemcpyDtoHAsync) &&
-      load(lib, "cuMemsetD2D32Async", api->MemsetD2D32Async) &&
+      load(lib, "cuMemsetD32Async", api->MemsetD32Async) &&
       load(lib, "cuStreamCreate", api->StreamCreate) &&
       load(lib, "cuStreamSynchronize", api->StreamSynchronize) &&
       load(lib, "cuStreamWaitEvent", api->StreamWaitEvent) &&

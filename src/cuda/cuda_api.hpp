@@ -41,7 +41,7 @@ struct CuApi {
   decltype(&::cuMemcpyDtoH_v2) MemcpyDtoH;
   decltype(&::cuMemcpyHtoDAsync_v2) MemcpyHtoDAsync;
   decltype(&::cuMemcpyDtoHAsync_v2) MemcpyDtoHAsync;
-  decltype(&::cuMemsetD2D32Async) MemsetD2D32Async;
+  decltype(&::cuMemsetD32Async) MemsetD32Async;
   decltype(&::cuStreamCreate) StreamCreate;
   decltype(&::cuStreamSynchronize) StreamSynchronize;
   decltype(&::cuStreamWaitEvent) StreamWaitEvent;

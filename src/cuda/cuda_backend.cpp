@@ -210,6 +210,19 @@ class CudaDevice final : public core::Device {
     ctx_ = ctx;
   }
 
+  // The stream-K hand-over flags (gemm.cu, sk_signal / sk_wait) of the launches that belong to
+  // kernel stream si: one zeroed array per kernel stream, since its stream-K launches run one
+  // after the other and leave every flag cleared, while those of the two streams may overlap.
+  int* sk_flags(int si, std::int64_t blocks) {
+    if (blocks > kMaxSkBlocks) throw std::logic_error("CUDA gemm: too many stream-K blocks");
+    if (!sk_flags_[si]) {
+      sk_flags_[si] = create_buffer(kMaxSkBlocks * sizeof(int));
+      cu_check(cu_.MemsetD32Async(sk_flags_[si]->ptr(), 0, kMaxSkBlocks, kstream_[si]),
+               "cuMemsetD32Async (stream-K flags)", where_);
+    }
+    return reinterpret_cast<int*>(sk_flags_[si]->ptr());
+  }
+
   // An event without timing, from a free list (events are cheap but not free to create).
   CUevent event() {
     if (!free_events_.empty()) {
@@ -272,9 +285,11 @@ class CudaDevice final : public core::Device {
     // for _db, 41.3 / 41.8 for the plain 128x256 and 45.1 / 46.4 for 128x128_fp. When there are
     // fewer 128x128 tiles than SMs, 64x64 tiles (4x as many) fill the GPU better (26.3 against
     // 17.3 TFLOP/s for 128x128 at n = 1024).
+    // 128x256 tiles run on the hybrid grid of _sk (launch(): _fp for the whole waves, the stream-K
+    // kernel for the rest): +0.8% / +2.8% over _fp alone at n = 4096 / 8192 (gemm_tiles.h).
     const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128);
     if (big_tiles < info_.compute_units) return kF32_64x64;
-    return kF32_128x256_fp;
+    return kF32_128x256_sk;
   }
 
   CUfunction function(const GemmTile& t, bool a_col, bool b_col) {
@@ -301,7 +316,6 @@ class CudaDevice final : public core::Device {
       throw std::invalid_argument("CUDA gemm: dimensions beyond 2^31 - 1 are not supported");
     const std::size_t es = dtype_size(am.dtype);
     const GemmTile& t = choose_tile(am.dtype, m, n);
-    CUfunction f = function(t, am.col_major, bm.col_major);
     auto aligned = [&](CUdeviceptr p, std::int64_t ld) { return p % 16 == 0 && (ld * es) % 16 == 0; };
     GemmArgs args{};
     args.a = reinterpret_cast<const void*>(a);
@@ -314,44 +328,47 @@ class CudaDevice final : public core::Device {
     const std::int64_t tiles_m = (m + t.bm - 1) / t.bm, tiles_n = (n + t.bn - 1) / t.bn;
     const std::int64_t tiles = tiles_m * tiles_n;
     if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
-    std::int64_t blocks = tiles;
     args.sk_first = static_cast<int>(tiles), args.sk_tiles = 0, args.sk_blocks = 0;
-    if (t.stream_k) {
-      // Hybrid grid against wave quantization (gemm_tiles.h): with w SMs and r = tiles % w > 0,
-      // the last w + r tiles (swizzled indices) are shared slab by slab by w stream-K blocks, at
-      // least a tile's worth each; the others stay one block per tile. PORTMAT_CUDA_SK_UNITS
-      // replaces the SM count (tests: small shapes through the stream-K path).
-      const std::int64_t w = env_long("PORTMAT_CUDA_SK_UNITS", info_.compute_units);
-      const std::int64_t k_tiles = (k + t.bk - 1) / t.bk;
-      if (es == 4 && w > 0 && k_tiles > 0 && tiles > w && tiles % w != 0) {
-        const std::int64_t sk_tiles = tiles % w + w, first = tiles - sk_tiles;
-        args.sk_first = static_cast<int>(first);
-        args.sk_tiles = static_cast<int>(sk_tiles);
-        args.sk_blocks = static_cast<int>(w);
-        blocks = first + w;
-        // Zero the stream-K tiles' part of c (split tiles are sums of reductions). Swizzled index
-        // `first` lies in the group of tile rows [r0, r0 + rows), column col0; the stream-K tiles
-        // are that group's columns from col0 on and every tile row below the group.
-        const std::int64_t group = args.group_m, width = group * tiles_n;
-        const std::int64_t r0 = first / width * group, rows = std::min(tiles_m - r0, group);
-        const std::int64_t col0 = first % width / rows;
-        auto zero = [&](std::int64_t tr0, std::int64_t tr1, std::int64_t tc0) {
-          const std::int64_t i0 = tr0 * t.bm, i1 = std::min(tr1 * t.bm, m), j0 = tc0 * t.bn;
-          if (i0 >= i1 || j0 >= n) return;
-          cu_check(cu_.MemsetD2D32Async(c + static_cast<std::size_t>(i0 * ldc + j0) * es, ldc * es, 0,
-                                        n - j0, i1 - i0, stream),
-                   "cuMemsetD2D32Async (stream-K tiles of c)", where_);
-        };
-        zero(r0, r0 + rows, col0);
-        zero(r0 + rows, tiles_m, 0);
-      }
-    }
-    void* params[] = {&args};
-    cu_check(cu_.LaunchKernel(f, static_cast<unsigned>(blocks), 1, 1, t.threads(), 1, 1,
-                              t.smem_bytes(), stream, params, nullptr),
-             "cuLaunchKernel(gemm)",
-             where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) + ") @ (" +
-                 std::to_string(k) + "x" + std::to_string(n) + ") with " + t.name);
+    const std::string what = where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) +
+                             ") @ (" + std::to_string(k) + "x" + std::to_string(n) + ") with ";
+    auto run = [&](const GemmTile& tile, std::int64_t blocks, CUstream on) {
+      if (blocks <= 0) return;
+      void* params[] = {&args};
+      cu_check(cu_.LaunchKernel(function(tile, am.col_major, bm.col_major),
+                                static_cast<unsigned>(blocks), 1, 1, tile.threads(), 1, 1,
+                                tile.smem_bytes(), on, params, nullptr),
+               "cuLaunchKernel(gemm)", what + tile.name);
+    };
+    if (!t.stream_k) return run(t, tiles, stream);
+    // Hybrid grid against wave quantization (gemm_tiles.h): with w SMs and r = tiles % w > 0, the
+    // last r tiles (swizzled indices) are shared slab by slab by the w blocks of the stream-K
+    // kernel; the tiles before them (whole waves) are one launch of the data-parallel kernel of the
+    // same shape, whose blocks compute tile blockIdx.x. Two launches rather than one kernel with
+    // both kinds of block: the data-parallel blocks then run _fp's own code. Measured on the H200
+    // (bench/results/README.md, session 4) against three variants: the stream-K launch on a second
+    // stream, overlapping the last data-parallel wave (-1% at n = 4096); stream-K blocks sharing a
+    // wave more (r + w tiles: -2% at 4096, -0.2% at 8192); the stream-K launch first (the same).
+    // PORTMAT_CUDA_SK_UNITS replaces the SM count (tests: small shapes through the stream-K path);
+    // PORTMAT_CUDA_SK_ALL=1 shares every tile (measurements: the stream-K kernel's own rate).
+    static_assert(kF32_128x256_sk.bm == kF32_128x256_fp.bm && kF32_128x256_sk.bn == kF32_128x256_fp.bn,
+                  "the data-parallel partner of _sk computes the same tiles");
+    const std::int64_t w = env_long("PORTMAT_CUDA_SK_UNITS", info_.compute_units);
+    const std::int64_t k_tiles = (k + t.bk - 1) / t.bk;
+    const bool all = env_long("PORTMAT_CUDA_SK_ALL", 0) != 0;
+    const std::int64_t sk_tiles = all ? tiles : tiles % w;
+    // A block's run must be worth a pipeline's start and end: at least kMinSkSlabs slabs. Less
+    // than a wave of tiles stays data-parallel (the NumPy path's row chunks, whose kernels
+    // overlap on two streams, are such problems).
+    if (es != 4 || w <= 0 || w > kMaxSkBlocks || sk_tiles == 0 || (tiles <= w && !all) ||
+        sk_tiles * k_tiles < w * kMinSkSlabs)
+      return run(kF32_128x256_fp, tiles, stream);
+    const std::int64_t first = tiles - sk_tiles;
+    args.sk_first = static_cast<int>(first);
+    args.sk_tiles = static_cast<int>(sk_tiles);
+    args.sk_blocks = static_cast<int>(w);
+    args.sk_flags = sk_flags(stream == kstream_[1] ? 1 : 0, w);  // launches come on kstream_[0 or 1]
+    run(kF32_128x256_fp, first, stream);
+    run(t, w, stream);
   }
 
   const CuApi& cu_;
@@ -372,6 +389,9 @@ class CudaDevice final : public core::Device {
   Pinned in_stage_, out_stage_;
   std::shared_ptr<PinnedPool> pinned_pool_;
   std::shared_ptr<HostPins> pins_;
+  static constexpr std::int64_t kMaxSkBlocks = 4096;  // stream-K blocks per launch, at most
+  static constexpr std::int64_t kMinSkSlabs = 8;      // slabs per stream-K block, at least
+  std::unique_ptr<CuBuffer> sk_flags_[2];             // per kernel stream (sk_flags)
 };
 
 // ---- NumPy in, NumPy out ---------------------------------------------------------------------

@@ -237,23 +237,34 @@ TEST(CudaHostMemory, PinnedResultsAndPinnedOperands) {
   EXPECT_TRUE(d->pin_host(av.data(), av.size() * sizeof(float))) << "unpinned on release";
 }
 
-// PORTMAT_CUDA_SK_UNITS stands in for the SM count so that small shapes take the stream-K path:
-// 1000x33x17 at 3 units = 3 data-parallel + 5 stream-K tiles; 300x260x1000 at 5 = 6 stream-K
-// tiles, 4 split; 700x1100x333 at 7 = 21 DP + 9 SK tiles, blocks of three parts. Repeated runs
-// must give the same bits (each split element is 0 + x + y).
+// PORTMAT_CUDA_SK_UNITS stands in for the SM count so that small shapes take the stream-K path
+// (the last tiles % units tiles shared by `units` blocks). 1000x33x300 at 3 units: 8 tiles, 2
+// shared by 3 blocks of 12-13 slabs (19 per tile: parts of three blocks in one tile); 131x257x667
+// at 3: edge tiles, 1 shared (42 slabs in 3 runs); 300x260x1000 at 5: one tile in five parts;
+// 700x1100x1333 at 7: 28 data-parallel tiles and 2 shared (by 7 blocks of 24 slabs: 84 per
+// tile). Every tile shared (PORTMAT_CUDA_SK_ALL): 700x1100x1333 at 7, 30 tiles in runs of 4.3 (a
+// tail, whole tiles, a head). Repeated runs must give the same bits (parts are summed in k order).
 TEST(CudaGemm, StreamKSplitTilesCorrectAndDeterministic) {
   REQUIRE_CUDA();
   ScopedEnv tile("PORTMAT_CUDA_TILE", "128x256_sk");
   std::mt19937 rng(23);
-  const std::array<long, 4> cases[] = {
-      {1000, 33, 17, 3}, {131, 257, 67, 3}, {300, 260, 1000, 5}, {1000, 33, 17, 5}, {700, 1100, 333, 7}};
+  const std::array<long, 4> cases[] = {{1000, 33, 300, 3},
+                                       {131, 257, 667, 3},
+                                       {300, 260, 1000, 5},
+                                       {1000, 33, 300, 5},
+                                       {700, 1100, 1333, 7}};
   for (const auto& s : cases) {
     ScopedEnv units("PORTMAT_CUDA_SK_UNITS", std::to_string(s[3]));
     for (int layout = 0; layout < 4; ++layout)
       check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, layout == 3 ? 0 : 3, rng);
   }
+  {
+    ScopedEnv units("PORTMAT_CUDA_SK_UNITS", "7"), all("PORTMAT_CUDA_SK_ALL", "1");
+    for (int layout = 0; layout < 4; ++layout)
+      check_host<float>(dev, 700, 1100, 1333, layout & 1, layout & 2, 0, rng);
+  }
   ScopedEnv units("PORTMAT_CUDA_SK_UNITS", "7");
-  const long m = 700, n = 1100, k = 333;
+  const long m = 700, n = 1100, k = 1333;
   auto av = random_vector<float>(m * k, rng), bv = random_vector<float>(k * n, rng);
   std::vector<float> c1(m * n), c2(m * n);
   MatrixView a{av.data(), m, k, k, 1, DType::f32}, b{bv.data(), k, n, n, 1, DType::f32};

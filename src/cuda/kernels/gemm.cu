@@ -562,23 +562,60 @@ __device__ __forceinline__ int fresh_ctaid() {
   return v;
 }
 
-// Stream-K (gemm_body_fp with SK): the first sk_first blocks are data-parallel (block b computes
-// the tile of swizzled index b); the last sk_tiles tiles (swizzled indices sk_first ..) are shared
-// by sk_blocks blocks, each taking an equal run of their sk_tiles * k_tiles slabs (tile-major), at
-// least k_tiles of them (the host makes sk_blocks <= sk_tiles): so every tile is split between at
-// most two blocks. Part q of a block: slabs [kb, ke) of tile pid; empty (ke <= kb) past its run.
+// Stream-K (gemm_body_fp with SK): the stream-K kernels see only the last sk_tiles tiles
+// (swizzled indices sk_first ..; the host runs the tiles before them as a separate launch of the
+// data-parallel _fp kernel). Block i of sk_blocks takes an equal run of those tiles' sk_tiles *
+// k_tiles slabs (tile-major, at least one slab): sk_parts() parts, each slabs [kb, ke) of one
+// tile pid: the tail of its first tile, whole tiles, the head of its last tile (or, for a run
+// inside one tile, a single middle part).
 struct SkPart {
   int pid, kb, ke;
 };
+__device__ __forceinline__ long long sk_run_begin(const GemmArgs& p, int ctaid, int k_tiles) {
+  return ctaid * (static_cast<long long>(p.sk_tiles) * k_tiles) / p.sk_blocks;
+}
+__device__ __forceinline__ int sk_parts(const GemmArgs& p, int ctaid, int k_tiles) {
+  const long long s = sk_run_begin(p, ctaid, k_tiles), e = sk_run_begin(p, ctaid + 1, k_tiles);
+  return static_cast<int>((e - 1) / k_tiles - s / k_tiles) + 1;
+}
 __device__ __forceinline__ SkPart sk_part(const GemmArgs& p, int ctaid, int q, int k_tiles) {
-  if (ctaid < p.sk_first) return SkPart{ctaid, q == 0 ? 0 : k_tiles, k_tiles};
-  const long long i = ctaid - p.sk_first, total = static_cast<long long>(p.sk_tiles) * k_tiles;
-  const long long s = i * total / p.sk_blocks, e = (i + 1) * total / p.sk_blocks;
+  const long long s = sk_run_begin(p, ctaid, k_tiles), e = sk_run_begin(p, ctaid + 1, k_tiles);
   const int tile = static_cast<int>(s / k_tiles) + q;
   const long long t0 = static_cast<long long>(tile) * k_tiles;
   const int kb = q == 0 ? static_cast<int>(s - t0) : 0;
-  const int ke = static_cast<int>(max(min(static_cast<long long>(k_tiles), e - t0), 0LL));
+  const int ke = static_cast<int>(min(static_cast<long long>(k_tiles), e - t0));
   return SkPart{p.sk_first + tile, kb, ke};
+}
+
+// A split tile's parts meet in c without zeroing it first, in k order: the block with slabs
+// [0, x) of the tile stores them; each later part (block i + 1 after block i) waits for
+// sk_flags[i], raised by block i once its part is in c, clears it for the next launch on the
+// stream and adds its sums to c (reductions in L2); a part that ends before the tile's last slab
+// raises its own block's flag. So c = ((head + middle) + tail) on every run (deterministic). A
+// block runs its parts last to first: the head of its last tile, which waits for nobody, comes
+// first, and a block only ever waits for a lower-numbered one, which the hardware started no
+// later than itself, so the waits end (they are short: a head is done before the next block's
+// part is computed). A wait of over a minute means a broken invariant: the kernel traps (a
+// launch error) rather than hang.
+__device__ __forceinline__ void sk_signal(int* flag) {
+  __threadfence();  // this thread's stores of the head, visible at device scope
+  __syncthreads();  // ... for every thread of the block
+  if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], 1;\n" ::"l"(flag) : "memory");
+}
+__device__ __forceinline__ void sk_wait(int* flag) {
+  if (threadIdx.x == 0) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    for (int v = 0;;) {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
+      if (v) break;
+      __nanosleep(256);
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      if (t - t0 > 60ull * 1000000000ull) __trap();
+    }
+    *reinterpret_cast<volatile int*>(flag) = 0;
+  }
+  __syncthreads();
 }
 
 // gemm_body_db (without a_mk) plus a fast path for the copies: in a block whose tile has no row or
@@ -588,8 +625,8 @@ __device__ __forceinline__ SkPart sk_part(const GemmArgs& p, int ctaid, int q, i
 // compiled twice (the fast loop, then the checked loop for the last slabs) with the same FFMA /
 // LDS sequence per step as gemm_body_db. The block's place, loaders and fragment offsets are
 // computed again after the fast loop from fresh tid / ctaid reads: nothing the checked loop and
-// the epilogue need stays live (or spilled) through the fast loop. SK: the hybrid stream-K grid
-// (sk_part above); a block runs the same k loops once per part, over that part's slabs only.
+// the epilogue need stays live (or spilled) through the fast loop. SK: a stream-K block (sk_part
+// above) runs the same k loops once per part, over that part's slabs only.
 template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED, bool SK = false>
 __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   constexpr int BM = C.bm, BN = C.bn, BK = C.bk, STAGES = C.stages, RM = C.rm, RN = C.rn;
@@ -746,24 +783,21 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
       slab_step(w.a_off, w.b_off, [&](int ws) { load_slab(w, pt.kb + t + STAGES, ws, pt.ke); });
     cp_async_wait<0>();
 
-    // A part of a tile split between two blocks is added into c (zeroed by the host): 0 + x + y
-    // is the same sum in either order, so the result does not depend on which block ends first.
-    const bool partial = SK && (pt.kb != 0 || pt.ke != k_tiles);
+    // A part after a split tile's first is added to what is there (sk_wait / sk_signal above).
+    const bool add = SK && pt.kb != 0;
+    if (add) sk_wait(p.sk_flags + fresh_ctaid() - 1);
     store_acc<T, RM, RN, LN, SK>(
-        p, acc, [&](int i) { return w.row0 + (i / 4) * 4 * LM + i % 4; }, w.col0, partial);
+        p, acc, [&](int i) { return w.row0 + (i / 4) * 4 * LM + i % 4; }, w.col0, add);
+    if (SK && pt.ke != k_tiles) sk_signal(p.sk_flags + fresh_ctaid());
   };
 
   if constexpr (SK) {
-    // Data-parallel blocks (blockIdx.x < sk_first) have one part, their whole tile; a stream-K
-    // block has up to three (the end of one tile, whole tiles, the start of another).
-    for (int q = 0;; ++q) {
+    // Parts last to first: the head of the last tile (stored, then signalled) before anything
+    // else, the tail of the first tile (which waits for the part before it) at the end.
+    for (int q = sk_parts(p, blockIdx.x, k_tiles) - 1; q >= 0; --q) {
       auto part_of = [&](int ctaid) { return sk_part(p, ctaid, q, k_tiles); };
-      if (q > 0) {
-        const SkPart pt = part_of(blockIdx.x);
-        if (pt.ke <= pt.kb) break;
-        __syncthreads();  // every warp is done reading the last part's shared memory
-      }
       tile_part(part_of);
+      if (q > 0) __syncthreads();  // every warp is done reading this part's shared memory
     }
   } else {
     tile_part([&](int ctaid) { return SkPart{ctaid, 0, k_tiles}; });
@@ -809,10 +843,10 @@ __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rc(GemmArgs 
 __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, false, 7>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, true, 4>(p); }
 
-__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, false, 7, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, false, 5, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, true, 5, true>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, false, 6, true>(p); }
-__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, true, 7, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, false, 7, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, true, 5, true>(p); }
 
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, false, 2>(p); }
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, true, 2>(p); }

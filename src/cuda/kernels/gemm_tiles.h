@@ -16,11 +16,11 @@ struct GemmArgs {
   int m, n, k;
   int a_vec, b_vec, c_vec;  // 1: 16-byte copies allowed (base and ld aligned); 0: element copies
   int group_m;              // block swizzle: tile rows per group (L2 reuse), >= 1
-  // Stream-K tiles only (GemmTile::stream_k; the others ignore these): blocks [0, sk_first) are
-  // data-parallel, one tile each; blocks sk_first .. sk_first + sk_blocks - 1 share the last
-  // sk_tiles tiles (swizzled indices sk_first ..) slab by slab, sk_blocks <= sk_tiles, adding
-  // into c where a tile is split (c zeroed there beforehand). Without stream-K: sk_first = tiles,
-  // sk_tiles = sk_blocks = 0.
+  // Stream-K kernels only (GemmTile::stream_k; the others ignore these): the sk_blocks blocks
+  // share the tiles of swizzled indices sk_first .. sk_first + sk_tiles - 1 slab by slab
+  // (sk_tiles * k_tiles >= sk_blocks); a tile split between blocks i and i + 1 is handed over
+  // through sk_flags[i] (sk_blocks ints, all 0 between launches; gemm.cu has the protocol).
+  int* sk_flags;
   int sk_first, sk_tiles, sk_blocks;
 };
 
@@ -33,8 +33,8 @@ struct GemmTile {
   // 1: a row-major a stays k-contiguous in shared memory (As[m][bk + kPad], 16-byte copies, read
   // 4 k at a time); only the double-buffered body (gemm_body_db) reads it. 0: As[k][m] always.
   int a_mk = 0;
-  // 1: hybrid data-parallel + stream-K grid (GemmArgs::sk_*; the host sizes the grid and zeroes the
-  // stream-K tiles of c first).
+  // 1: the stream-K half of a hybrid grid: the host launches the data-parallel tiles with the
+  // _fp kernel of the same shape, then this kernel over the rest (GemmArgs::sk_*).
   int stream_k = 0;
   constexpr int lanes_m() const { return wm / (4 * rm); }
   constexpr int lanes_n() const { return wn / (4 * rn); }
@@ -72,10 +72,12 @@ inline constexpr GemmTile kF32_128x256_ak{"gemm_sm80_f32_128x256_ak", 128, 256, 
 // SM (128 registers, 16 warps per SM: 64 LDS.128 and ~59 others per 1024 FFMA; 45.1). Removed:
 // _fp4 with 4 stages (47.7).
 inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
-// _sk: _fp's body and tile with a hybrid grid against wave quantization. With T tiles, W SMs and
-// R = T % W > 0 (and T > W), the first T - W - R tiles are data-parallel blocks and the last W + R
-// tiles are shared by W stream-K blocks, each taking (W + R) / W tiles' worth of slabs (at least
-// one tile, so a tile is split between at most two blocks: deterministic sums into zeroed c).
+// _sk: _fp's body and tile on a hybrid grid against wave quantization. With T tiles, W SMs and
+// R = T % W > 0, the first T - R tiles run as a launch of _fp (whole waves) and the last R tiles
+// are shared by the W blocks of an _sk launch, R / W tiles' worth of slabs each (a split tile's
+// parts are summed in k order: deterministic). Otherwise _fp alone. The default for 128x256 tiles:
+// H200, 2026-11-29 (bench/results/2026-11-29_h200_s4_kernel_diag_5.json) 50.2 / 51.4 TFLOP/s at
+// n = 4096 / 8192 against _fp's 49.8 / 50.0 (cuBLAS 51.1 / 51.0).
 inline constexpr GemmTile kF32_128x256_sk{"gemm_sm80_f32_128x256_sk", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 1};
 inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 16, 64, 32, 2, 2, 4, 4, 2};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
