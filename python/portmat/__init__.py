@@ -122,10 +122,11 @@ def matmul(a, b, *, device=None) -> _np.ndarray:
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     info = _ext.device_for(_device_spec(device), m, n, k)
     dev = info.id
-    if info.host_unified or m * n * k == 0:
+    if m * n * k == 0:
         out = _np.empty((m, n), dtype=dtype)
-    else:  # a discrete GPU: pinned memory where it pays (_host_memory explains when)
-        _host_memory.pin_operands(dev, a, b)
+    else:  # recycled result memory, pinned operands on a discrete GPU (_host_memory says when)
+        if not info.host_unified:
+            _host_memory.pin_operands(dev, a, b)
         out = _host_memory.new_result(dev, m, n, dtype)
     _ext.matmul_into(a, b, out, dev)
     return out

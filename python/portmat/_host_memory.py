@@ -1,11 +1,14 @@
-"""Host memory for discrete GPUs, in NumPy terms: where results are written and which operands are
+"""Host memory in NumPy terms: where results are written and, for discrete GPUs, which operands are
 page-locked, so that the copy engines move them directly instead of through a host copy.
 
-Results. A result of 1 MiB or more is written into a recycled pinned block when the device has one
-free. A new block is pinned (a few ms per 64 MiB: faulted in and registered) only for a
+Results. A result of 1 MiB or more is written into a recycled block when the device has one free:
+pinned memory for a CUDA GPU (the copy engine writes it directly), memory whose pages are already
+faulted in for the CPU (a fresh array's page faults cost its first writer 1-3% of a product). A
+new block is made (for a GPU a few ms per 64 MiB: faulted in and registered) only for a
 (device, shape, dtype) whose earlier results have died: the pattern of repeated calls with
 transient results, where the block is then reused call after call. A program that keeps its
-results gets ordinary arrays and never pays for pinning.
+results gets ordinary arrays and never pays for pinning. Devices without such memory (OpenCL)
+always give ordinary arrays.
 
 Operands. An array used a second time as an operand is page-locked where it is (~3.5 ms per
 64 MiB), so that every later call copies it to the device directly; the lock goes when the array
@@ -17,7 +20,8 @@ has weakrefs (ValueError, as for an array another object refers to), so a pinned
 freed or moved behind portmat's back; np.resize() or a copy work as usual.
 
 Both are limits-bounded in the C++ layer (a quarter of the machine's memory each) and can be
-turned off with PORTMAT_CUDA_PINNED_RESULTS=0 and PORTMAT_CUDA_PIN_OPERANDS=0.
+turned off with PORTMAT_CUDA_PINNED_RESULTS=0 and PORTMAT_CUDA_PIN_OPERANDS=0 (the CPU's result
+blocks with PORTMAT_CPU_RESULT_POOL=0).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ _pins: dict = {}
 
 
 def new_result(device: str, m: int, n: int, dtype: np.dtype) -> np.ndarray:
-    """An uninitialised C-contiguous (m, n) result for `device` (a discrete GPU)."""
+    """An uninitialised C-contiguous (m, n) result for `device`."""
     if m * n * dtype.itemsize < _MIN_RESULT_BYTES:
         return np.empty((m, n), dtype)
     key = (device, m, n, dtype.name)

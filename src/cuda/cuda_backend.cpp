@@ -204,8 +204,7 @@ class CudaDevice final : public core::Device {
         for (std::size_t page = b; page < e; ++page) static_cast<volatile char*>(p)[page * 4096] = 0;
       });
     };
-    pinned_pool_ = std::make_shared<PinnedPool>(cu_, ctx, std::min(ram / 16, std::size_t(2) << 30),
-                                                ram / 4, fault_in);
+    pinned_pool_ = make_pinned_pool(cu_, ctx, std::min(ram / 16, std::size_t(2) << 30), ram / 4, fault_in);
     pins_ = std::make_shared<HostPins>(cu_, ctx, ram / 4);
     ctx_ = ctx;
   }
@@ -387,7 +386,7 @@ class CudaDevice final : public core::Device {
   core::BufferPool<CuBuffer> pool_;  // keeps at most a quarter of the device (constructor)
   std::unique_ptr<HostPool> pool_threads_;
   Pinned in_stage_, out_stage_;
-  std::shared_ptr<PinnedPool> pinned_pool_;
+  std::shared_ptr<core::HostBlockPool> pinned_pool_;
   std::shared_ptr<HostPins> pins_;
   static constexpr std::int64_t kMaxSkBlocks = 4096;  // stream-K blocks per launch, at most
   static constexpr std::int64_t kMinSkSlabs = 8;      // slabs per stream-K block, at least

@@ -151,7 +151,8 @@ NB_MODULE(_ext, m) {
       },
       "device"_a, "rows"_a, "cols"_a, "dtype"_a, "reuse_only"_a = false,
       "An uninitialised C-contiguous result array in the memory `device` writes fastest (pinned "
-      "memory for CUDA GPUs), or None where ordinary memory is as good or (reuse_only) none is free");
+      "memory for CUDA GPUs, recycled pages for the CPU), or None where ordinary memory is as good "
+      "or (reuse_only) none is free");
 
   m.def(
       "pin_host",

@@ -1,7 +1,7 @@
-"""Host memory on the NumPy-in/NumPy-out path of CUDA GPUs: results in recycled pinned memory,
-operands pinned in place on their second use and read by the copy engines directly, and every
-case that must still be staged. Runs where portmat finds a CUDA device; elsewhere only the checks
-that hold on every machine run."""
+"""Host memory on the NumPy-in/NumPy-out path: results in recycled blocks (pinned memory on CUDA
+GPUs, already faulted-in memory on the CPU), operands pinned in place on their second use and read
+by the copy engines directly, and every case that must still be staged. The pinning tests run
+where portmat finds a CUDA device; elsewhere only the checks that hold on every machine run."""
 
 import numpy as np
 import pytest
@@ -13,61 +13,61 @@ from conftest import DEVICES, check_matmul, random_matrix
 
 CUDA = [d.id for d in DEVICES if d.backend == "cuda"]
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device on this machine")
+# Devices whose results come from a pool of recycled blocks, and the switch that turns it off.
+POOLED = [d.id for d in DEVICES if d.backend in ("cuda", "cpu")]
+POOL_OFF = {"cuda": "PORTMAT_CUDA_PINNED_RESULTS", "cpu": "PORTMAT_CPU_RESULT_POOL"}
 
 
 def test_devices_without_a_faster_memory_give_none():
     for d in DEVICES:
-        if d.backend != "cuda":
+        if d.id not in POOLED:
             assert _ext.empty_result(d.id, 1024, 1024, "float32") is None
 
 
-@needs_cuda
-def test_small_results_stay_in_ordinary_memory(rng):
+@pytest.mark.parametrize("dev", POOLED)
+def test_small_results_stay_in_ordinary_memory(rng, dev):
     a, b = random_matrix(rng, (64, 40)), random_matrix(rng, (40, 48))
-    c = portmat.matmul(a, b, device=CUDA[0])
+    c = portmat.matmul(a, b, device=dev)
     check_matmul(c, a, b)
     assert c.flags.owndata
 
 
 def transient_results(dev, a, b, calls=2):
-    """Calls whose results die at once: the pattern that makes the pool pin a block."""
+    """Calls whose results die at once: the pattern that makes the pool make a block."""
     for _ in range(calls):
         c = portmat.matmul(a, b, device=dev)
         check_matmul(c, a, b)
         del c
 
 
-@needs_cuda
+@pytest.mark.parametrize("dev", POOLED)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_transient_results_get_recycled_pinned_blocks(rng, dtype):
-    dev = CUDA[0]
+def test_transient_results_get_recycled_blocks(rng, dev, dtype):
     a, b = random_matrix(rng, (601, 703), dtype), random_matrix(rng, (703, 509), dtype)
     transient_results(dev, a, b)
     c1 = portmat.matmul(a, b, device=dev)
     check_matmul(c1, a, b)
-    assert not c1.flags.owndata, "a transient result of >= 1 MiB should come from the pinned pool"
+    assert not c1.flags.owndata, "a transient result of >= 1 MiB should come from the pool"
     assert c1.flags.writeable and c1.flags.c_contiguous
     c1[0, 0] = 123.0  # an ordinary, writeable array
     first = c1.ctypes.data
     del c1
     c2 = portmat.matmul(a, b, device=dev)
     assert c2.ctypes.data == first, "the freed block should be handed out again"
-    check_matmul(c2, a, b)
+    check_matmul(c2, a, b)  # every element written anew, the 123 included
 
 
-@needs_cuda
-def test_kept_results_stay_ordinary_arrays(rng):
-    dev = CUDA[0]
+@pytest.mark.parametrize("dev", POOLED)
+def test_kept_results_stay_ordinary_arrays(rng, dev):
     a, b = random_matrix(rng, (1030, 300)), random_matrix(rng, (300, 1100))
     kept = [portmat.matmul(a, b, device=dev) for _ in range(3)]
-    assert all(c.flags.owndata for c in kept), "nothing died: no reason to pin"
+    assert all(c.flags.owndata for c in kept), "nothing died: no reason to pool"
     for c in kept:
         check_matmul(c, a, b)
 
 
-@needs_cuda
-def test_live_results_never_share_a_block(rng):
-    dev = CUDA[0]
+@pytest.mark.parametrize("dev", POOLED)
+def test_live_results_never_share_a_block(rng, dev):
     a = random_matrix(rng, (512, 512))
     bs = [random_matrix(rng, (512, 520)) for _ in range(4)]
     transient_results(dev, a, bs[0])
@@ -78,12 +78,12 @@ def test_live_results_never_share_a_block(rng):
         check_matmul(c, a, b)
 
 
-@needs_cuda
-def test_pinned_results_can_be_turned_off(rng, monkeypatch):
-    monkeypatch.setenv("PORTMAT_CUDA_PINNED_RESULTS", "0")
+@pytest.mark.parametrize("dev", POOLED)
+def test_pooled_results_can_be_turned_off(rng, monkeypatch, dev):
+    monkeypatch.setenv(POOL_OFF[dev.split(":")[0]], "0")
     a, b = random_matrix(rng, (600, 300)), random_matrix(rng, (300, 601))
-    transient_results(CUDA[0], a, b, calls=3)
-    c = portmat.matmul(a, b, device=CUDA[0])
+    transient_results(dev, a, b, calls=3)
+    c = portmat.matmul(a, b, device=dev)
     check_matmul(c, a, b)
     assert c.flags.owndata
 
