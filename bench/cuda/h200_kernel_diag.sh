@@ -23,7 +23,7 @@ timeout 200 build/h200/portmat_tests --gtest_filter='Cuda*:*CudaTiles*' 2>&1 | t
 step python tests on cuda
 [ -z "$NO_PYTEST" ] && timeout 200 python3 -m pytest -q -x tests/python -k "cuda or host_memory" 2>&1 | tee $OUT/pytest.log | tail -3
 step kernel diag
-timeout 300 python3 bench/cuda/kernel_diag.py --tiles ${TILES:-128x256_fp,128x256_sk} --seconds ${SECONDS_PER:-1.5} ${SHAPES:+--shapes $SHAPES} --json $OUT/kernel_diag.json
+timeout 300 python3 bench/cuda/kernel_diag.py --tiles ${TILES:-128x256_fp,128x256_sk} --seconds ${SECONDS_PER:-1.5} ${SHAPES:+--shapes $SHAPES} ${LAUNCHES:+--launches $LAUNCHES} --json $OUT/kernel_diag.json
 step ncu
 [ -n "$STALLS" ] && TILES="$STALLS" bash bench/cuda/ncu_stalls.sh
 [ -n "$NO_NCU" ] && exit 0

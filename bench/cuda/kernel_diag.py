@@ -57,17 +57,17 @@ class Sampler:
         return out, statistics.median(x[0] for x in s), statistics.median(x[1] for x in s)
 
 
-def cublas_times(m, n, k, seconds):
+def cublas_times(m, n, k, seconds, launches):
     a, b, c = torch_operands(m, n, k)
     ts, t_end = [], time.perf_counter() + seconds
     while time.perf_counter() < t_end:
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
-        for _ in range(5):
+        for _ in range(launches):
             torch.matmul(a, b, out=c)
         e1.record()
         e1.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e-3 / 5)
+        ts.append(e0.elapsed_time(e1) * 1e-3 / launches)
     return ts
 
 
@@ -87,6 +87,8 @@ def main():
     p.add_argument("--tiles", default="128x256_fp,128x256_sk")
     p.add_argument("--shapes", default="4096x4096x4096,4224x4096x4096,8192x8192x8192,8448x8192x8192")
     p.add_argument("--seconds", type=float, default=1.5)
+    p.add_argument("--launches", type=int, default=5,
+                   help="products queued back to back per timed run, for cuBLAS and portmat alike")
     p.add_argument("--json", default="")
     args = p.parse_args()
     dev = next(d.id for d in portmat.devices() if d.backend == "cuda")
@@ -97,7 +99,7 @@ def main():
         m, n, k = (int(x) for x in shape.split("x"))
         flop = 2.0 * m * n * k
         row = {"shape": shape, "cublas_kernels": cublas_kernels(m, n, k)}
-        ts, clk, pw = sampler.run(lambda: cublas_times(m, n, k, args.seconds))
+        ts, clk, pw = sampler.run(lambda: cublas_times(m, n, k, args.seconds, args.launches))
         row["cublas"] = {"tflops": flop / statistics.median(ts) / 1e12, "mhz": clk, "watts": pw}
         for spec in args.tiles.split(","):
             # "tile" or "tile:NAME=VALUE:NAME=VALUE" (environment for this entry only)
@@ -105,15 +107,16 @@ def main():
             os.environ["PORTMAT_CUDA_TILE"] = tile
             os.environ.update(dict(e.split("=", 1) for e in env))
             _ext.time_gemm(dev, m, n, k, "float32", 3)  # load, warm
-            reps = max(10, int(args.seconds / (flop / 50e12)))
-            ts, clk, pw = sampler.run(lambda: _ext.time_gemm(dev, m, n, k, "float32", reps))
+            reps = max(10, int(args.seconds / (flop / 50e12) / args.launches))
+            ts, clk, pw = sampler.run(
+                lambda: _ext.time_gemm(dev, m, n, k, "float32", reps, args.launches))
             row[spec] = {"tflops": flop / statistics.median(ts) / 1e12, "mhz": clk, "watts": pw,
                          "spread": [flop / max(ts) / 1e12, flop / min(ts) / 1e12]}
             for e in env:
                 os.environ.pop(e.split("=", 1)[0], None)
         os.environ.pop("PORTMAT_CUDA_TILE", None)
         # cuBLAS again: the first reading may have run on a cooler card
-        ts, clk, pw = sampler.run(lambda: cublas_times(m, n, k, args.seconds))
+        ts, clk, pw = sampler.run(lambda: cublas_times(m, n, k, args.seconds, args.launches))
         row["cublas_again"] = {"tflops": flop / statistics.median(ts) / 1e12, "mhz": clk, "watts": pw}
         records.append(row)
         line = f"{shape}: " + "  ".join(

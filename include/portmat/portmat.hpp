@@ -88,8 +88,9 @@ void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
             const std::string& device = "");
 
 // Kernel-only timing: runs a (M,K)x(K,N) product on device-resident random data `repeat` times and
-// returns each run's seconds (device event time where the backend has one). For benchmarks.
+// returns each run's seconds (device event time where the backend has one). For benchmarks. With
+// launches > 1, each run is that many products queued back to back, and its time is their mean.
 std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,
-                              std::int64_t k, DType dtype, int repeat);
+                              std::int64_t k, DType dtype, int repeat, int launches = 1);
 
 }  // namespace portmat

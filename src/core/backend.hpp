@@ -55,6 +55,15 @@ class Device {
   // returns the kernel's own time in seconds (for benchmarks).
   virtual double gemm(const DeviceMatrix& a, const DeviceMatrix& b, const DeviceMatrix& c) = 0;
 
+  // The same product `launches` times back to back (no wait between them where the device can
+  // queue work), returning the mean seconds per product: how vendor libraries are often timed.
+  virtual double gemm_repeated(const DeviceMatrix& a, const DeviceMatrix& b, const DeviceMatrix& c,
+                               int launches) {
+    double s = 0;
+    for (int i = 0; i < launches; ++i) s += gemm(a, b, c);
+    return s / launches;
+  }
+
   // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0.
   // Each backend moves data its own best way: in place on shared memory, copies on discrete
   // devices (pooled buffers, later pipelined). Must leave no device work referring to host

@@ -60,9 +60,9 @@ void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
 }
 
 std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,
-                              std::int64_t k, DType dtype, int repeat) {
-  if (m <= 0 || n <= 0 || k <= 0 || repeat <= 0)
-    throw std::invalid_argument("time_gemm: sizes and repeat must be positive");
+                              std::int64_t k, DType dtype, int repeat, int launches) {
+  if (m <= 0 || n <= 0 || k <= 0 || repeat <= 0 || launches <= 0)
+    throw std::invalid_argument("time_gemm: sizes, repeat and launches must be positive");
   auto dev = core::open_device(device);
   if (dtype == DType::f64 && !dev->info().supports_f64)
     throw DeviceError("time_gemm: device " + dev->info().id() + " does not support float64");
@@ -88,7 +88,7 @@ std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::in
   core::DeviceMatrix dc{c.get(), 0, m, n, n, false, dtype};
   std::vector<double> seconds;
   dev->gemm(da, db, dc);  // warm-up: compiles the kernel
-  for (int r = 0; r < repeat; ++r) seconds.push_back(dev->gemm(da, db, dc));
+  for (int r = 0; r < repeat; ++r) seconds.push_back(dev->gemm_repeated(da, db, dc, launches));
   return seconds;
 }
 

@@ -276,4 +276,8 @@ TEST(CpuDevice, ConcurrentCallersAndTimeGemm) {
   const auto seconds = portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2);
   ASSERT_EQ(seconds.size(), 2u);
   EXPECT_GT(seconds[0], 0.0);
+  const auto queued = portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2, 3);  // 3 per run
+  ASSERT_EQ(queued.size(), 2u);
+  EXPECT_GT(queued[1], 0.0);
+  EXPECT_THROW(portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2, 0), std::invalid_argument);
 }

@@ -197,6 +197,9 @@ TEST(CudaGemm, TimeGemmReportsKernelTimes) {
   const auto t = portmat::time_gemm(dev, 512, 512, 512, DType::f32, 3);
   ASSERT_EQ(t.size(), 3u);
   for (double s : t) EXPECT_GT(s, 0.0);
+  const auto queued = portmat::time_gemm(dev, 512, 512, 512, DType::f32, 2, 4);  // 4 per run
+  ASSERT_EQ(queued.size(), 2u);
+  for (double s : queued) EXPECT_GT(s, 0.0);
 }
 
 // Pinned host memory: results written straight into pool blocks, operands read from pinned
