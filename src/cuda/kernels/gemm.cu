@@ -87,6 +87,21 @@ __device__ __forceinline__ void red_add4(float* c, const float* v) {
 #endif
 }
 
+// Block swizzle, shared by every kernel here: block `pid` computes the BM x BN tile at (m0, n0);
+// consecutive block ids walk down a group of `group_m` tile rows before moving right, so the
+// blocks resident at one time read few distinct a-panels and b-panels.
+struct TileOrigin {
+  int m0, n0;
+};
+template <int BM, int BN>
+__device__ __forceinline__ TileOrigin swizzled_tile(const GemmArgs& p, int pid) {
+  const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
+  const int width = p.group_m * tiles_n;
+  const int first_m = (pid / width) * p.group_m;
+  const int group_rows = min(tiles_m - first_m, p.group_m);
+  return TileOrigin{(first_m + (pid % width) % group_rows) * BM, ((pid % width) / group_rows) * BN};
+}
+
 // The epilogue of every kernel here: this thread's accumulators acc[i][4r .. 4r+3] go to row
 // row_of(i) of c, columns col0 + r * 4 * LN .. + 3; 4-wide where the row is aligned and whole,
 // element by element at the edges, nothing past c's last row or column. With `add` (compiled in
@@ -259,14 +274,8 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& p) {
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
-  // Block swizzle: consecutive block ids walk down a group of `group_m` tile rows before moving
-  // right, so the blocks resident at one time read few distinct a-panels and b-panels.
-  const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
-  const int pid = blockIdx.x, width = p.group_m * tiles_n;
-  const int first_m = (pid / width) * p.group_m;
-  const int group_rows = min(tiles_m - first_m, p.group_m);
-  const int m0 = (first_m + (pid % width) % group_rows) * BM;
-  const int n0 = ((pid % width) / group_rows) * BN;
+  const TileOrigin tile = swizzled_tile<BM, BN>(p, blockIdx.x);
+  const int m0 = tile.m0, n0 = tile.n0;
 
   const SlabLoader<T, BM, BK, SA, THREADS, A_KMAJOR> la(static_cast<const T*>(p.a), p.lda, p.m, p.k,
                                                         p.a_vec, m0, tid);
@@ -422,12 +431,8 @@ __device__ __forceinline__ void gemm_body_db(const GemmArgs& p) {
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
-  const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
-  const int pid = blockIdx.x, width = p.group_m * tiles_n;
-  const int first_m = (pid / width) * p.group_m;
-  const int group_rows = min(tiles_m - first_m, p.group_m);
-  const int m0 = (first_m + (pid % width) % group_rows) * BM;
-  const int n0 = ((pid % width) / group_rows) * BN;
+  const TileOrigin tile = swizzled_tile<BM, BN>(p, blockIdx.x);
+  const int m0 = tile.m0, n0 = tile.n0;
 
   using ALoader = typename std::conditional<AMK, RowSlabLoader<T, BM, BK, SA, THREADS>,
                                             SlabLoader<T, BM, BK, SA, THREADS, A_KMAJOR>>::type;
@@ -670,12 +675,8 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   };
   auto place = [&](int tid, int pid) {
     const int lane = tid % 32, warp = tid / 32;
-    const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
-    const int width = p.group_m * tiles_n;
-    const int first_m = (pid / width) * p.group_m;
-    const int group_rows = min(tiles_m - first_m, p.group_m);
-    const int m0 = (first_m + (pid % width) % group_rows) * BM;
-    const int n0 = ((pid % width) / group_rows) * BN;
+    const TileOrigin tile = swizzled_tile<BM, BN>(p, pid);
+    const int m0 = tile.m0, n0 = tile.n0;
     const int wm0 = (warp % WARPS_M) * C.wm, wn0 = (warp / WARPS_M) * C.wn;
     const int lm = lane / LN, ln = lane % LN;
     return Place{m0, n0, wm0 + lm * 4, wn0 + ln * 4, m0 + wm0 + lm * 4, n0 + wn0 + ln * 4,
