@@ -70,7 +70,10 @@ inline constexpr GemmTile kF32_128x256_ak{"gemm_sm80_f32_128x256_ak", 128, 256, 
 // as _db (the default: 49.5-49.6 TFLOP/s at n = 4096; 49.8 with the serpentine FFMA order of
 // session 3, 51.2 cuBLAS in that run: 2026-11-29_h200_kernel_diag_round5.json); 128x128_fp: 8x8 per thread at 2 blocks per
 // SM (128 registers, 16 warps per SM: 64 LDS.128 and ~59 others per 1024 FFMA; 45.1). Removed:
-// _fp4 with 4 stages (47.7).
+// _fp4 with 4 stages (47.7). Session 5 (2026-11-29_h200_s5_*.json; code on branch
+// experiment/s5-copy-sched): 4 stages again (-1.0 to -1.4%), 8-deep slabs with 4-5 stages (-3%),
+// other SCHED values and copies at warp-uniform offsets (fewer write-after-read waits on the
+// copies' address registers, 0.4-1.8% slower), all against _fp at whole waves.
 inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
 // _sk: _fp's body and tile on a hybrid grid against wave quantization. With T tiles, W SMs and
 // R = T % W > 0, the first T - R tiles run as a launch of _fp (whole waves) and the last R tiles
@@ -78,6 +81,8 @@ inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 
 // parts are summed in k order: deterministic). Otherwise _fp alone. The default for 128x256 tiles:
 // H200, 2026-11-29 (bench/results/2026-11-29_h200_s4_kernel_diag_5.json) 50.2 / 51.4 TFLOP/s at
 // n = 4096 / 8192 against _fp's 49.8 / 50.0 (cuBLAS 51.1 / 51.0).
+// A one-launch variant (data-parallel and stream-K blocks in one grid) ran 48.5 against 50.2 at
+// n = 4096 (2026-11-29_h200_s5_sk1.json; branch experiment/sk-one-launch).
 inline constexpr GemmTile kF32_128x256_sk{"gemm_sm80_f32_128x256_sk", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 1};
 inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 16, 64, 32, 2, 2, 4, 4, 2};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
