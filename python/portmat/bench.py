@@ -2,7 +2,9 @@
 
 For each size n, square (n x n) @ (n x n) on fresh random data: verify portmat against a float64
 reference first, warm both up, then time `repeat` runs of NumPy and of portmat in alternating
-blocks, so that drift on a shared machine hits both alike, and report medians. Blocks, not single
+blocks, so that drift on a shared machine hits both alike, and report medians. Small products get
+more runs (each contender at least _MIN_TIMED_S of timed calls, blocks of at least _MIN_BLOCK_S):
+ten runs of a 0.15 ms product give a median that one late wake-up of a thread can move by 15%. Blocks, not single
 calls: after each call OpenBLAS's worker threads spin for about 0.1 s, taking cores from whatever
 runs next; a short pause before each block lets either library run as it would on its own, and a
 few milliseconds of untimed calls after it wake the idle cores up again.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import platform
 import statistics
 import time
@@ -39,6 +42,9 @@ _SAMPLE_ROWS = 128
 _BLOCK = 5  # runs per block of one library
 _PAUSE_S = 0.3  # quiet time before each block: longer than OpenBLAS's ~0.1 s of spinning
 _WARM_S = 0.005  # untimed calls after the pause, before a block is timed (_warm_up)
+_MIN_TIMED_S = 0.25  # timed calls per contender and size, at least (small n: more runs)
+_MIN_BLOCK_S = 0.025  # a block's calls, at least
+_MAX_RUNS = 5000
 
 
 def blas_info() -> str:
@@ -90,13 +96,22 @@ def _warm_up(fn) -> None:
         calls += 1
 
 
-def _time_blocks(contenders: dict, repeat: int, say) -> dict:
-    """`repeat` timings of each contender, taken in alternating blocks of _BLOCK calls, each block
-    after a quiet pause and a short untimed warm-up (see the module docstring)."""
+def _plan(repeat: int, t_call: float) -> tuple[int, int]:
+    """(runs, block): at least `repeat` runs and _MIN_TIMED_S of calls, blocks of at least _BLOCK
+    calls and _MIN_BLOCK_S, for a product that takes about t_call seconds."""
+    t_call = max(t_call, 1e-6)
+    block = max(_BLOCK, math.ceil(_MIN_BLOCK_S / t_call))
+    runs = max(repeat, min(math.ceil(_MIN_TIMED_S / t_call), _MAX_RUNS))
+    return runs, min(block, runs)
+
+
+def _time_blocks(contenders: dict, repeat: int, say, block_size: int = _BLOCK) -> dict:
+    """`repeat` timings of each contender, taken in alternating blocks of `block_size` calls, each
+    block after a quiet pause and a short untimed warm-up (see the module docstring)."""
     times = {name: [] for name in contenders}
     done = 0
     while done < repeat:
-        block = min(_BLOCK, repeat - done)
+        block = min(block_size, repeat - done)
         say(f"runs {done + 1}-{done + block} of {repeat}")
         for name, fn in contenders.items():
             time.sleep(_PAUSE_S)
@@ -147,15 +162,18 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
             peer_errors[peer.name] = max_rel_error(a, b, peer.host(a, b), rng)
             peer.host(a, b)
             contenders[peer.name] = lambda peer=peer: peer.host(a, b)
-        times = _time_blocks(contenders, repeat, lambda msg: say(f"n={n}: {msg}"))
+        # How many runs: from the faster of one warm call of NumPy and of portmat.
+        t_call = min(_time_once(contenders["numpy"]), _time_once(contenders["portmat"]))
+        runs, block = _plan(repeat, t_call)
+        times = _time_blocks(contenders, runs, lambda msg: say(f"n={n}: {msg}"), block)
         t_np, t_pm = times["numpy"], times["portmat"]
         say(f"n={n}: kernel only")
-        t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, repeat) if t >= 0]
+        t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, runs) if t >= 0]
         flop = 2.0 * n**3
         peer_results = {}
         for peer in peers:
             say(f"n={n}: {peer.name} device-resident")
-            t_res = peer.resident(n, dtype, repeat)
+            t_res = peer.resident(n, dtype, runs)
             t_host = times[peer.name]
             peer_results[peer.name] = {
                 "host_s": statistics.median(t_host),
@@ -177,7 +195,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
             "portmat_spread_s": [min(t_pm), max(t_pm)],
             "max_rel_error": err,
             "verified": bool(verified),
-            "repeat": repeat,
+            "repeat": runs,
             "blas": blas,
             "numpy_version": np.__version__,
             "host": host,
@@ -197,6 +215,14 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
     return records
 
 
+def _runs_text(records: list[dict]) -> str:
+    counts = sorted({r["repeat"] for r in records})
+    if len(counts) == 1:
+        return f"{counts[0]} runs"
+    return f"{counts[0]}-{counts[-1]} runs (n = " + ", ".join(
+        f"{r['size']}: {r['repeat']}" for r in records) + ")"
+
+
 def table(records: list[dict]) -> str:
     if not records:
         return "(no results)"
@@ -204,7 +230,7 @@ def table(records: list[dict]) -> str:
     head = [
         f"portmat bench: {r0['dtype']} (n x n) @ (n x n) on {r0['device']} ({r0['device_name']})",
         f"NumPy {r0['numpy_version']} with {r0['blas']}; host {r0['host']}; {r0['date']}",
-        f"medians of {r0['repeat']} runs; ratio = NumPy time / portmat time (NumPy in, NumPy out, "
+        f"medians of {_runs_text(records)}; ratio = NumPy time / portmat time (NumPy in, NumPy out, "
         "same arrays each call); new arrays = one call on arrays portmat has not seen; "
         "kernel = device-resident; peers: NumPy in/out ms and device-resident GFLOP/s",
         "",

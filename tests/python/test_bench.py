@@ -22,6 +22,7 @@ def test_bench_json(tmp_path):
             assert key in rec
         assert rec["numpy_s"] > 0 and rec["portmat_s"] > 0 and rec["kernel_s"] > 0
         assert rec["max_rel_error"] < rec["size"] * 1.2e-7 and rec["verified"]
+        assert rec["repeat"] >= 2
     assert "ratio" in r.stdout and "64" in r.stdout
 
 
@@ -29,3 +30,17 @@ def test_bench_rejects_bad_arguments():
     r = subprocess.run([sys.executable, "-m", "portmat", "bench", "--repeat", "0"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "positive" in r.stderr
+
+
+@pytest.mark.parametrize("repeat, t_call", [(10, 0.4), (10, 0.0075), (10, 1.5e-4), (3, 1e-7), (50, 0.01)])
+def test_bench_plan_gives_small_products_more_runs(repeat, t_call):
+    from portmat import bench
+
+    runs, block = bench._plan(repeat, t_call)
+    assert runs >= repeat and 1 <= block <= runs
+    # at least _MIN_TIMED_S of calls unless that would pass _MAX_RUNS; blocks of _MIN_BLOCK_S
+    assert runs * t_call >= bench._MIN_TIMED_S or runs >= bench._MAX_RUNS
+    assert block >= min(runs, bench._BLOCK)
+    assert block * t_call >= bench._MIN_BLOCK_S or block in (runs, bench._BLOCK)
+    if t_call * repeat >= bench._MIN_TIMED_S:
+        assert runs == repeat  # large products: exactly what was asked
