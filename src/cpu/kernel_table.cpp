@@ -174,9 +174,12 @@ double measure_core_peak(const KernelSet& set) {
     loop = fma_loop_avx2_f32, flops_per_round = 12 * 8 * 2;
 #endif
   if (!loop) return 0.0;
-  // 20000 rounds = 240k FMA instructions: ~0.05 ms per try at two per cycle. The best of a
-  // few tries skips the first one's frequency ramp (AVX-512 licence) and any interruption.
-  constexpr long rounds = 20000;
+  // 300000 rounds = 3.6M FMA instructions: ~0.55 ms per try at two per cycle, long enough to
+  // measure the clock the core sustains under AVX-512 load rather than its first burst (on the
+  // 2-core VM, 0.05 ms tries gave 209-242 GFLOP/s per core from one process to the next, 0.7 ms
+  // tries 213-218). The best of a few tries skips the first one's frequency ramp (AVX-512
+  // licence) and any interruption; ~3 ms once, when the device is first opened.
+  constexpr long rounds = 300000;
   volatile float sink = loop(rounds);
   double best = 0.0;
   for (int t = 0; t < 5; ++t) {
