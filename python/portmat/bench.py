@@ -3,11 +3,12 @@
 For each size n, square (n x n) @ (n x n) on fresh random data: verify portmat against a float64
 reference first, warm both up, then time `repeat` runs of NumPy and of portmat in alternating
 blocks, so that drift on a shared machine hits both alike, and report medians. Small products get
-more runs (each contender at least _MIN_TIMED_S of timed calls, blocks of at least _MIN_BLOCK_S):
-ten runs of a 0.15 ms product give a median that one late wake-up of a thread can move by 15%. Blocks, not single
-calls: after each call OpenBLAS's worker threads spin for about 0.1 s, taking cores from whatever
-runs next; a short pause before each block lets either library run as it would on its own, and a
-few milliseconds of untimed calls after it wake the idle cores up again.
+more runs (the slower of NumPy and portmat at least _MIN_TIMED_S of timed calls, in blocks of at
+least _MIN_BLOCK_S): ten runs of a 0.15 ms product give a median that one late wake-up of a thread
+can move by 15%. Blocks, not single calls: after each call OpenBLAS's worker threads spin for about
+0.1 s, taking cores from whatever runs next; a short pause before each block lets either library
+run as it would on its own, and a few milliseconds of untimed calls after it wake the idle cores
+up again.
 - numpy_s:   NumPy's a @ b (its BLAS, all cores);
 - portmat_s: portmat.matmul(a, b) as a user calls it, NumPy in and NumPy out, called repeatedly
   on the same arrays (on a discrete GPU, portmat then keeps them and the recycled results in
@@ -162,8 +163,9 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
             peer_errors[peer.name] = max_rel_error(a, b, peer.host(a, b), rng)
             peer.host(a, b)
             contenders[peer.name] = lambda peer=peer: peer.host(a, b)
-        # How many runs: from the faster of one warm call of NumPy and of portmat.
-        t_call = min(_time_once(contenders["numpy"]), _time_once(contenders["portmat"]))
+        # How many runs: from the slower of one warm call of NumPy and of portmat (on a GPU,
+        # NumPy's host product sets the pace; every contender gets the same count).
+        t_call = max(_time_once(contenders["numpy"]), _time_once(contenders["portmat"]))
         runs, block = _plan(repeat, t_call)
         times = _time_blocks(contenders, runs, lambda msg: say(f"n={n}: {msg}"), block)
         t_np, t_pm = times["numpy"], times["portmat"]
@@ -230,7 +232,8 @@ def table(records: list[dict]) -> str:
     head = [
         f"portmat bench: {r0['dtype']} (n x n) @ (n x n) on {r0['device']} ({r0['device_name']})",
         f"NumPy {r0['numpy_version']} with {r0['blas']}; host {r0['host']}; {r0['date']}",
-        f"medians of {_runs_text(records)}; ratio = NumPy time / portmat time (NumPy in, NumPy out, "
+        f"medians of {_runs_text(records)}; ratio = NumPy time / portmat time "
+        "(NumPy in, NumPy out, "
         "same arrays each call); new arrays = one call on arrays portmat has not seen; "
         "kernel = device-resident; peers: NumPy in/out ms and device-resident GFLOP/s",
         "",

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                    default=[512, 1024, 2048, 4096], help="comma-separated n (default 512,1024,2048,4096)")
     b.add_argument("--repeat", type=int, default=10,
                    help="timed runs per size, at least (default 10; small sizes get more, "
-                        "0.25 s of calls per contender)")
+                        "0.25 s of calls for the slower of NumPy and portmat)")
     b.add_argument("--device", default=None, help="device spec, e.g. opencl:0, gpu, cpu (default: the default device)")
     b.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON to FILE")
