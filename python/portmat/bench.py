@@ -86,6 +86,11 @@ def _time_once(fn) -> float:
     return time.perf_counter() - t0
 
 
+def _time_typical(fn) -> float:
+    fn()
+    return statistics.median(_time_once(fn) for _ in range(3))
+
+
 def _warm_up(fn) -> None:
     # After the pause, the first calls run on cores that were idle: on the 2-core VM the first call
     # of a 256^3 product took 8-15 ms and the second 0.2-1 ms against 0.15 ms warm, for NumPy and
@@ -163,9 +168,11 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
             peer_errors[peer.name] = max_rel_error(a, b, peer.host(a, b), rng)
             peer.host(a, b)
             contenders[peer.name] = lambda peer=peer: peer.host(a, b)
-        # How many runs: from the slower of one warm call of NumPy and of portmat (on a GPU,
-        # NumPy's host product sets the pace; every contender gets the same count).
-        t_call = max(_time_once(contenders["numpy"]), _time_once(contenders["portmat"]))
+        # How many runs: from the slower of NumPy and portmat (on a GPU, NumPy's host product
+        # sets the pace; every contender gets the same count), each the median of three calls
+        # (a single call can catch the other library's threads still spinning: one 0.15 ms
+        # product took 1.2 ms that way and cut the runs of n = 256 from ~1500 to 197).
+        t_call = max(_time_typical(contenders["numpy"]), _time_typical(contenders["portmat"]))
         runs, block = _plan(repeat, t_call)
         times = _time_blocks(contenders, runs, lambda msg: say(f"n={n}: {msg}"), block)
         t_np, t_pm = times["numpy"], times["portmat"]
