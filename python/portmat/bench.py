@@ -43,7 +43,7 @@ _SAMPLE_ROWS = 128
 _BLOCK = 5  # runs per block of one library
 _PAUSE_S = 0.3  # quiet time before each block: longer than OpenBLAS's ~0.1 s of spinning
 _WARM_S = 0.005  # untimed calls after the pause, before a block is timed (_warm_up)
-_MIN_TIMED_S = 0.25  # timed calls per contender and size, at least (small n: more runs)
+_MIN_TIMED_S = 0.25  # timed calls of the slower of NumPy and portmat per size, at least
 _MIN_BLOCK_S = 0.025  # a block's calls, at least
 _MAX_RUNS = 5000
 
