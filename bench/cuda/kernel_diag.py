@@ -103,17 +103,20 @@ def main():
         row["cublas"] = {"tflops": flop / statistics.median(ts) / 1e12, "mhz": clk, "watts": pw}
         for spec in args.tiles.split(","):
             # "tile" or "tile:NAME=VALUE:NAME=VALUE" (environment for this entry only)
+            # ("LAYOUT=cr": a column-major, b row-major; not an environment variable)
             tile, *env = spec.split(":")
+            env = dict(e.split("=", 1) for e in env)
+            layout = env.pop("LAYOUT", "rr")
             os.environ["PORTMAT_CUDA_TILE"] = tile
-            os.environ.update(dict(e.split("=", 1) for e in env))
-            _ext.time_gemm(dev, m, n, k, "float32", 3)  # load, warm
+            os.environ.update(env)
+            _ext.time_gemm(dev, m, n, k, "float32", 3, 1, layout)  # load, warm
             reps = max(10, int(args.seconds / (flop / 50e12) / args.launches))
             ts, clk, pw = sampler.run(
-                lambda: _ext.time_gemm(dev, m, n, k, "float32", reps, args.launches))
+                lambda: _ext.time_gemm(dev, m, n, k, "float32", reps, args.launches, layout))
             row[spec] = {"tflops": flop / statistics.median(ts) / 1e12, "mhz": clk, "watts": pw,
                          "spread": [flop / max(ts) / 1e12, flop / min(ts) / 1e12]}
-            for e in env:
-                os.environ.pop(e.split("=", 1)[0], None)
+            for name in env:
+                os.environ.pop(name, None)
         os.environ.pop("PORTMAT_CUDA_TILE", None)
         # cuBLAS again: the first reading may have run on a cooler card
         ts, clk, pw = sampler.run(lambda: cublas_times(m, n, k, args.seconds, args.launches))

@@ -90,7 +90,9 @@ void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
 // Kernel-only timing: runs a (M,K)x(K,N) product on device-resident random data `repeat` times and
 // returns each run's seconds (device event time where the backend has one). For benchmarks. With
 // launches > 1, each run is that many products queued back to back, and its time is their mean.
+// layout: a's and b's storage, 'r' row-major or 'c' column-major each ("rr": both row-major).
 std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,
-                              std::int64_t k, DType dtype, int repeat, int launches = 1);
+                              std::int64_t k, DType dtype, int repeat, int launches = 1,
+                              const std::string& layout = "rr");
 
 }  // namespace portmat

@@ -60,9 +60,15 @@ void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
 }
 
 std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,
-                              std::int64_t k, DType dtype, int repeat, int launches) {
+                              std::int64_t k, DType dtype, int repeat, int launches,
+                              const std::string& layout) {
   if (m <= 0 || n <= 0 || k <= 0 || repeat <= 0 || launches <= 0)
     throw std::invalid_argument("time_gemm: sizes, repeat and launches must be positive");
+  auto is_layout = [](char x) { return x == 'r' || x == 'c'; };
+  if (layout.size() != 2 || !is_layout(layout[0]) || !is_layout(layout[1]))
+    throw std::invalid_argument("time_gemm: layout must be two of 'r' / 'c' (\"rr\", \"cr\", ...), not \"" +
+                                layout + "\"");
+  const bool a_col = layout[0] == 'c', b_col = layout[1] == 'c';
   auto dev = core::open_device(device);
   if (dtype == DType::f64 && !dev->info().supports_f64)
     throw DeviceError("time_gemm: device " + dev->info().id() + " does not support float64");
@@ -83,8 +89,8 @@ std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::in
   };
   auto a = upload_random(m * k), b = upload_random(k * n);
   auto c = dev->alloc(static_cast<std::size_t>(m * n) * es);
-  core::DeviceMatrix da{a.get(), 0, m, k, k, false, dtype};
-  core::DeviceMatrix db{b.get(), 0, k, n, n, false, dtype};
+  core::DeviceMatrix da{a.get(), 0, m, k, a_col ? m : k, a_col, dtype};
+  core::DeviceMatrix db{b.get(), 0, k, n, b_col ? k : n, b_col, dtype};
   core::DeviceMatrix dc{c.get(), 0, m, n, n, false, dtype};
   std::vector<double> seconds;
   dev->gemm(da, db, dc);  // warm-up: compiles the kernel

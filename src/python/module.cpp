@@ -173,14 +173,15 @@ NB_MODULE(_ext, m) {
   m.def(
       "time_gemm",
       [](const std::string& device, std::int64_t mm, std::int64_t n, std::int64_t k,
-         const std::string& dtype, int repeat, int launches) {
+         const std::string& dtype, int repeat, int launches, const std::string& layout) {
         const portmat::DType t = parse_dtype(dtype);
         nb::gil_scoped_release release;
-        return portmat::time_gemm(device, mm, n, k, t, repeat, launches);
+        return portmat::time_gemm(device, mm, n, k, t, repeat, launches, layout);
       },
-      "device"_a, "m"_a, "n"_a, "k"_a, "dtype"_a, "repeat"_a, "launches"_a = 1,
+      "device"_a, "m"_a, "n"_a, "k"_a, "dtype"_a, "repeat"_a, "launches"_a = 1, "layout"_a = "rr",
       "Seconds of each of `repeat` kernel runs on device-resident random data (each the mean of "
-      "`launches` products queued back to back)");
+      "`launches` products queued back to back; layout: a's and b's storage, 'r' row-major or "
+      "'c' column-major each)");
 
   m.def(
       "_try_alloc",

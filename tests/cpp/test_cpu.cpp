@@ -280,4 +280,6 @@ TEST(CpuDevice, ConcurrentCallersAndTimeGemm) {
   ASSERT_EQ(queued.size(), 2u);
   EXPECT_GT(queued[1], 0.0);
   EXPECT_THROW(portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2, 0), std::invalid_argument);
+  EXPECT_EQ(portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2, 1, "cr").size(), 2u);
+  EXPECT_THROW(portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2, 1, "rx"), std::invalid_argument);
 }
