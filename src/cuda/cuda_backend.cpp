@@ -151,7 +151,7 @@ class CudaDevice final : public core::Device {
     cu_check(cu_.EventRecord(t0_, kstream_[0]), "cuEventRecord", where_);
     for (int i = 0; i < launches; ++i)
       launch(kstream_[0], ptr_of(a.data) + a.offset * es, a, ptr_of(b.data) + b.offset * es, b,
-             ptr_of(c.data) + c.offset * es, c.ld, a.rows, b.cols, a.cols);
+             ptr_of(c.data) + c.offset * es, c.ld, a.rows, b.cols, a.cols, /*whole=*/true);
     cu_check(cu_.EventRecord(t1_, kstream_[0]), "cuEventRecord", where_);
     cu_check(cu_.EventSynchronize(t1_), "gemm kernel (cuEventSynchronize)", where_);
     float ms = 0.f;
@@ -313,10 +313,12 @@ class CudaDevice final : public core::Device {
     return f;
   }
 
-  // c (row-major, ldc) = a @ b on device pointers that already include the offsets.
+  // c (row-major, ldc) = a @ b on device pointers that already include the offsets. whole: the
+  // launch is the whole product, alone on the GPU (device-resident), not one of the NumPy path's
+  // row chunks, whose kernels overlap on two streams.
   void launch(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
               const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m,
-              std::int64_t n, std::int64_t k) {
+              std::int64_t n, std::int64_t k, bool whole = false) {
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
       throw std::invalid_argument("CUDA gemm: dimensions beyond 2^31 - 1 are not supported");
     const std::size_t es = dtype_size(am.dtype);
@@ -353,13 +355,25 @@ class CudaDevice final : public core::Device {
     // (bench/results/README.md, session 4) against three variants: the stream-K launch on a second
     // stream, overlapping the last data-parallel wave (-1% at n = 4096); stream-K blocks sharing a
     // wave more (r + w tiles: -2% at 4096, -0.2% at 8192); the stream-K launch first (the same).
+    // A whole product of at most kSkAllWaves waves shares every tile instead (one launch of the
+    // stream-K kernel): there the boundary between two launches (the stream-K kernel starts only
+    // once the slowest data-parallel block has ended) costs more than the stream-K blocks lose by
+    // working at unrelated k (fewer shared panels in L2). H200, 2026-11-29, same run
+    // (bench/results/2026-11-29_h200_s6_sk_all_rule.json), every tile shared against the two
+    // launches: 3072 (2.2 waves) 1162 / 1198 us, 4096 (3.9) 2703 / 2730, 5120 (6.1) 5291 / 5350,
+    // 8192 (15.5) 21470 / 21358; 6144 (8.7 waves, another run) +1.5%. Measured and dropped
+    // (2026-11-29_h200_s6_pdl_layout.json, _dp_first.json): the stream-K kernel as a programmatic
+    // dependent launch (sm_90; its blocks may start as the last data-parallel ones end): 1%
+    // slower at 4096; one launch that runs the whole tiles first, k in step, then the stream-K
+    // parts: slower code for the stream-K kernel (227 registers against 247, 2% slower).
     // PORTMAT_CUDA_SK_UNITS replaces the SM count (tests: small shapes through the stream-K path);
-    // PORTMAT_CUDA_SK_ALL=1 shares every tile (measurements: the stream-K kernel's own rate).
+    // PORTMAT_CUDA_SK_ALL=1 shares every tile of any product, 0 none (measurements).
     static_assert(kF32_128x256_sk.bm == kF32_128x256_fp.bm && kF32_128x256_sk.bn == kF32_128x256_fp.bn,
                   "the data-parallel partner of _sk computes the same tiles");
     const std::int64_t w = env_long("PORTMAT_CUDA_SK_UNITS", info_.compute_units);
     const std::int64_t k_tiles = (k + t.bk - 1) / t.bk;
-    const bool all = env_long("PORTMAT_CUDA_SK_ALL", 0) != 0;
+    const long all_env = env_long("PORTMAT_CUDA_SK_ALL", -1);
+    const bool all = all_env == 1 || (all_env == -1 && whole && tiles > w && tiles <= kSkAllWaves * w);
     const std::int64_t sk_tiles = all ? tiles : tiles % w;
     // A block's run must be worth a pipeline's start and end: at least kMinSkSlabs slabs. Less
     // than a wave of tiles stays data-parallel (the NumPy path's row chunks, whose kernels
@@ -396,6 +410,7 @@ class CudaDevice final : public core::Device {
   std::shared_ptr<HostPins> pins_;
   static constexpr std::int64_t kMaxSkBlocks = 4096;  // stream-K blocks per launch, at most
   static constexpr std::int64_t kMinSkSlabs = 8;      // slabs per stream-K block, at least
+  static constexpr std::int64_t kSkAllWaves = 7;      // launch(): every tile shared up to here
   std::unique_ptr<CuBuffer> sk_flags_[2];             // per kernel stream (sk_flags)
 };
 

@@ -147,11 +147,13 @@ TEST(CudaGemm, ChunkedPipelineManyChunks) {
   check_host<double>(dev, 1500, 700, 300, true, false, 1, rng);
 }
 
-TEST(CudaGemm, DeviceResidentOffsetsAlignedAndNot) {
-  REQUIRE_CUDA();
+// Device-resident products (Device::gemm), operands at aligned and unaligned offsets with padded
+// leading dimensions, every layout. Also through the stream-K paths of a whole product
+// (cuda_backend.cpp, launch()): with PORTMAT_CUDA_SK_UNITS=3, 300x600 is 9 tiles of 128x256, at
+// most 7 waves (kSkAllWaves), so every tile is shared; 1400x500 is 22: 7 whole waves, then the
+// last tile shared (33 slabs by 3 blocks).
+static void check_device_resident(const std::string& dev, long m, long n, long k, std::mt19937& rng) {
   auto d = portmat::core::open_device(dev);
-  std::mt19937 rng(17);
-  const long m = 150, n = 133, k = 70;
   for (std::size_t off : {0, 4, 1, 3}) {
     for (int layout = 0; layout < 4; ++layout) {
       const bool a_col = layout & 1, b_col = layout & 2;
@@ -171,9 +173,19 @@ TEST(CudaGemm, DeviceResidentOffsetsAlignedAndNot) {
       MatrixView a{ah.data() + off, m, k, a_col ? 1 : lda, a_col ? lda : 1, DType::f32};
       MatrixView b{bh.data() + off, k, n, b_col ? 1 : ldb, b_col ? ldb : 1, DType::f32};
       MatrixView c{ch.data() + off, m, n, ldc, 1, DType::f32};
-      EXPECT_LE(portmat::reference::worst_error_ratio(a, b, c), 1.0) << "offset " << off << " layout " << layout;
+      EXPECT_LE(portmat::reference::worst_error_ratio(a, b, c), 1.0)
+          << m << "x" << n << "x" << k << " offset " << off << " layout " << layout;
     }
   }
+}
+
+TEST(CudaGemm, DeviceResidentOffsetsAlignedAndNot) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(17);
+  check_device_resident(dev, 150, 133, 70, rng);
+  ScopedEnv tile("PORTMAT_CUDA_TILE", "128x256_sk"), units("PORTMAT_CUDA_SK_UNITS", "3");
+  check_device_resident(dev, 300, 600, 333, rng);
+  check_device_resident(dev, 1400, 500, 520, rng);
 }
 
 TEST(CudaGemm, OutOfMemoryIsReportedAndTheDeviceKeepsWorking) {

@@ -82,7 +82,9 @@ inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 
 // H200, 2026-11-29 (bench/results/2026-11-29_h200_s4_kernel_diag_5.json) 50.2 / 51.4 TFLOP/s at
 // n = 4096 / 8192 against _fp's 49.8 / 50.0 (cuBLAS 51.1 / 51.0).
 // A one-launch variant (data-parallel and stream-K blocks in one grid) ran 48.5 against 50.2 at
-// n = 4096 (2026-11-29_h200_s5_sk1.json; branch experiment/sk-one-launch).
+// n = 4096 (2026-11-29_h200_s5_sk1.json; branch experiment/sk-one-launch). A device-resident
+// product of at most 7 waves of tiles runs as one _sk launch that shares every tile (no _fp
+// launch before it): 1% faster at n = 4096 and 5120, 3% at 3072 (cuda_backend.cpp, launch()).
 inline constexpr GemmTile kF32_128x256_sk{"gemm_sm80_f32_128x256_sk", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 1};
 inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 16, 64, 32, 2, 2, 4, 4, 2};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
