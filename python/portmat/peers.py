@@ -25,7 +25,7 @@ class CuPyPeer:
         c = cp.asnumpy(cp.asarray(a) @ cp.asarray(b))
         return c
 
-    def resident(self, n, dtype, repeat):
+    def resident(self, n, dtype, repeat, launches=1):
         cp = self.cp
         rng = cp.random.default_rng(n)
         a = rng.uniform(-1, 1, (n, n), dtype=cp.float64).astype(dtype)
@@ -35,10 +35,11 @@ class CuPyPeer:
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         for _ in range(repeat):
             start.record()
-            a @ b
+            for _ in range(launches):
+                a @ b
             stop.record()
             stop.synchronize()
-            out.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+            out.append(cp.cuda.get_elapsed_time(start, stop) / 1e3 / launches)
         return out
 
 
@@ -58,7 +59,7 @@ class TorchPeer:
         torch = self.torch
         return (torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()
 
-    def resident(self, n, dtype, repeat):
+    def resident(self, n, dtype, repeat, launches=1):
         torch = self.torch
         t = torch.float32 if np.dtype(dtype) == np.float32 else torch.float64
         g = torch.Generator(device="cuda").manual_seed(n)
@@ -69,10 +70,11 @@ class TorchPeer:
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for _ in range(repeat):
             start.record()
-            a @ b
+            for _ in range(launches):
+                a @ b
             stop.record()
             stop.synchronize()
-            out.append(start.elapsed_time(stop) / 1e3)
+            out.append(start.elapsed_time(stop) / 1e3 / launches)
         return out
 
 
