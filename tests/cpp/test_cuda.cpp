@@ -150,8 +150,9 @@ TEST(CudaGemm, ChunkedPipelineManyChunks) {
 // Device-resident products (Device::gemm), operands at aligned and unaligned offsets with padded
 // leading dimensions, every layout. Also through the stream-K paths of a whole product
 // (cuda_backend.cpp, launch()): with PORTMAT_CUDA_SK_UNITS=3, 300x600 is 9 tiles of 128x256, at
-// most 7 waves (kSkAllWaves), so every tile is shared; 1400x500 is 22: 7 whole waves, then the
-// last tile shared (33 slabs by 3 blocks).
+// most 7 waves (kSkAllWaves), so one stream-K launch has them all (3 whole tiles per block);
+// 400x500x350 is 8 tiles of 22 slabs, so the blocks' runs of 58-59 slabs split tiles; 1400x500
+// is 22: 7 whole waves, then the last tile shared (33 slabs by 3 blocks).
 static void check_device_resident(const std::string& dev, long m, long n, long k, std::mt19937& rng) {
   auto d = portmat::core::open_device(dev);
   for (std::size_t off : {0, 4, 1, 3}) {
@@ -185,6 +186,7 @@ TEST(CudaGemm, DeviceResidentOffsetsAlignedAndNot) {
   check_device_resident(dev, 150, 133, 70, rng);
   ScopedEnv tile("PORTMAT_CUDA_TILE", "128x256_sk"), units("PORTMAT_CUDA_SK_UNITS", "3");
   check_device_resident(dev, 300, 600, 333, rng);
+  check_device_resident(dev, 400, 500, 350, rng);
   check_device_resident(dev, 1400, 500, 520, rng);
 }
 
