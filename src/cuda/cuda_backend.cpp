@@ -374,10 +374,6 @@ class CudaDevice final : public core::Device {
     const std::int64_t k_tiles = (k + t.bk - 1) / t.bk;
     const long all_env = env_long("PORTMAT_CUDA_SK_ALL", -1);
     const bool all = all_env == 1 || (all_env == -1 && whole && tiles > w && tiles <= kSkAllWaves * w);
-    // Every tile shared: groups of 4 tile rows (kSkAllGroupM) rather than 8. H200, 4096, same run
-    // (2026-11-29_h200_s6_group_m_skall.json), twice each: 50.97 / 51.01 TFLOP/s against 50.77 /
-    // 50.82 (2: 51.01; 16, 32: 50.8-50.9).
-    if (all && env_long("PORTMAT_CUDA_GROUP_M", 0) <= 0) args.group_m = kSkAllGroupM;
     const std::int64_t sk_tiles = all ? tiles : tiles % w;
     // A block's run must be worth a pipeline's start and end: at least kMinSkSlabs slabs. Less
     // than a wave of tiles stays data-parallel (the NumPy path's row chunks, whose kernels
@@ -385,6 +381,11 @@ class CudaDevice final : public core::Device {
     if (es != 4 || w <= 0 || w > kMaxSkBlocks || sk_tiles == 0 || (tiles <= w && !all) ||
         sk_tiles * k_tiles < w * kMinSkSlabs)
       return run(kF32_128x256_fp, tiles, stream);
+    // Every tile shared: groups of 4 tile rows (kSkAllGroupM) rather than 8, unless
+    // PORTMAT_CUDA_GROUP_M sets a positive one. H200, 4096, same run
+    // (2026-11-29_h200_s6_group_m_skall.json), twice each: 50.97 / 51.01 TFLOP/s against 50.77 /
+    // 50.82 (2: 51.01; 16, 32: 50.8-50.9).
+    if (all && env_long("PORTMAT_CUDA_GROUP_M", 0) <= 0) args.group_m = kSkAllGroupM;
     const std::int64_t first = tiles - sk_tiles;
     args.sk_first = static_cast<int>(first);
     args.sk_tiles = static_cast<int>(sk_tiles);
