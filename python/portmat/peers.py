@@ -3,12 +3,27 @@
 NumPy is always a peer (bench.py times it directly). On NVIDIA GPUs, cuBLAS through CuPy and
 through PyTorch joins when importable, with TF32 off so all compute exact float32:
 - host(a, b): NumPy in, NumPy out, the way a NumPy user would call it;
-- resident(n, dtype, repeat): seconds of each product on device-resident data (CUDA events).
+- resident(n, dtype, repeat, launches): seconds per product on device-resident data (CUDA
+  events), each of `repeat` runs the mean of `launches` products queued back to back.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+
+def _queued_seconds(start, stop, elapsed_ms, product, repeat, launches):
+    """`repeat` runs of `launches` queued product() calls between the events start and stop
+    (CuPy's or torch's, with their record() / synchronize()); elapsed_ms() reads the time between."""
+    out = []
+    for _ in range(repeat):
+        start.record()
+        for _ in range(launches):
+            product()
+        stop.record()
+        stop.synchronize()
+        out.append(elapsed_ms() / 1e3 / launches)
+    return out
 
 
 class CuPyPeer:
@@ -31,16 +46,9 @@ class CuPyPeer:
         a = rng.uniform(-1, 1, (n, n), dtype=cp.float64).astype(dtype)
         b = rng.uniform(-1, 1, (n, n), dtype=cp.float64).astype(dtype)
         a @ b
-        out = []
         start, stop = cp.cuda.Event(), cp.cuda.Event()
-        for _ in range(repeat):
-            start.record()
-            for _ in range(launches):
-                a @ b
-            stop.record()
-            stop.synchronize()
-            out.append(cp.cuda.get_elapsed_time(start, stop) / 1e3 / launches)
-        return out
+        return _queued_seconds(start, stop, lambda: cp.cuda.get_elapsed_time(start, stop),
+                               lambda: a @ b, repeat, launches)
 
 
 class TorchPeer:
@@ -66,16 +74,9 @@ class TorchPeer:
         a = torch.rand((n, n), generator=g, device="cuda", dtype=t) * 2 - 1
         b = torch.rand((n, n), generator=g, device="cuda", dtype=t) * 2 - 1
         a @ b
-        out = []
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(repeat):
-            start.record()
-            for _ in range(launches):
-                a @ b
-            stop.record()
-            stop.synchronize()
-            out.append(start.elapsed_time(stop) / 1e3 / launches)
-        return out
+        return _queued_seconds(start, stop, lambda: start.elapsed_time(stop), lambda: a @ b,
+                               repeat, launches)
 
 
 def available(device) -> list:
