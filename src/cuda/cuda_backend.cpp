@@ -315,14 +315,17 @@ class CudaDevice final : public core::Device {
 
   // c (row-major, ldc) = a @ b on device pointers that already include the offsets. whole: the
   // launch is the whole product, alone on the GPU (device-resident), not one of the NumPy path's
-  // row chunks, whose kernels overlap on two streams.
+  // row chunks, whose kernels overlap on two streams. accumulate: c += a @ b (float32 only; the
+  // NumPy path's k-split pieces).
   void launch(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
               const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m,
-              std::int64_t n, std::int64_t k, bool whole = false) {
+              std::int64_t n, std::int64_t k, bool whole = false, bool accumulate = false) {
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
       throw std::invalid_argument("CUDA gemm: dimensions beyond 2^31 - 1 are not supported");
     const std::size_t es = dtype_size(am.dtype);
-    const GemmTile& t = choose_tile(am.dtype, m, n);
+    if (accumulate && am.dtype != DType::f32)
+      throw std::logic_error("CUDA gemm: accumulating launches are float32 only");
+    const GemmTile& t = accumulate ? kF32_128x256_fpa : choose_tile(am.dtype, m, n);
     auto aligned = [&](CUdeviceptr p, std::int64_t ld) { return p % 16 == 0 && (ld * es) % 16 == 0; };
     GemmArgs args{};
     args.a = reinterpret_cast<const void*>(a);
@@ -416,6 +419,7 @@ class CudaDevice final : public core::Device {
   static constexpr std::int64_t kMaxSkBlocks = 4096;  // stream-K blocks per launch, at most
   static constexpr std::int64_t kMinSkSlabs = 8;      // slabs per stream-K block, at least
   static constexpr std::int64_t kSkAllWaves = 7;      // launch(): every tile shared up to here
+  static constexpr long kEarlyRows = 2048;            // matmul_host: rows of a in the k-split start
   static constexpr int kSkAllGroupM = 4;              // ... and the block swizzle's group then
   std::unique_ptr<CuBuffer> sk_flags_[2];             // per kernel stream (sk_flags)
 };
@@ -512,26 +516,48 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
 
   HostPool& pool = *pool_threads_;
 
-  // b goes up first, whole (the kernels of every chunk need all of it). Measured on the H200 at
-  // n = 4096: sending b in two column panels, so that the first kernels could start after one,
-  // was slower (5.43 against 5.02 ms with pinned operands, 7.60 against 6.61 staged): half-width
-  // kernels leave half the SMs idle, and a strided panel copies slower.
+  // b goes up in pieces of whole lines (rows of a row-major b, columns of a column-major one): a
+  // staging slot's worth each, a multiple of the 16-deep slabs where it can be.
+  const std::int64_t b_lines = b.col_major ? N : K, b_line = static_cast<std::int64_t>(b_line_bytes);
+  std::int64_t per_piece = std::max<std::int64_t>(1, static_cast<std::int64_t>(in_slot) / b_line);
+  if (per_piece >= 16) per_piece -= per_piece % 16;
+  const std::int64_t pieces = (b_lines + per_piece - 1) / per_piece;
+
+  // The k-split start. Every chunk's kernel needs all of b, so with b sent first the GPU would
+  // idle while it crosses the link (1.2 ms of the 4.7 at n = 4096 on the H200). Instead the first
+  // `early` chunks of a go up, then b's pieces (k ranges of a row-major b), and as each piece
+  // lands those chunks multiply it: c[chunk] += a[chunk, piece's k] @ b[piece's k, :] (the first
+  // piece stored, the others added by the accumulating kernel, in k order on the chunk's stream).
+  // The GPU then keeps pace with the link when a piece's products take as long as its copy:
+  // 2 * rows * N * k flops at F against 4 * N * k bytes at B, rows = 2F / B: ~1900 on the H200
+  // (51 TFLOP/s, 55 GB/s), hence kEarlyRows = 2048 rows of a (PORTMAT_CUDA_EARLY_ROWS; 0: off).
+  // float32 with a row-major b only (a column-major b's k ranges are strided).
+  const long early_rows = env_long("PORTMAT_CUDA_EARLY_ROWS", kEarlyRows);
+  const std::int64_t early =
+      (es == 4 && !b.col_major && chunks >= 2 && pieces >= 2 && early_rows > 0)
+          ? std::min<std::int64_t>(chunks - 1, (early_rows + rows_per_chunk - 1) / rows_per_chunk)
+          : 0;
+
   CUevent b_ready = nullptr;
-  auto upload_b = [&] {
-    const std::int64_t lines = b.col_major ? N : K, line_bytes = (b.col_major ? K : N) * es;
+  // piece_up(l0, lines): called once piece [l0, l0 + lines) has been queued on in_stream_
+  auto upload_b = [&](auto&& piece_up) {
     const auto* src = static_cast<const unsigned char*>(b.data);
-    if (b_direct) {  // dense in pinned memory
+    if (b_direct && !early) {  // dense in pinned memory: one copy
       cu_check(cu_.MemcpyHtoDAsync(db->ptr(), src, b_bytes, in_stream_), "cuMemcpyHtoDAsync(b)", where_);
-    } else {  // staged, in pieces of whole lines
-      const std::int64_t per_piece =
-          std::max<std::int64_t>(1, static_cast<std::int64_t>(in_slot) / line_bytes);
-      for (std::int64_t l0 = 0; l0 < lines; l0 += per_piece) {
-        const std::int64_t nl = std::min(per_piece, lines - l0);
-        unsigned char* slot = take_in_slot();
-        copy_2d(pool, slot, line_bytes, src + l0 * b.ld * es, b.ld * es, nl, line_bytes);
-        cu_check(cu_.MemcpyHtoDAsync(db->ptr() + l0 * line_bytes, slot, nl * line_bytes, in_stream_),
-                 "cuMemcpyHtoDAsync(b)", where_);
-        release_in_slot(in_stream_);
+    } else {
+      for (std::int64_t l0 = 0; l0 < b_lines; l0 += per_piece) {
+        const std::int64_t nl = std::min(per_piece, b_lines - l0);
+        if (b_direct) {
+          cu_check(cu_.MemcpyHtoDAsync(db->ptr() + l0 * b_line, src + l0 * b_line, nl * b_line, in_stream_),
+                   "cuMemcpyHtoDAsync(b)", where_);
+        } else {
+          unsigned char* slot = take_in_slot();
+          copy_2d(pool, slot, b_line, src + l0 * b.ld * es, b.ld * es, nl, b_line);
+          cu_check(cu_.MemcpyHtoDAsync(db->ptr() + l0 * b_line, slot, nl * b_line, in_stream_),
+                   "cuMemcpyHtoDAsync(b)", where_);
+          release_in_slot(in_stream_);
+        }
+        piece_up(l0, nl);
       }
     }
     b_ready = new_event();
@@ -621,8 +647,35 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
     }
   };
 
-  upload_b();
-  for (std::int64_t ci = 0; ci < chunks; ++ci) {
+  // The early chunks' products, piece by piece (see `early` above).
+  auto multiply_piece = [&](std::int64_t l0, std::int64_t nl) {
+    if (!early) return;
+    CUevent landed = new_event();
+    cu_check(cu_.EventRecord(landed, in_stream_), "cuEventRecord", where_);
+    for (std::int64_t ci = 0; ci < early; ++ci) {
+      std::int64_t i0, rows;
+      chunk_rows(ci, i0, rows);
+      CUstream ks = kstream_[ci % 2];
+      if (l0 == 0) cu_check(cu_.StreamWaitEvent(ks, chunk_ready[ci], 0), "cuStreamWaitEvent", where_);
+      cu_check(cu_.StreamWaitEvent(ks, landed, 0), "cuStreamWaitEvent", where_);
+      // the chunk's k range: columns l0.. of its rows (row-major) or K columns of `rows` (column-major)
+      const CUdeviceptr a_chunk = da->ptr() + static_cast<std::size_t>(i0 * K + l0 * (a.col_major ? rows : 1)) * es;
+      core::DeviceMatrix am{nullptr, 0, rows, nl, a.col_major ? rows : K, a.col_major, a.dtype};
+      core::DeviceMatrix bm{nullptr, 0, nl, N, N, false, b.dtype};
+      launch(ks, a_chunk, am, db->ptr() + static_cast<std::size_t>(l0 * N) * es, bm,
+             dc->ptr() + static_cast<std::size_t>(i0 * N) * es, N, rows, N, nl, false, l0 > 0);
+      if (l0 + nl == K) {  // the chunk is done
+        computed[ci] = new_event();
+        cu_check(cu_.EventRecord(computed[ci], ks), "cuEventRecord", where_);
+      }
+    }
+    if (l0 + nl == K)
+      for (std::int64_t ci = 0; ci < early; ++ci) download(ci);
+  };
+
+  for (std::int64_t ci = 0; ci < early; ++ci) upload_chunk(ci);
+  upload_b(multiply_piece);
+  for (std::int64_t ci = early; ci < chunks; ++ci) {
     upload_chunk(ci);
     compute(ci);
     download(ci);

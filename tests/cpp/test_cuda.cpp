@@ -147,6 +147,23 @@ TEST(CudaGemm, ChunkedPipelineManyChunks) {
   check_host<double>(dev, 1500, 700, 300, true, false, 1, rng);
 }
 
+// The NumPy path's k-split start (cuda_backend.cpp, matmul_host): the first chunks of a multiply
+// b's k pieces as they land, the pieces after the first added by the accumulating kernel. With
+// 1 MiB chunks: 2000x1100x1001 is 16 chunks of 128 rows and 5 pieces of b (224 k lines each but
+// the last, k not a multiple of 4); 700x300x4000 is 6 chunks and 3 pieces. 300 early rows: 3
+// chunks k-split, the rest after b; 100000: all but the last.
+TEST(CudaGemm, ChunkedPipelineKSplitStart) {
+  REQUIRE_CUDA();
+  ScopedEnv chunk("PORTMAT_CUDA_CHUNK_MB", "1");
+  std::mt19937 rng(17);
+  for (const char* early : {"300", "100000"}) {
+    ScopedEnv e("PORTMAT_CUDA_EARLY_ROWS", early);
+    check_host<float>(dev, 2000, 1100, 1001, false, false, 3, rng);
+    check_host<float>(dev, 1500, 2050, 999, true, false, 0, rng);  // column-major a
+    check_host<float>(dev, 700, 300, 4000, false, false, 1, rng);
+  }
+}
+
 // Device-resident products (Device::gemm), operands at aligned and unaligned offsets with padded
 // leading dimensions, every layout. Also through the stream-K paths of a whole product
 // (cuda_backend.cpp, launch()): with PORTMAT_CUDA_SK_UNITS=3, 300x600 is 9 tiles of 128x256, at

@@ -631,8 +631,11 @@ __device__ __forceinline__ void sk_wait(int* flag) {
 // LDS sequence per step as gemm_body_db. The block's place, loaders and fragment offsets are
 // computed again after the fast loop from fresh tid / ctaid reads: nothing the checked loop and
 // the epilogue need stays live (or spilled) through the fast loop. SK: a stream-K block (sk_part
-// above) runs the same k loops once per part, over that part's slabs only.
-template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED, bool SK = false>
+// above) runs the same k loops once per part, over that part's slabs only. ACC: c += a @ b, the
+// results added to c (red.global.add, one add per element and launch; the NumPy path sums a k-split
+// product's pieces this way, each launch after the one before on one stream: deterministic).
+template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED, bool SK = false,
+          bool ACC = false>
 __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   constexpr int BM = C.bm, BN = C.bn, BK = C.bk, STAGES = C.stages, RM = C.rm, RN = C.rn;
   constexpr int LM = C.lanes_m(), LN = C.lanes_n(), THREADS = C.threads();
@@ -785,10 +788,10 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
     cp_async_wait<0>();
 
     // A part after a split tile's first is added to what is there (sk_wait / sk_signal above).
-    const bool add = SK && pt.kb != 0;
-    if (add) sk_wait(p.sk_flags + fresh_ctaid() - 1);
-    store_acc<T, RM, RN, LN, SK>(
-        p, acc, [&](int i) { return w.row0 + (i / 4) * 4 * LM + i % 4; }, w.col0, add);
+    const bool sk_add = SK && pt.kb != 0;
+    if (sk_add) sk_wait(p.sk_flags + fresh_ctaid() - 1);
+    store_acc<T, RM, RN, LN, SK || ACC>(
+        p, acc, [&](int i) { return w.row0 + (i / 4) * 4 * LM + i % 4; }, w.col0, ACC || sk_add);
     if (SK && pt.ke != k_tiles) sk_signal(p.sk_flags + fresh_ctaid());
   };
 
@@ -843,6 +846,11 @@ __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rr(GemmArgs 
 __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, true, true, 7>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, false, 7>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_fp) gemm_sm80_f32_128x256_fp_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fp, false, true, 4>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x256_fpa) gemm_sm80_f32_128x256_fpa_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fpa, true, false, 5, false, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fpa) gemm_sm80_f32_128x256_fpa_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fpa, true, true, 7, false, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fpa) gemm_sm80_f32_128x256_fpa_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fpa, false, false, 7, false, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_fpa) gemm_sm80_f32_128x256_fpa_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fpa, false, true, 4, false, true>(p); }
 
 __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, false, 5, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, true, 5, true>(p); }

@@ -36,6 +36,9 @@ struct GemmTile {
   // 1: the stream-K half of a hybrid grid: the host launches the data-parallel tiles with the
   // _fp kernel of the same shape, then this kernel over the rest (GemmArgs::sk_*).
   int stream_k = 0;
+  // 1: c += a @ b (the results are added to c). Not a tile to choose: the NumPy path's k-split
+  // pieces after the first (cuda_backend.cpp, matmul_host) run it.
+  int accumulate = 0;
   constexpr int lanes_m() const { return wm / (4 * rm); }
   constexpr int lanes_n() const { return wn / (4 * rn); }
   constexpr int threads() const { return (bm / wm) * (bn / wn) * 32; }
@@ -86,6 +89,8 @@ inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 
 // product of at most 7 waves of tiles runs as one _sk launch that shares every tile (no _fp
 // launch before it): 1% faster at n = 4096 and 5120, 3% at 3072 (cuda_backend.cpp, launch()).
 inline constexpr GemmTile kF32_128x256_sk{"gemm_sm80_f32_128x256_sk", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 1};
+// _fpa: _fp that adds its results to c (GemmTile::accumulate).
+inline constexpr GemmTile kF32_128x256_fpa{"gemm_sm80_f32_128x256_fpa", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 0, 1};
 inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 16, 64, 32, 2, 2, 4, 4, 2};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
