@@ -16,11 +16,12 @@ if(NOT PORTMAT_NVCC OR NOT PORTMAT_CUDA_INCLUDE_DIR)
 endif()
 message(STATUS "CUDA backend: on (${PORTMAT_NVCC})")
 
-# Kernels -> one fatbin: machine code for sm_80 (A100) and sm_90 (H100/H200) and compute_90 PTX
+# Kernels -> one fatbin: machine code for sm_80 (A100) and sm_90a (H100/H200: sm_90 with the
+# Hopper-only instructions, here setmaxnreg for the experimental _ws tile) and compute_90 PTX
 # that the driver of a newer GPU compiles once at load.
 set(PORTMAT_CUDA_ARCH_FLAGS
   -gencode=arch=compute_80,code=sm_80
-  -gencode=arch=compute_90,code=sm_90
+  -gencode=arch=compute_90a,code=sm_90a
   -gencode=arch=compute_90,code=compute_90
   CACHE STRING "nvcc -gencode flags for the CUDA backend's fatbin")
 set(cuda_kernels ${CMAKE_CURRENT_LIST_DIR}/kernels)

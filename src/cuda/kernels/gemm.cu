@@ -808,6 +808,159 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   }
 }
 
+// ---- warp-specialized (experiment, sm_90a) ----------------------------------------------------
+// mbarrier helpers (shared-memory barriers with a phase bit): init, arrive, the asynchronous
+// arrive of a thread's earlier cp.async copies, and a wait for a phase's completion by parity.
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, int parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "WAIT_%=:\n"
+      " mbarrier.try_wait.parity.shared.b64 done, [%0], %1;\n"
+      " @!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// _fp's tile and k loop without copies in the computing warps (warps 0 .. 7); the last warpgroup
+// (4 warps) only copies: slab t into stage t % STAGES once the computing warps have released it
+// (empty[s], one arrival per computing thread), then announces it through full[s] (one
+// asynchronous arrival per copying thread, when its copies have landed). The computing warps
+// wait for full[s] before the last k step of the slab before (so the next slab's first fragments
+// load across the boundary, as in _fp) and release stage s as soon as its last fragments are
+// loaded. No __syncthreads in the loop.
+template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED>
+__device__ __forceinline__ void gemm_body_ws(const GemmArgs& p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = C.bm, BN = C.bn, BK = C.bk, STAGES = C.stages, RM = C.rm, RN = C.rn;
+  constexpr int LM = C.lanes_m(), LN = C.lanes_n();
+  constexpr int COMPUTE = C.compute_threads(), COPY = C.producer_warps * 32;
+  constexpr int WARPS_M = BM / C.wm;
+  constexpr int SA = BM + GemmTile::kPad, SB = BN + GemmTile::kPad;
+  constexpr int A_STAGE = BK * SA, B_STAGE = BK * SB;
+  constexpr bool A_FIRST = SCHED & 2, SERPENTINE = SCHED & 4;
+  static_assert(COPY == 128 && COMPUTE % 128 == 0, "setmaxnreg works on whole warpgroups");
+  static_assert(C.a_stage() == A_STAGE, "the host's shared-memory size assumes As[k][m]");
+  using ALoader = SlabLoader<T, BM, BK, SA, COPY, A_KMAJOR>;
+  using BLoader = SlabLoader<T, BN, BK, SB, COPY, B_KMAJOR>;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* As = reinterpret_cast<T*>(smem_raw);  // [STAGES][BK][SA]
+  T* Bs = As + STAGES * A_STAGE;           // [STAGES][BK][SB]
+  __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
+  const int k_tiles = (p.k + BK - 1) / BK;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], COPY), mbar_init(&empty[s], COMPUTE);
+  }
+  __syncthreads();
+  const TileOrigin tile = swizzled_tile<BM, BN>(p, blockIdx.x);
+  const int m0 = tile.m0, n0 = tile.n0;
+
+  if (threadIdx.x >= COMPUTE) {  // the copying warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n" ::: "memory");
+    const int ctid = threadIdx.x - COMPUTE;
+    const ALoader la(static_cast<const T*>(p.a), p.lda, p.m, p.k, p.a_vec, m0, ctid);
+    const BLoader lb(static_cast<const T*>(p.b), p.ldb, p.n, p.k, p.b_vec, n0, ctid);
+    const bool a_full = m0 + BM <= p.m, b_full = n0 + BN <= p.n;
+    const bool interior = a_full && b_full && (A_KMAJOR || p.a_vec) && (B_KMAJOR || p.b_vec);
+    const int t_fast = interior ? p.k / BK : 0;  // slabs whole in k, copied unchecked
+    const T* fa = la.g;
+    const T* fb = lb.g;
+    int s = 0, round = 0, t = 0;
+    // Slab t goes into stage s once the computing warps have released its previous fill; then
+    // full[s] completes when every copying thread's copies have landed.
+    auto slab = [&](auto copies) {
+      if (round > 0) mbar_wait(&empty[s], (round - 1) & 1);
+      copies();
+      mbar_arrive_copies(&full[s]);
+      if (++s == STAGES) s = 0, ++round;
+    };
+    for (; t < t_fast; ++t)  // unchecked copies (running pointers), then the checked ones
+      slab([&] {
+        la.load_full(As + s * A_STAGE, m0, fa);
+        lb.load_full(Bs + s * B_STAGE, n0, fb);
+      });
+    for (; t < k_tiles; ++t)
+      slab([&] {
+        const bool k_full = (t + 1) * BK <= p.k;
+        la.load(As + s * A_STAGE, m0, t * BK, a_full && k_full);
+        lb.load(Bs + s * B_STAGE, n0, t * BK, b_full && k_full);
+      });
+    cp_async_wait<0>();
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm0 = (warp % WARPS_M) * C.wm, wn0 = (warp / WARPS_M) * C.wn;
+  const int lm = lane / LN, ln = lane % LN;
+  const int a_off = wm0 + lm * 4, b_off = wn0 + ln * 4;
+
+  T acc[4 * RM][4 * RN];
+#pragma unroll
+  for (int i = 0; i < 4 * RM; ++i)
+#pragma unroll
+    for (int j = 0; j < 4 * RN; ++j) acc[i][j] = T(0);
+  T af[2][4 * RM], bf[2][4 * RN];
+  auto load_a = [&](const T* as, int kk, int buf) {
+#pragma unroll
+    for (int r = 0; r < RM; ++r) lds4(as + kk * SA + r * 4 * LM, af[buf], 4 * r);
+  };
+  auto load_b = [&](const T* bs, int kk, int buf) {
+#pragma unroll
+    for (int r = 0; r < RN; ++r) lds4(bs + kk * SB + r * 4 * LN, bf[buf], 4 * r);
+  };
+
+  int rs = 0, phase = 0;  // the stage being read and the parity of its current fill
+  if (k_tiles > 0) {      // (k = 0: nothing is copied, c = 0)
+    mbar_wait(&full[0], 0);
+    load_a(As + a_off, 0, 0);
+    load_b(Bs + b_off, 0, 0);
+  }
+  for (int t = 0; t < k_tiles; ++t) {
+    const T* as = As + rs * A_STAGE + a_off;
+    const T* bs = Bs + rs * B_STAGE + b_off;
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+      const int cur = kk & 1, nxt = cur ^ 1;
+      if (kk == BK - 1) {
+        // This slab's last fragments are in registers (loaded during step BK - 2): release it,
+        // and wait for the next one (if any) before loading its first fragments.
+        mbar_arrive(&empty[rs]);
+        if (++rs == STAGES) rs = 0, phase ^= 1;
+        if (t + 1 < k_tiles) mbar_wait(&full[rs], phase);
+        as = As + rs * A_STAGE + a_off;
+        bs = Bs + rs * B_STAGE + b_off;
+      }
+      const int kn = kk == BK - 1 ? 0 : kk + 1;
+      if (kk < BK - 1 || t + 1 < k_tiles) {
+        if (A_FIRST) load_a(as, kn, nxt);
+        load_b(bs, kn, nxt);
+        if (!A_FIRST) load_a(as, kn, nxt);
+      }
+#pragma unroll
+      for (int i = 0; i < 4 * RM; ++i)
+#pragma unroll
+        for (int jj = 0; jj < 4 * RN; ++jj) {
+          const int j = SERPENTINE && i % 2 ? 4 * RN - 1 - jj : jj;
+          acc[i][j] = fma(af[cur][i], bf[cur][j], acc[i][j]);
+        }
+    }
+  }
+  store_acc<T, RM, RN, LN>(
+      p, acc, [&](int i) { return m0 + wm0 + lm * 4 + (i / 4) * 4 * LM + i % 4; }, n0 + b_off);
+#else
+  __trap();  // the host runs _ws tiles only on sm_90 (compiled here for sm_90a)
+#endif
+}
+
 }  // namespace
 }  // namespace portmat::cuda
 
@@ -815,6 +968,7 @@ using portmat::cuda::GemmArgs;
 using portmat::cuda::gemm_body;
 using portmat::cuda::gemm_body_db;
 using portmat::cuda::gemm_body_fp;
+using portmat::cuda::gemm_body_ws;
 namespace tiles = portmat::cuda;
 
 // The kernels, by element type, tile and layout of a and b ('r' row-major, 'c' column-major).
@@ -856,6 +1010,11 @@ __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rr(GemmArgs 
 __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, true, true, 5, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, false, 7, true>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_sk) gemm_sm80_f32_128x256_sk_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_sk, false, true, 5, true>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x256_ws) gemm_sm80_f32_128x256_ws_rr(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_ws, true, false, 5>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_ws) gemm_sm80_f32_128x256_ws_rc(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_ws, true, true, 7>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_ws) gemm_sm80_f32_128x256_ws_cr(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_ws, false, false, 7>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_ws) gemm_sm80_f32_128x256_ws_cc(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_ws, false, true, 4>(p); }
 
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, false, 2>(p); }
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, true, 2>(p); }

@@ -39,9 +39,13 @@ struct GemmTile {
   // 1: c += a @ b (the results are added to c). Not a tile to choose: the NumPy path's k-split
   // pieces after the first (cuda_backend.cpp, matmul_host) run it.
   int accumulate = 0;
+  // Warp-specialized kernels (gemm_body_ws, sm_90a): warps that only copy, after the computing
+  // ones. 0 elsewhere.
+  int producer_warps = 0;
   constexpr int lanes_m() const { return wm / (4 * rm); }
   constexpr int lanes_n() const { return wn / (4 * rn); }
-  constexpr int threads() const { return (bm / wm) * (bn / wn) * 32; }
+  constexpr int compute_threads() const { return (bm / wm) * (bn / wn) * 32; }
+  constexpr int threads() const { return compute_threads() + producer_warps * 32; }
   static constexpr int kPad = 4;  // elements added to each shared-memory row: no bank conflicts
                                   // when a k-major operand is stored transposed
   // One stage of a: [bk][bm + kPad], or [bm][bk + kPad] with a_mk (the larger of the two, so that
@@ -92,6 +96,12 @@ inline constexpr GemmTile kF32_128x256_sk{"gemm_sm80_f32_128x256_sk", 128, 256, 
 // _fpa: _fp that adds its results to c (GemmTile::accumulate).
 inline constexpr GemmTile kF32_128x256_fpa{"gemm_sm80_f32_128x256_fpa", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 0, 1};
 inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 16, 64, 32, 2, 2, 4, 4, 2};
+// _ws (experiment, session 6): _fp's tile and k loop in 8 computing warps that never copy; a
+// warpgroup of 4 copying warps fills a 4-stage ring and hands it over through mbarriers
+// (gemm_body_ws). Aimed at the computing warps' waits on their own copies (long scoreboard 5.8%
+// of _fp's samples, cuBLAS 1.5%: 2026-11-29_h200_s5_ncu_source.txt). Needs sm_90a (setmaxnreg:
+// 232 registers for the computing warps, 40 for the copying ones); traps elsewhere.
+inline constexpr GemmTile kF32_128x256_ws{"gemm_sm80_f32_128x256_ws", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 0, 0, 4};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
 
@@ -105,7 +115,7 @@ inline constexpr NamedTile kF32Tiles[] = {
     {"128x256", &kF32_128x256},       {"64x64", &kF32_64x64},
     {"128x256_db", &kF32_128x256_db}, {"128x256_ak", &kF32_128x256_ak},
     {"128x256_fp", &kF32_128x256_fp}, {"128x128_fp", &kF32_128x128_fp},
-    {"128x256_sk", &kF32_128x256_sk},
+    {"128x256_sk", &kF32_128x256_sk}, {"128x256_ws", &kF32_128x256_ws},
 };
 
 }  // namespace portmat::cuda
