@@ -939,12 +939,11 @@ __device__ __forceinline__ void gemm_body_ws(const GemmArgs& p) {
         as = As + rs * A_STAGE + a_off;
         bs = Bs + rs * B_STAGE + b_off;
       }
+      // (After the last slab these read a stage no copy will fill again: unused values, no race.)
       const int kn = kk == BK - 1 ? 0 : kk + 1;
-      if (kk < BK - 1 || t + 1 < k_tiles) {
-        if (A_FIRST) load_a(as, kn, nxt);
-        load_b(bs, kn, nxt);
-        if (!A_FIRST) load_a(as, kn, nxt);
-      }
+      if (A_FIRST) load_a(as, kn, nxt);
+      load_b(bs, kn, nxt);
+      if (!A_FIRST) load_a(as, kn, nxt);
 #pragma unroll
       for (int i = 0; i < 4 * RM; ++i)
 #pragma unroll
