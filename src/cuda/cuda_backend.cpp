@@ -373,6 +373,8 @@ class CudaDevice final : public core::Device {
     // PORTMAT_CUDA_SK_ALL=1 shares every tile of any product, 0 none (measurements).
     static_assert(kF32_128x256_sk.bm == kF32_128x256_fp.bm && kF32_128x256_sk.bn == kF32_128x256_fp.bn,
                   "the data-parallel partner of _sk computes the same tiles");
+    // (experiment) _wsk's partner is _ws
+    const GemmTile& dp = t.producer_warps ? kF32_128x256_ws : kF32_128x256_fp;
     const std::int64_t w = env_long("PORTMAT_CUDA_SK_UNITS", info_.compute_units);
     const std::int64_t k_tiles = (k + t.bk - 1) / t.bk;
     const long all_env = env_long("PORTMAT_CUDA_SK_ALL", -1);
@@ -383,7 +385,7 @@ class CudaDevice final : public core::Device {
     // overlap on two streams, are such problems).
     if (es != 4 || w <= 0 || w > kMaxSkBlocks || sk_tiles == 0 || (tiles <= w && !all) ||
         sk_tiles * k_tiles < w * kMinSkSlabs)
-      return run(kF32_128x256_fp, tiles, stream);
+      return run(dp, tiles, stream);
     // Every tile shared: groups of 4 tile rows (kSkAllGroupM) rather than 8, unless
     // PORTMAT_CUDA_GROUP_M sets a positive one. H200, 4096, same run
     // (2026-11-29_h200_s6_group_m_skall.json), twice each: 50.97 / 51.01 TFLOP/s against 50.77 /
@@ -394,7 +396,7 @@ class CudaDevice final : public core::Device {
     args.sk_tiles = static_cast<int>(sk_tiles);
     args.sk_blocks = static_cast<int>(w);
     args.sk_flags = sk_flags(stream == kstream_[1] ? 1 : 0, w);  // launches come on kstream_[0 or 1]
-    run(kF32_128x256_fp, first, stream);
+    run(dp, first, stream);
     run(t, w, stream);
   }
 

@@ -600,14 +600,21 @@ __device__ __forceinline__ SkPart sk_part(const GemmArgs& p, int ctaid, int q, i
 // block runs its parts last to first: the head of its last tile, which waits for nobody, comes
 // first, and a block only ever waits for a lower-numbered one, which the hardware started no
 // later than itself, so the waits end (they are short: a head is done before the next block's
-// part is computed). A wait of over a minute means a broken invariant: the kernel traps (a
+// part is computed). A wait of over a minute means a broken invariant: the kernel faults (a
 // launch error) rather than hang.
-__device__ __forceinline__ void sk_signal(int* flag) {
+// sync: the barrier over the threads that store c (__syncthreads, or the computing warps' named
+// barrier in gemm_body_ws).
+struct BlockSync {
+  __device__ void operator()() const { __syncthreads(); }
+};
+template <class Sync = BlockSync>
+__device__ __forceinline__ void sk_signal(int* flag, Sync sync = {}) {
   __threadfence();  // this thread's stores of the head, visible at device scope
-  __syncthreads();  // ... for every thread of the block
+  sync();           // ... for every thread of the block
   if (threadIdx.x == 0) asm volatile("st.release.gpu.global.b32 [%0], 1;\n" ::"l"(flag) : "memory");
 }
-__device__ __forceinline__ void sk_wait(int* flag) {
+template <class Sync = BlockSync>
+__device__ __forceinline__ void sk_wait(int* flag, Sync sync = {}) {
   if (threadIdx.x == 0) {
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -616,11 +623,14 @@ __device__ __forceinline__ void sk_wait(int* flag) {
       if (v) break;
       __nanosleep(256);
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-      if (t - t0 > 60ull * 1000000000ull) __trap();
+      if (t - t0 > 60ull * 1000000000ull) {  // a broken invariant: fail the launch
+        asm volatile("st.global.u32 [%0], 0;\n" ::"l"(0ull) : "memory");  // (a trap here would
+        break;  // keep ptxas from giving gemm_body_ws's computing warps their setmaxnreg budget)
+      }
     }
     *reinterpret_cast<volatile int*>(flag) = 0;
   }
-  __syncthreads();
+  sync();
 }
 
 // gemm_body_db (without a_mk) plus a fast path for the copies: in a block whose tile has no row or
@@ -833,9 +843,14 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, int parity) {
 // (empty[s], one arrival per computing thread), then announces it through full[s] (one
 // asynchronous arrival per copying thread, when its copies have landed). The computing warps
 // wait for full[s] before the last k step of the slab before (so the next slab's first fragments
-// load across the boundary, as in _fp) and release stage s as soon as its last fragments are
-// loaded. No __syncthreads in the loop.
-template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED>
+// load across the boundary, as in _fp) and release stage s once its last fragments are loaded.
+// No __syncthreads after the start. SK: both roles walk the block's stream-K parts (sk_part, last
+// to first, as gemm_body_fp) through the same ring; the hand-over of split tiles (sk_flags) syncs
+// the computing warps only (named barrier 1), the copying ones having gone.
+__device__ __forceinline__ void compute_sync(int threads) {
+  asm volatile("bar.sync 1, %0;\n" ::"r"(threads) : "memory");
+}
+template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED, bool SK = false>
 __device__ __forceinline__ void gemm_body_ws(const GemmArgs& p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = C.bm, BN = C.bn, BK = C.bk, STAGES = C.stages, RM = C.rm, RN = C.rn;
@@ -846,6 +861,10 @@ __device__ __forceinline__ void gemm_body_ws(const GemmArgs& p) {
   constexpr int A_STAGE = BK * SA, B_STAGE = BK * SB;
   constexpr bool A_FIRST = SCHED & 2, SERPENTINE = SCHED & 4;
   static_assert(COPY == 128 && COMPUTE % 128 == 0, "setmaxnreg works on whole warpgroups");
+  // Registers per thread after setmaxnreg (multiples of 8; the block's 168 x 384 in all): the
+  // computing warps of _ws use 194, of _wsk more (its part state).
+  constexpr int COPY_REGS = SK ? 56 : 72, COMPUTE_REGS = SK ? 224 : 208;
+  static_assert(COPY * COPY_REGS + COMPUTE * COMPUTE_REGS <= 168 * (COPY + COMPUTE), "register budget");
   static_assert(C.a_stage() == A_STAGE, "the host's shared-memory size assumes As[k][m]");
   using ALoader = SlabLoader<T, BM, BK, SA, COPY, A_KMAJOR>;
   using BLoader = SlabLoader<T, BN, BK, SB, COPY, B_KMAJOR>;
@@ -860,20 +879,13 @@ __device__ __forceinline__ void gemm_body_ws(const GemmArgs& p) {
     for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], COPY), mbar_init(&empty[s], COMPUTE);
   }
   __syncthreads();
-  const TileOrigin tile = swizzled_tile<BM, BN>(p, blockIdx.x);
-  const int m0 = tile.m0, n0 = tile.n0;
+  const int n_parts = SK ? sk_parts(p, blockIdx.x, k_tiles) : 1;
+  auto part = [&](int q) { return SK ? sk_part(p, blockIdx.x, q, k_tiles) : SkPart{int(blockIdx.x), 0, k_tiles}; };
 
   if (threadIdx.x >= COMPUTE) {  // the copying warpgroup
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(COPY_REGS) : "memory");
     const int ctid = threadIdx.x - COMPUTE;
-    const ALoader la(static_cast<const T*>(p.a), p.lda, p.m, p.k, p.a_vec, m0, ctid);
-    const BLoader lb(static_cast<const T*>(p.b), p.ldb, p.n, p.k, p.b_vec, n0, ctid);
-    const bool a_full = m0 + BM <= p.m, b_full = n0 + BN <= p.n;
-    const bool interior = a_full && b_full && (A_KMAJOR || p.a_vec) && (B_KMAJOR || p.b_vec);
-    const int t_fast = interior ? p.k / BK : 0;  // slabs whole in k, copied unchecked
-    const T* fa = la.g;
-    const T* fb = lb.g;
-    int s = 0, round = 0, t = 0;
+    int s = 0, round = 0;
     // Slab t goes into stage s once the computing warps have released its previous fill; then
     // full[s] completes when every copying thread's copies have landed.
     auto slab = [&](auto copies) {
@@ -882,32 +894,41 @@ __device__ __forceinline__ void gemm_body_ws(const GemmArgs& p) {
       mbar_arrive_copies(&full[s]);
       if (++s == STAGES) s = 0, ++round;
     };
-    for (; t < t_fast; ++t)  // unchecked copies (running pointers), then the checked ones
-      slab([&] {
-        la.load_full(As + s * A_STAGE, m0, fa);
-        lb.load_full(Bs + s * B_STAGE, n0, fb);
-      });
-    for (; t < k_tiles; ++t)
-      slab([&] {
-        const bool k_full = (t + 1) * BK <= p.k;
-        la.load(As + s * A_STAGE, m0, t * BK, a_full && k_full);
-        lb.load(Bs + s * B_STAGE, n0, t * BK, b_full && k_full);
-      });
+    for (int q = n_parts - 1; q >= 0; --q) {
+      const SkPart pt = part(q);
+      const TileOrigin tile = swizzled_tile<BM, BN>(p, pt.pid);
+      const int m0 = tile.m0, n0 = tile.n0;
+      const ALoader la(static_cast<const T*>(p.a), p.lda, p.m, p.k, p.a_vec, m0, ctid);
+      const BLoader lb(static_cast<const T*>(p.b), p.ldb, p.n, p.k, p.b_vec, n0, ctid);
+      const bool a_full = m0 + BM <= p.m, b_full = n0 + BN <= p.n;
+      const bool interior = a_full && b_full && (A_KMAJOR || p.a_vec) && (B_KMAJOR || p.b_vec);
+      const int t_fast = interior ? min(pt.ke, p.k / BK) : pt.kb;  // slabs whole in k: unchecked
+      const T* fa = la.g + pt.kb * la.slab_step();
+      const T* fb = lb.g + pt.kb * lb.slab_step();
+      int t = pt.kb;
+      for (; t < t_fast; ++t)  // unchecked copies (running pointers), then the checked ones
+        slab([&] {
+          la.load_full(As + s * A_STAGE, m0, fa);
+          lb.load_full(Bs + s * B_STAGE, n0, fb);
+        });
+      for (; t < pt.ke; ++t)
+        slab([&] {
+          const bool k_full = (t + 1) * BK <= p.k;
+          la.load(As + s * A_STAGE, m0, t * BK, a_full && k_full);
+          lb.load(Bs + s * B_STAGE, n0, t * BK, b_full && k_full);
+        });
+    }
     cp_async_wait<0>();
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(COMPUTE_REGS) : "memory");
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wm0 = (warp % WARPS_M) * C.wm, wn0 = (warp / WARPS_M) * C.wn;
   const int lm = lane / LN, ln = lane % LN;
   const int a_off = wm0 + lm * 4, b_off = wn0 + ln * 4;
 
   T acc[4 * RM][4 * RN];
-#pragma unroll
-  for (int i = 0; i < 4 * RM; ++i)
-#pragma unroll
-    for (int j = 0; j < 4 * RN; ++j) acc[i][j] = T(0);
   T af[2][4 * RM], bf[2][4 * RN];
   auto load_a = [&](const T* as, int kk, int buf) {
 #pragma unroll
@@ -919,42 +940,59 @@ __device__ __forceinline__ void gemm_body_ws(const GemmArgs& p) {
   };
 
   int rs = 0, phase = 0;  // the stage being read and the parity of its current fill
-  if (k_tiles > 0) {      // (k = 0: nothing is copied, c = 0)
-    mbar_wait(&full[0], 0);
-    load_a(As + a_off, 0, 0);
-    load_b(Bs + b_off, 0, 0);
-  }
-  for (int t = 0; t < k_tiles; ++t) {
-    const T* as = As + rs * A_STAGE + a_off;
-    const T* bs = Bs + rs * B_STAGE + b_off;
+  for (int q = n_parts - 1; q >= 0; --q) {
+    const SkPart pt = part(q);
+    const int slabs = pt.ke - pt.kb;
 #pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
-      const int cur = kk & 1, nxt = cur ^ 1;
-      if (kk == BK - 1) {
-        // This slab's last fragments are in registers (loaded during step BK - 2): release it,
-        // and wait for the next one (if any) before loading its first fragments.
-        mbar_arrive(&empty[rs]);
-        if (++rs == STAGES) rs = 0, phase ^= 1;
-        if (t + 1 < k_tiles) mbar_wait(&full[rs], phase);
-        as = As + rs * A_STAGE + a_off;
-        bs = Bs + rs * B_STAGE + b_off;
-      }
-      // (After the last slab these read a stage no copy will fill again: unused values, no race.)
-      const int kn = kk == BK - 1 ? 0 : kk + 1;
-      if (A_FIRST) load_a(as, kn, nxt);
-      load_b(bs, kn, nxt);
-      if (!A_FIRST) load_a(as, kn, nxt);
+    for (int i = 0; i < 4 * RM; ++i)
 #pragma unroll
-      for (int i = 0; i < 4 * RM; ++i)
-#pragma unroll
-        for (int jj = 0; jj < 4 * RN; ++jj) {
-          const int j = SERPENTINE && i % 2 ? 4 * RN - 1 - jj : jj;
-          acc[i][j] = fma(af[cur][i], bf[cur][j], acc[i][j]);
-        }
+      for (int j = 0; j < 4 * RN; ++j) acc[i][j] = T(0);
+    if (slabs > 0) {  // (k = 0: nothing is copied, c = 0)
+      mbar_wait(&full[rs], phase);
+      load_a(As + rs * A_STAGE + a_off, 0, 0);
+      load_b(Bs + rs * B_STAGE + b_off, 0, 0);
     }
+    for (int t = 0; t < slabs; ++t) {
+      const T* as = As + rs * A_STAGE + a_off;
+      const T* bs = Bs + rs * B_STAGE + b_off;
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) {
+        const int cur = kk & 1, nxt = cur ^ 1;
+        if (kk == BK - 1) {
+          // This slab's last fragments are in registers (loaded during step BK - 2): release
+          // it, and wait for the next one (if any) before loading its first fragments.
+          mbar_arrive(&empty[rs]);
+          if (++rs == STAGES) rs = 0, phase ^= 1;
+          if (t + 1 < slabs) mbar_wait(&full[rs], phase);
+          as = As + rs * A_STAGE + a_off;
+          bs = Bs + rs * B_STAGE + b_off;
+        }
+        // After a part's last slab these would read a stage that the next part may be filling
+        // (SK: skipped); otherwise a stage no copy fills again (unused values, no race).
+        const int kn = kk == BK - 1 ? 0 : kk + 1;
+        if (!SK || kk < BK - 1 || t + 1 < slabs) {
+          if (A_FIRST) load_a(as, kn, nxt);
+          load_b(bs, kn, nxt);
+          if (!A_FIRST) load_a(as, kn, nxt);
+        }
+#pragma unroll
+        for (int i = 0; i < 4 * RM; ++i)
+#pragma unroll
+          for (int jj = 0; jj < 4 * RN; ++jj) {
+            const int j = SERPENTINE && i % 2 ? 4 * RN - 1 - jj : jj;
+            acc[i][j] = fma(af[cur][i], bf[cur][j], acc[i][j]);
+          }
+      }
+    }
+    // A part after a split tile's first is added to what is there (sk_wait / sk_signal).
+    const bool add = SK && pt.kb != 0;
+    if (add) sk_wait(p.sk_flags + blockIdx.x - 1, [] { compute_sync(COMPUTE); });
+    const TileOrigin tile = swizzled_tile<BM, BN>(p, pt.pid);
+    store_acc<T, RM, RN, LN, SK>(
+        p, acc, [&](int i) { return tile.m0 + wm0 + lm * 4 + (i / 4) * 4 * LM + i % 4; },
+        tile.n0 + b_off, add);
+    if (SK && pt.ke != k_tiles) sk_signal(p.sk_flags + blockIdx.x, [] { compute_sync(COMPUTE); });
   }
-  store_acc<T, RM, RN, LN>(
-      p, acc, [&](int i) { return m0 + wm0 + lm * 4 + (i / 4) * 4 * LM + i % 4; }, n0 + b_off);
 #else
   __trap();  // the host runs _ws tiles only on sm_90 (compiled here for sm_90a)
 #endif
@@ -1014,6 +1052,11 @@ __global__ void PM_BOUNDS(kF32_128x256_ws) gemm_sm80_f32_128x256_ws_rr(GemmArgs 
 __global__ void PM_BOUNDS(kF32_128x256_ws) gemm_sm80_f32_128x256_ws_rc(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_ws, true, true, 7>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_ws) gemm_sm80_f32_128x256_ws_cr(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_ws, false, false, 7>(p); }
 __global__ void PM_BOUNDS(kF32_128x256_ws) gemm_sm80_f32_128x256_ws_cc(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_ws, false, true, 4>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x256_wsk) gemm_sm80_f32_128x256_wsk_rr(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_wsk, true, false, 5, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_wsk) gemm_sm80_f32_128x256_wsk_rc(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_wsk, true, true, 7, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_wsk) gemm_sm80_f32_128x256_wsk_cr(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_wsk, false, false, 7, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x256_wsk) gemm_sm80_f32_128x256_wsk_cc(GemmArgs p) { gemm_body_ws<float, tiles::kF32_128x256_wsk, false, true, 4, true>(p); }
 
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, false, 2>(p); }
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, true, 2>(p); }

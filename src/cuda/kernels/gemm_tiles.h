@@ -102,6 +102,8 @@ inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 
 // of _fp's samples, cuBLAS 1.5%: 2026-11-29_h200_s5_ncu_source.txt). Needs sm_90a (setmaxnreg:
 // 232 registers for the computing warps, 40 for the copying ones); traps elsewhere.
 inline constexpr GemmTile kF32_128x256_ws{"gemm_sm80_f32_128x256_ws", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 0, 0, 4};
+// _wsk: _ws on the stream-K grid of _sk (the host pairs it with _ws for the whole waves).
+inline constexpr GemmTile kF32_128x256_wsk{"gemm_sm80_f32_128x256_wsk", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 1, 0, 4};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
 
@@ -116,6 +118,7 @@ inline constexpr NamedTile kF32Tiles[] = {
     {"128x256_db", &kF32_128x256_db}, {"128x256_ak", &kF32_128x256_ak},
     {"128x256_fp", &kF32_128x256_fp}, {"128x128_fp", &kF32_128x128_fp},
     {"128x256_sk", &kF32_128x256_sk}, {"128x256_ws", &kF32_128x256_ws},
+    {"128x256_wsk", &kF32_128x256_wsk},
 };
 
 }  // namespace portmat::cuda
