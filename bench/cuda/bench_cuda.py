@@ -4,6 +4,8 @@
   python3 bench/cuda/bench_cuda.py device  --sizes 1024,2048,4096,8192 [--tiles 128x256,128x256_fp]
   python3 bench/cuda/bench_cuda.py host    --sizes 512,1024,2048,4096,8192
   python3 bench/cuda/bench_cuda.py hostone --n 4096        (portmat only; for env-var sweeps)
+  python3 bench/cuda/bench_cuda.py hostab  --sizes 4096,8192 --var PORTMAT_CUDA_EARLY_ROWS --values 0,2048
+                                           (portmat only, one process: the values in alternating rounds)
   python3 bench/cuda/bench_cuda.py crossover --sizes 64,128,256,384,512,768,1024
 Every mode appends its records to --json (a list of dicts) and prints a table.
 """
@@ -164,6 +166,39 @@ def mode_hostone(args, records):
     print(f"hostone n={n} {env}: {t:.2f} ms (first call {first:.2f} ms) relerr {err:.1e}", flush=True)
 
 
+def mode_hostab(args, records):
+    # The NumPy path reads its PORTMAT_CUDA_* settings at every call, so one process can alternate
+    # them: each round times `repeat` calls per value, in turn; medians over all calls per value.
+    dev = cuda_id()
+    rng = np.random.default_rng(4)
+    values = args.values.split(",")
+    for n in args.sizes:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        times = {v: [] for v in values}
+        errs = {}
+        for v in values:  # check each once (and warm up: pins the operands, fills the result pool)
+            os.environ[args.var] = v
+            errs[v] = rel_err(portmat.matmul(a, b, device=dev), a, b)
+            portmat.matmul(a, b, device=dev)
+        for _ in range(args.rounds):
+            for v in values:
+                os.environ[args.var] = v
+                for _ in range(args.repeat):
+                    t0 = time.perf_counter()
+                    portmat.matmul(a, b, device=dev)
+                    times[v].append(time.perf_counter() - t0)
+        os.environ.pop(args.var, None)
+        for v in values:
+            ms = [t * 1e3 for t in times[v]]
+            q = statistics.quantiles(ms, n=4)
+            records.append({"mode": "hostab", "n": n, "var": args.var, "value": v,
+                            "portmat_ms": statistics.median(ms), "q1_ms": q[0], "q3_ms": q[2],
+                            "calls": len(ms), "relerr": errs[v]})
+            print(f"hostab n={n} {args.var}={v}: {statistics.median(ms):.3f} ms "
+                  f"(quartiles {q[0]:.3f}-{q[2]:.3f}, {len(ms)} calls) relerr {errs[v]:.1e}", flush=True)
+
+
 def mode_crossover(args, records):
     dev = cuda_id()
     rng = np.random.default_rng(3)
@@ -179,11 +214,14 @@ def mode_crossover(args, records):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["device", "host", "hostone", "crossover"])
+    p.add_argument("mode", choices=["device", "host", "hostone", "hostab", "crossover"])
     p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1024, 2048, 4096])
     p.add_argument("--n", type=int, default=4096)
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--tiles", default="")
+    p.add_argument("--var", default="PORTMAT_CUDA_EARLY_ROWS")
+    p.add_argument("--values", default="0,2048")
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--json", default="")
     args = p.parse_args()
     records = []
