@@ -294,8 +294,13 @@ class CudaDevice final : public core::Device {
     // kernel for the rest): +0.8% / +2.8% over _fp alone at n = 4096 / 8192 (gemm_tiles.h).
     const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128);
     if (big_tiles < info_.compute_units) return kF32_64x64;
-    return kF32_128x256_sk;
+    return warp_specialized() ? kF32_128x256_wsk : kF32_128x256_sk;
   }
+
+  // The warp-specialized kernels (_ws, _wsk: setmaxnreg) exist as sm_90a machine code only: H100
+  // and H200. PORTMAT_CUDA_WS=0 turns them off there.
+  bool ws_capable() const { return cc_major_ == 9 && cc_minor_ == 0; }
+  bool warp_specialized() const { return ws_capable() && env_long("PORTMAT_CUDA_WS", 1) != 0; }
 
   CUfunction function(const GemmTile& t, bool a_col, bool b_col) {
     std::string name = std::string(t.name) + "_" + (a_col ? "c" : "r") + (b_col ? "c" : "r");
@@ -304,6 +309,9 @@ class CudaDevice final : public core::Device {
     CUfunction f = nullptr;
     cu_check(cu_.ModuleGetFunction(&f, module_, name.c_str()),
              ("cuModuleGetFunction(" + name + ")").c_str(), where_);
+    if (t.producer_warps && !ws_capable())
+      throw DeviceError(name + " needs an sm_90 GPU (H100, H200); " + where_ + " is sm_" +
+                        std::to_string(cc_major_) + std::to_string(cc_minor_));
     if (t.smem_bytes() > smem_optin_)
       throw DeviceError(name + " needs " + std::to_string(t.smem_bytes()) +
                         " bytes of shared memory; " + where_ + " allows " + std::to_string(smem_optin_));
@@ -378,7 +386,8 @@ class CudaDevice final : public core::Device {
     const std::int64_t w = env_long("PORTMAT_CUDA_SK_UNITS", info_.compute_units);
     const std::int64_t k_tiles = (k + t.bk - 1) / t.bk;
     const long all_env = env_long("PORTMAT_CUDA_SK_ALL", -1);
-    const bool all = all_env == 1 || (all_env == -1 && whole && tiles > w && tiles <= kSkAllWaves * w);
+    const std::int64_t all_waves = t.producer_warps ? kWsSkAllWaves : kSkAllWaves;
+    const bool all = all_env == 1 || (all_env == -1 && whole && tiles > w && tiles <= all_waves * w);
     const std::int64_t sk_tiles = all ? tiles : tiles % w;
     // A block's run must be worth a pipeline's start and end: at least kMinSkSlabs slabs. Less
     // than a wave of tiles stays data-parallel (the NumPy path's row chunks, whose kernels
@@ -421,6 +430,7 @@ class CudaDevice final : public core::Device {
   static constexpr std::int64_t kMaxSkBlocks = 4096;  // stream-K blocks per launch, at most
   static constexpr std::int64_t kMinSkSlabs = 8;      // slabs per stream-K block, at least
   static constexpr std::int64_t kSkAllWaves = 7;      // launch(): every tile shared up to here
+  static constexpr std::int64_t kWsSkAllWaves = 0;    // the same for _wsk
   static constexpr long kEarlyRows = 2048;            // matmul_host: rows of a in the k-split start
   static constexpr int kSkAllGroupM = 4;              // ... and the block swizzle's group then
   std::unique_ptr<CuBuffer> sk_flags_[2];             // per kernel stream (sk_flags)

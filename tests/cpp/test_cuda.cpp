@@ -111,10 +111,34 @@ TEST(CudaDevice, Info) {
   EXPECT_EQ(portmat::find_device("gpu").backend, "cuda") << "CUDA is preferred for NVIDIA GPUs";
 }
 
+// Whether this GPU runs `tile` (the warp-specialized ones need sm_90; elsewhere the backend refuses
+// them with a DeviceError that says so).
+static bool tile_runs_here(const std::string& dev, const std::string& tile) {
+  ScopedEnv t("PORTMAT_CUDA_TILE", tile);
+  std::vector<float> a(4, 1.0f), b(4, 1.0f), c(4);
+  MatrixView av{a.data(), 2, 2, 2, 1, DType::f32}, bv{b.data(), 2, 2, 2, 1, DType::f32};
+  MatrixView cv{c.data(), 2, 2, 2, 1, DType::f32};
+  try {
+    portmat::matmul(av, bv, cv, dev);
+  } catch (const portmat::DeviceError& e) {
+    if (std::string(e.what()).find("needs an sm_90 GPU") != std::string::npos) return false;
+    throw;
+  }
+  return true;
+}
+
+// The stream-K tiles this GPU runs: _sk everywhere, _wsk on sm_90.
+static std::vector<std::string> stream_k_tiles(const std::string& dev) {
+  std::vector<std::string> out{"128x256_sk"};
+  if (tile_runs_here(dev, "128x256_wsk")) out.push_back("128x256_wsk");
+  return out;
+}
+
 class CudaTiles : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaTiles, AwkwardShapesBothLayoutsF32) {
   REQUIRE_CUDA();
+  if (!tile_runs_here(dev, GetParam())) GTEST_SKIP() << GetParam() << " needs an sm_90 GPU";
   ScopedEnv tile("PORTMAT_CUDA_TILE", GetParam());
   std::mt19937 rng(7);
   for (const auto& s : kShapes)
@@ -201,10 +225,15 @@ TEST(CudaGemm, DeviceResidentOffsetsAlignedAndNot) {
   REQUIRE_CUDA();
   std::mt19937 rng(17);
   check_device_resident(dev, 150, 133, 70, rng);
-  ScopedEnv tile("PORTMAT_CUDA_TILE", "128x256_sk"), units("PORTMAT_CUDA_SK_UNITS", "3");
-  check_device_resident(dev, 300, 600, 333, rng);
-  check_device_resident(dev, 400, 500, 350, rng);
-  check_device_resident(dev, 1400, 500, 520, rng);
+  for (const std::string& t : stream_k_tiles(dev)) {
+    SCOPED_TRACE(t);
+    ScopedEnv tile("PORTMAT_CUDA_TILE", t), units("PORTMAT_CUDA_SK_UNITS", "3");
+    check_device_resident(dev, 300, 600, 333, rng);
+    check_device_resident(dev, 400, 500, 350, rng);
+    check_device_resident(dev, 1400, 500, 520, rng);
+    ScopedEnv all("PORTMAT_CUDA_SK_ALL", "1");  // whatever the tile's own rule, every tile shared
+    check_device_resident(dev, 400, 500, 350, rng);
+  }
 }
 
 TEST(CudaGemm, OutOfMemoryIsReportedAndTheDeviceKeepsWorking) {
@@ -278,9 +307,12 @@ TEST(CudaHostMemory, PinnedResultsAndPinnedOperands) {
 // 700x1100x1333 at 7: 28 data-parallel tiles and 2 shared (by 7 blocks of 24 slabs: 84 per
 // tile). Every tile shared (PORTMAT_CUDA_SK_ALL): 700x1100x1333 at 7, 30 tiles in runs of 4.3 (a
 // tail, whole tiles, a head). Repeated runs must give the same bits (parts are summed in k order).
-TEST(CudaGemm, StreamKSplitTilesCorrectAndDeterministic) {
+class CudaStreamK : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaStreamK, SplitTilesCorrectAndDeterministic) {
   REQUIRE_CUDA();
-  ScopedEnv tile("PORTMAT_CUDA_TILE", "128x256_sk");
+  if (!tile_runs_here(dev, GetParam())) GTEST_SKIP() << GetParam() << " needs an sm_90 GPU";
+  ScopedEnv tile("PORTMAT_CUDA_TILE", GetParam());
   std::mt19937 rng(23);
   const std::array<long, 4> cases[] = {{1000, 33, 300, 3},
                                        {131, 257, 667, 3},
@@ -309,3 +341,4 @@ TEST(CudaGemm, StreamKSplitTilesCorrectAndDeterministic) {
     ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float))) << "run " << rep;
   }
 }
+INSTANTIATE_TEST_SUITE_P(Tiles, CudaStreamK, ::testing::Values("128x256_sk", "128x256_wsk"));
