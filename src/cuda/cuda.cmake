@@ -17,7 +17,7 @@ endif()
 message(STATUS "CUDA backend: on (${PORTMAT_NVCC})")
 
 # Kernels -> one fatbin: machine code for sm_80 (A100) and sm_90a (H100/H200: sm_90 with the
-# Hopper-only instructions, here setmaxnreg for the experimental _ws tile) and compute_90 PTX
+# Hopper-only instructions, here setmaxnreg for the warp-specialized tiles) and compute_90 PTX
 # that the driver of a newer GPU compiles once at load.
 set(PORTMAT_CUDA_ARCH_FLAGS
   -gencode=arch=compute_80,code=sm_80

@@ -4,7 +4,7 @@
 // Why ahead-of-time nvcc rather than NVRTC at run time: NVRTC is a separate ~100 MB library that
 // a machine with only the driver lacks, it adds seconds of compilation at first use, and the
 // kernels need no run-time specialisation (sizes, layouts and alignment are kernel arguments or one
-// of four compiled layout variants). The fatbin carries sm_80 and sm_90 machine code plus
+// of four compiled layout variants). The fatbin carries sm_80 and sm_90a machine code plus
 // compute_90 PTX that newer GPUs' drivers compile once; only libcuda.so.1 is needed at run time.
 //
 // Per device, created at first use and shared by all threads (one lock): the primary context,
@@ -291,7 +291,9 @@ class CudaDevice final : public core::Device {
     // fewer 128x128 tiles than SMs, 64x64 tiles (4x as many) fill the GPU better (26.3 against
     // 17.3 TFLOP/s for 128x128 at n = 1024).
     // 128x256 tiles run on the hybrid grid of _sk (launch(): _fp for the whole waves, the stream-K
-    // kernel for the rest): +0.8% / +2.8% over _fp alone at n = 4096 / 8192 (gemm_tiles.h).
+    // kernel for the rest): +0.8% / +2.8% over _fp alone at n = 4096 / 8192 (gemm_tiles.h). On
+    // sm_90 the warp-specialized pair _ws / _wsk on the same grid: +0.4% / +1.2% over _sk at
+    // 4096 / 8192, +1.8% at 6144 (2026-11-29_h200_s7_ws_rule.json).
     const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128);
     if (big_tiles < info_.compute_units) return kF32_64x64;
     return warp_specialized() ? kF32_128x256_wsk : kF32_128x256_sk;
@@ -381,7 +383,7 @@ class CudaDevice final : public core::Device {
     // PORTMAT_CUDA_SK_ALL=1 shares every tile of any product, 0 none (measurements).
     static_assert(kF32_128x256_sk.bm == kF32_128x256_fp.bm && kF32_128x256_sk.bn == kF32_128x256_fp.bn,
                   "the data-parallel partner of _sk computes the same tiles");
-    // (experiment) _wsk's partner is _ws
+    // the data-parallel partner: _ws for _wsk, _fp for _sk
     const GemmTile& dp = t.producer_warps ? kF32_128x256_ws : kF32_128x256_fp;
     const std::int64_t w = env_long("PORTMAT_CUDA_SK_UNITS", info_.compute_units);
     const std::int64_t k_tiles = (k + t.bk - 1) / t.bk;
@@ -430,7 +432,7 @@ class CudaDevice final : public core::Device {
   static constexpr std::int64_t kMaxSkBlocks = 4096;  // stream-K blocks per launch, at most
   static constexpr std::int64_t kMinSkSlabs = 8;      // slabs per stream-K block, at least
   static constexpr std::int64_t kSkAllWaves = 7;      // launch(): every tile shared up to here
-  static constexpr std::int64_t kWsSkAllWaves = 0;    // the same for _wsk
+  static constexpr std::int64_t kWsSkAllWaves = 0;    // the same for _wsk: never (gemm_tiles.h)
   static constexpr long kEarlyRows = 2048;            // matmul_host: rows of a in the k-split start
   static constexpr int kSkAllGroupM = 4;              // ... and the block swizzle's group then
   std::unique_ptr<CuBuffer> sk_flags_[2];             // per kernel stream (sk_flags)

@@ -1,6 +1,8 @@
 // The CUDA gemm kernels: c = a @ b in exact float32 (FFMA, never TF32) and float64 (DFMA), for
 // any M, N, K and both operand layouts. Compiled ahead of time by nvcc into one fatbin (sm_80 and
-// sm_90 machine code, compute_90 PTX) that the backend embeds and loads with cuModuleLoadData.
+// sm_90a machine code, compute_90 PTX) that the backend embeds and loads with cuModuleLoadData.
+// The warp-specialized kernels at the end (copying warps apart, mbarriers, setmaxnreg) exist as
+// sm_90a code only; the others are the same everywhere.
 //
 // Contract of every kernel here (gemm_tiles.h has the argument block and the tile table):
 //  - one block computes a bm x bn tile of c; blocks are numbered on a 1-D grid of
@@ -818,7 +820,7 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   }
 }
 
-// ---- warp-specialized (experiment, sm_90a) ----------------------------------------------------
+// ---- warp-specialized (sm_90a) -----------------------------------------------------------------
 // mbarrier helpers (shared-memory barriers with a phase bit): init, arrive, the asynchronous
 // arrive of a thread's earlier cp.async copies, and a wait for a phase's completion by parity.
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {

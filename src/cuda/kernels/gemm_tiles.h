@@ -85,7 +85,8 @@ inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 
 // _sk: _fp's body and tile on a hybrid grid against wave quantization. With T tiles, W SMs and
 // R = T % W > 0, the first T - R tiles run as a launch of _fp (whole waves) and the last R tiles
 // are shared by the W blocks of an _sk launch, R / W tiles' worth of slabs each (a split tile's
-// parts are summed in k order: deterministic). Otherwise _fp alone. The default for 128x256 tiles:
+// parts are summed in k order: deterministic). Otherwise _fp alone. The default for 128x256 tiles
+// on GPUs other than sm_90 (there _wsk, below):
 // H200, 2026-11-29 (bench/results/2026-11-29_h200_s4_kernel_diag_5.json) 50.2 / 51.4 TFLOP/s at
 // n = 4096 / 8192 against _fp's 49.8 / 50.0 (cuBLAS 51.1 / 51.0).
 // A one-launch variant (data-parallel and stream-K blocks in one grid) ran 48.5 against 50.2 at
@@ -96,13 +97,17 @@ inline constexpr GemmTile kF32_128x256_sk{"gemm_sm80_f32_128x256_sk", 128, 256, 
 // _fpa: _fp that adds its results to c (GemmTile::accumulate).
 inline constexpr GemmTile kF32_128x256_fpa{"gemm_sm80_f32_128x256_fpa", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 0, 1};
 inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 16, 64, 32, 2, 2, 4, 4, 2};
-// _ws (experiment, session 6): _fp's tile and k loop in 8 computing warps that never copy; a
-// warpgroup of 4 copying warps fills a 4-stage ring and hands it over through mbarriers
-// (gemm_body_ws). Aimed at the computing warps' waits on their own copies (long scoreboard 5.8%
-// of _fp's samples, cuBLAS 1.5%: 2026-11-29_h200_s5_ncu_source.txt). Needs sm_90a (setmaxnreg:
-// 232 registers for the computing warps, 40 for the copying ones); traps elsewhere.
+// _ws: _fp's tile and k loop in 8 computing warps that never copy; a warpgroup of 4 copying warps
+// fills a 4-stage ring and hands it over through mbarriers (gemm_body_ws). Against the computing
+// warps' waits on their own copies (long scoreboard 5.8% of _fp's samples, cuBLAS 1.5%:
+// 2026-11-29_h200_s5_ncu_source.txt). sm_90a only (setmaxnreg: 208 registers for the computing
+// threads, 72 for the copying ones; _wsk 224 / 56); the host refuses it on other GPUs.
+// _wsk: _ws on the stream-K grid of _sk (the host pairs it with _ws for the whole waves; every
+// tile shared in one launch was slower for it at every size). The default on sm_90: H200,
+// 2026-11-29 (2026-11-29_h200_s7_ws_rule.json), _wsk / _sk / cuBLAS TFLOP/s: 2048 49.5 / 48.9 /
+// 49.7, 3072 50.2 / 50.1 / 45.1, 4096 51.2 / 51.0 / 51.2, 5120 51.1 / 50.8 / 46.9, 6144 51.8 /
+// 50.9 / 50.8, 8192 52.0 / 51.4 / 51.2; _wsk with every tile shared 48.8-50.6.
 inline constexpr GemmTile kF32_128x256_ws{"gemm_sm80_f32_128x256_ws", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 0, 0, 4};
-// _wsk: _ws on the stream-K grid of _sk (the host pairs it with _ws for the whole waves).
 inline constexpr GemmTile kF32_128x256_wsk{"gemm_sm80_f32_128x256_wsk", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 1, 0, 4};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
