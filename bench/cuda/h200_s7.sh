@@ -4,22 +4,7 @@
 # the plain order (PORTMAT_CUDA_EARLY_ROWS alternated in one process), the warp-specialized kernels
 # against _fp / _sk with cuBLAS, then `portmat bench --device cuda`.
 #   source .device/setup.sh; bash bench/cuda/h200_s7.sh
-set -o pipefail
-export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH
-OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
-echo "== build $(date +%T)"
-if [ ! -e /usr/include/gtest/gtest.h ]; then for f in .device/gtest/*.deb; do dpkg -x "$f" /tmp/devroot; done; fi
-(cmake -S . -B build/h200 -G Ninja -DPORTMAT_BUILD_TESTS=ON -DPORTMAT_BUILD_PYTHON=OFF \
-   -DPORTMAT_GTEST_SOURCE=/tmp/devroot/usr/src/googletest -DPORTMAT_WITH_CPU=OFF >/dev/null &&
- cmake --build build/h200 -j 8 2>&1 | grep -E "error|FAILED" | head -20) &
-CPP=$!
-python3 -m pip install -q --no-build-isolation -C build-dir=build/py-all . 2>&1 | tail -3
-wait $CPP
-echo "== ctest $(date +%T)"
-timeout 150 build/h200/portmat_tests --gtest_filter='*Cuda*:HostBlockPool*' 2>&1 | tee $OUT/ctest.log |
-  grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure" | head -20
-echo "== pytest $(date +%T)"
-timeout 90 python3 -m pytest -q -x tests/python -k "cuda or host_memory" 2>&1 | tee $OUT/pytest.log | tail -2
+source bench/cuda/h200_prelude.sh  # build, CUDA C++ and Python tests
 echo "== k-split start $(date +%T)"
 timeout 90 python3 bench/cuda/bench_cuda.py hostab --sizes 4096,8192 --var PORTMAT_CUDA_EARLY_ROWS \
   --values 0,1024,2048,3072 --rounds 5 --repeat 8 --json $OUT/ksplit_ab.json

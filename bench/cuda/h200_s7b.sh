@@ -5,22 +5,7 @@
 # shared at 2048-8192 with cuBLAS, the NumPy path with each family (PORTMAT_CUDA_WS alternated),
 # `portmat bench --device cuda`, and compute-sanitizer over small runs of the new kernels.
 #   source .device/setup.sh; bash bench/cuda/h200_s7b.sh
-set -o pipefail
-export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH
-OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
-echo "== build $(date +%T)"
-if [ ! -e /usr/include/gtest/gtest.h ]; then for f in .device/gtest/*.deb; do dpkg -x "$f" /tmp/devroot; done; fi
-(cmake -S . -B build/h200 -G Ninja -DPORTMAT_BUILD_TESTS=ON -DPORTMAT_BUILD_PYTHON=OFF \
-   -DPORTMAT_GTEST_SOURCE=/tmp/devroot/usr/src/googletest -DPORTMAT_WITH_CPU=OFF >/dev/null &&
- cmake --build build/h200 -j 8 2>&1 | grep -E "error|FAILED" | head -20) &
-CPP=$!
-python3 -m pip install -q --no-build-isolation -C build-dir=build/py-all . 2>&1 | tail -3
-wait $CPP
-echo "== ctest $(date +%T)"
-timeout 150 build/h200/portmat_tests --gtest_filter='*Cuda*:HostBlockPool*' 2>&1 | tee $OUT/ctest.log |
-  grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure" | head -20
-echo "== pytest $(date +%T)"
-timeout 90 python3 -m pytest -q -x tests/python -k "cuda or host_memory" 2>&1 | tee $OUT/pytest.log | tail -2
+source bench/cuda/h200_prelude.sh  # build, CUDA C++ and Python tests
 echo "== kernel diag $(date +%T)"
 S=2048x2048x2048,3072x3072x3072,4096x4096x4096,5120x5120x5120,6144x6144x6144,8192x8192x8192
 timeout 150 python3 bench/cuda/kernel_diag.py --seconds 0.8 --shapes $S --json $OUT/ws_rule.json \
