@@ -69,6 +69,19 @@ __device__ __forceinline__ void lds4(const double* p, double (&v)[N], int at) {
   v[at] = x.x, v[at + 1] = x.y, v[at + 2] = y.x, v[at + 3] = y.y;
 }
 
+// One k step of a thread's register tile: acc += a (column) x b (row), one FMA per entry. With
+// SERPENTINE the odd rows run right to left (gemm_body_fp's SCHED says why the order matters).
+template <bool SERPENTINE = false, class T, int MI, int NJ>
+__device__ __forceinline__ void outer_fma(T (&acc)[MI][NJ], const T (&a)[MI], const T (&b)[NJ]) {
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int jj = 0; jj < NJ; ++jj) {
+      const int j = SERPENTINE && i % 2 ? NJ - 1 - jj : jj;
+      acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }
+}
+
 __device__ __forceinline__ void store4(float* p, const float* v) {
   *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
 }
@@ -330,10 +343,7 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& p) {
       for (int r = 0; r < RM; ++r) lds4(as + kk * SA + r * 4 * LM, af, 4 * r);
 #pragma unroll
       for (int r = 0; r < RN; ++r) lds4(bs + kk * SB + r * 4 * LN, bf, 4 * r);
-#pragma unroll
-      for (int i = 0; i < 4 * RM; ++i)
-#pragma unroll
-        for (int j = 0; j < 4 * RN; ++j) acc[i][j] = fma(af[i], bf[j], acc[i][j]);
+      outer_fma(acc, af, bf);
     }
   }
   cp_async_wait<0>();  // no copy may outlive the block (they are all empty by now)
@@ -540,10 +550,7 @@ __device__ __forceinline__ void gemm_body_db(const GemmArgs& p) {
         }
       } else {
         load_a(as, kn, nxt);
-#pragma unroll
-        for (int i = 0; i < 4 * RM; ++i)
-#pragma unroll
-          for (int j = 0; j < 4 * RN; ++j) acc[i][j] = fma(af[cur][i], bf[cur][j], acc[i][j]);
+        outer_fma(acc, af[cur], bf[cur]);
       }
       if (LATE_COPY && kk == BK - 1) load_slab(t + STAGES, ws);
     }
@@ -743,13 +750,7 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
       if (A_FIRST) load_a(as, kn, nxt);
       load_b(bs, kn, nxt);
       if (!A_FIRST) load_a(as, kn, nxt);
-#pragma unroll
-      for (int i = 0; i < 4 * RM; ++i)
-#pragma unroll
-        for (int jj = 0; jj < 4 * RN; ++jj) {
-          const int j = SERPENTINE && i % 2 ? 4 * RN - 1 - jj : jj;
-          acc[i][j] = fma(af[cur][i], bf[cur][j], acc[i][j]);
-        }
+      outer_fma<SERPENTINE>(acc, af[cur], bf[cur]);
       if (LATE_COPY && kk == BK - 1) copies(ws);
     }
   };
@@ -977,13 +978,7 @@ __device__ __forceinline__ void gemm_body_ws(const GemmArgs& p) {
           load_b(bs, kn, nxt);
           if (!A_FIRST) load_a(as, kn, nxt);
         }
-#pragma unroll
-        for (int i = 0; i < 4 * RM; ++i)
-#pragma unroll
-          for (int jj = 0; jj < 4 * RN; ++jj) {
-            const int j = SERPENTINE && i % 2 ? 4 * RN - 1 - jj : jj;
-            acc[i][j] = fma(af[cur][i], bf[cur][j], acc[i][j]);
-          }
+        outer_fma<SERPENTINE>(acc, af[cur], bf[cur]);
       }
     }
     // A part after a split tile's first is added to what is there (sk_wait / sk_signal).
