@@ -69,6 +69,14 @@ __device__ __forceinline__ void lds4(const double* p, double (&v)[N], int at) {
   v[at] = x.x, v[at + 1] = x.y, v[at + 2] = y.x, v[at + 3] = y.y;
 }
 
+// A thread's fragment of one k step from a shared-memory row: R groups of 4 consecutive elements,
+// 4 * L apart (L: the lanes along that side of the warp tile).
+template <int R, int L, class T, int N>
+__device__ __forceinline__ void lds_fragment(const T* row, T (&v)[N]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) lds4(row + r * 4 * L, v, 4 * r);
+}
+
 // One k step of a thread's register tile: acc += a (column) x b (row), one FMA per entry. With
 // SERPENTINE the odd rows run right to left (gemm_body_fp's SCHED says why the order matters).
 template <bool SERPENTINE = false, class T, int MI, int NJ>
@@ -718,14 +726,8 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
 
   T acc[4 * RM][4 * RN];
   T af[2][4 * RM], bf[2][4 * RN];
-  auto load_a = [&](const T* as, int kk, int buf) {
-#pragma unroll
-    for (int r = 0; r < RM; ++r) lds4(as + kk * SA + r * 4 * LM, af[buf], 4 * r);
-  };
-  auto load_b = [&](const T* bs, int kk, int buf) {
-#pragma unroll
-    for (int r = 0; r < RN; ++r) lds4(bs + kk * SB + r * 4 * LN, bf[buf], 4 * r);
-  };
+  auto load_a = [&](const T* as, int kk, int buf) { lds_fragment<RM, LM>(as + kk * SA, af[buf]); };
+  auto load_b = [&](const T* bs, int kk, int buf) { lds_fragment<RN, LN>(bs + kk * SB, bf[buf]); };
 
   int rs = 0;  // the buffer being read (slab t)
   // One slab t: BK k steps, with the fragments of step kk + 1 loaded during step kk (across the
@@ -933,14 +935,8 @@ __device__ __forceinline__ void gemm_body_ws(const GemmArgs& p) {
 
   T acc[4 * RM][4 * RN];
   T af[2][4 * RM], bf[2][4 * RN];
-  auto load_a = [&](const T* as, int kk, int buf) {
-#pragma unroll
-    for (int r = 0; r < RM; ++r) lds4(as + kk * SA + r * 4 * LM, af[buf], 4 * r);
-  };
-  auto load_b = [&](const T* bs, int kk, int buf) {
-#pragma unroll
-    for (int r = 0; r < RN; ++r) lds4(bs + kk * SB + r * 4 * LN, bf[buf], 4 * r);
-  };
+  auto load_a = [&](const T* as, int kk, int buf) { lds_fragment<RM, LM>(as + kk * SA, af[buf]); };
+  auto load_b = [&](const T* bs, int kk, int buf) { lds_fragment<RN, LN>(bs + kk * SB, bf[buf]); };
 
   int rs = 0, phase = 0;  // the stage being read and the parity of its current fill
   for (int q = n_parts - 1; q >= 0; --q) {
