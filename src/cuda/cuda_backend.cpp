@@ -603,21 +603,29 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
     cu_check(cu_.EventRecord(chunk_ready[ci], in_stream_), "cuEventRecord", where_);
   };
 
-  // Chunk ci's kernel, alternating two streams so that one chunk's tail overlaps the next one's
-  // start; computed[ci] is the event the chunk's download waits for.
+  // Chunk ci's product over the k range [l0, l0 + nl) once b_part (those lines of b) is up:
+  // c[chunk] = a[chunk, range] @ b[range, :] for the first range, += for the later ones (the
+  // k-split start's pieces; every other chunk is one range, all of K). Kernels alternate two
+  // streams so that one chunk's tail overlaps the next one's start; computed[ci], recorded after
+  // the chunk's last range, is the event its download waits for.
   std::vector<CUevent> computed(chunks, nullptr);
-  auto compute = [&](std::int64_t ci) {
+  auto multiply = [&](std::int64_t ci, std::int64_t l0, std::int64_t nl, CUevent b_part) {
     std::int64_t i0, rows;
     chunk_rows(ci, i0, rows);
     CUstream ks = kstream_[ci % 2];
-    cu_check(cu_.StreamWaitEvent(ks, chunk_ready[ci], 0), "cuStreamWaitEvent", where_);
-    cu_check(cu_.StreamWaitEvent(ks, b_ready, 0), "cuStreamWaitEvent", where_);
-    core::DeviceMatrix am{nullptr, 0, rows, K, a.col_major ? rows : K, a.col_major, a.dtype};
-    core::DeviceMatrix bm{nullptr, 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
-    launch(ks, da->ptr() + static_cast<std::size_t>(i0 * K) * es, am, db->ptr(), bm,
-           dc->ptr() + static_cast<std::size_t>(i0 * N) * es, N, rows, N, K);
-    computed[ci] = new_event();
-    cu_check(cu_.EventRecord(computed[ci], ks), "cuEventRecord", where_);
+    if (l0 == 0) cu_check(cu_.StreamWaitEvent(ks, chunk_ready[ci], 0), "cuStreamWaitEvent", where_);
+    cu_check(cu_.StreamWaitEvent(ks, b_part, 0), "cuStreamWaitEvent", where_);
+    // The range's first element: column l0 of the chunk's rows (lines of K), or of its K columns
+    // of `rows` (column-major); line l0 of b (rows of N), or row l0 of its columns of K.
+    const std::int64_t a_at = i0 * K + l0 * (a.col_major ? rows : 1), b_at = l0 * (b.col_major ? 1 : N);
+    core::DeviceMatrix am{nullptr, 0, rows, nl, a.col_major ? rows : K, a.col_major, a.dtype};
+    core::DeviceMatrix bm{nullptr, 0, nl, N, b.col_major ? K : N, b.col_major, b.dtype};
+    launch(ks, da->ptr() + static_cast<std::size_t>(a_at) * es, am, db->ptr() + static_cast<std::size_t>(b_at) * es,
+           bm, dc->ptr() + static_cast<std::size_t>(i0 * N) * es, N, rows, N, nl, false, l0 > 0);
+    if (l0 + nl == K) {
+      computed[ci] = new_event();
+      cu_check(cu_.EventRecord(computed[ci], ks), "cuEventRecord", where_);
+    }
   };
 
   struct Pending {
@@ -666,23 +674,7 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
     if (!early) return;
     CUevent landed = new_event();
     cu_check(cu_.EventRecord(landed, in_stream_), "cuEventRecord", where_);
-    for (std::int64_t ci = 0; ci < early; ++ci) {
-      std::int64_t i0, rows;
-      chunk_rows(ci, i0, rows);
-      CUstream ks = kstream_[ci % 2];
-      if (l0 == 0) cu_check(cu_.StreamWaitEvent(ks, chunk_ready[ci], 0), "cuStreamWaitEvent", where_);
-      cu_check(cu_.StreamWaitEvent(ks, landed, 0), "cuStreamWaitEvent", where_);
-      // the chunk's k range: columns l0.. of its rows (row-major) or K columns of `rows` (column-major)
-      const CUdeviceptr a_chunk = da->ptr() + static_cast<std::size_t>(i0 * K + l0 * (a.col_major ? rows : 1)) * es;
-      core::DeviceMatrix am{nullptr, 0, rows, nl, a.col_major ? rows : K, a.col_major, a.dtype};
-      core::DeviceMatrix bm{nullptr, 0, nl, N, N, false, b.dtype};
-      launch(ks, a_chunk, am, db->ptr() + static_cast<std::size_t>(l0 * N) * es, bm,
-             dc->ptr() + static_cast<std::size_t>(i0 * N) * es, N, rows, N, nl, false, l0 > 0);
-      if (l0 + nl == K) {  // the chunk is done
-        computed[ci] = new_event();
-        cu_check(cu_.EventRecord(computed[ci], ks), "cuEventRecord", where_);
-      }
-    }
+    for (std::int64_t ci = 0; ci < early; ++ci) multiply(ci, l0, nl, landed);
     if (l0 + nl == K)
       for (std::int64_t ci = 0; ci < early; ++ci) download(ci);
   };
@@ -691,7 +683,7 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
   upload_b(multiply_piece);
   for (std::int64_t ci = early; ci < chunks; ++ci) {
     upload_chunk(ci);
-    compute(ci);
+    multiply(ci, 0, K, b_ready);
     download(ci);
   }
   while (!pending.empty()) {
