@@ -36,9 +36,6 @@ struct GemmTile {
   // 1: the stream-K half of a hybrid grid: the host launches the data-parallel tiles with the
   // _fp kernel of the same shape, then this kernel over the rest (GemmArgs::sk_*).
   int stream_k = 0;
-  // 1: c += a @ b (the results are added to c). Not a tile to choose: the NumPy path's k-split
-  // pieces after the first (cuda_backend.cpp, matmul_host) run it.
-  int accumulate = 0;
   // Warp-specialized kernels (gemm_body_ws, sm_90a): warps that only copy, after the computing
   // ones. 0 elsewhere.
   int producer_warps = 0;
@@ -94,8 +91,9 @@ inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 
 // product of at most 7 waves of tiles runs as one _sk launch that shares every tile (no _fp
 // launch before it): 1% faster at n = 4096 and 5120, 3% at 3072 (cuda_backend.cpp, launch()).
 inline constexpr GemmTile kF32_128x256_sk{"gemm_sm80_f32_128x256_sk", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 1};
-// _fpa: _fp that adds its results to c (GemmTile::accumulate).
-inline constexpr GemmTile kF32_128x256_fpa{"gemm_sm80_f32_128x256_fpa", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 0, 1};
+// _fpa: _fp that adds its results to c (c += a @ b: gemm_body_fp's ACC). Not a tile to choose:
+// the NumPy path's k-split pieces after the first run it (cuda_backend.cpp, launch(accumulate)).
+inline constexpr GemmTile kF32_128x256_fpa{"gemm_sm80_f32_128x256_fpa", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
 inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 16, 64, 32, 2, 2, 4, 4, 2};
 // _ws: _fp's tile and k loop in 8 computing warps that never copy; a warpgroup of 4 copying warps
 // fills a 4-stage ring and hands it over through mbarriers (gemm_body_ws). Against the computing
@@ -107,8 +105,8 @@ inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 
 // 2026-11-29 (2026-11-29_h200_s7_ws_rule.json), _wsk / _sk / cuBLAS TFLOP/s: 2048 49.5 / 48.9 /
 // 49.7, 3072 50.2 / 50.1 / 45.1, 4096 51.2 / 51.0 / 51.2, 5120 51.1 / 50.8 / 46.9, 6144 51.8 /
 // 50.9 / 50.8, 8192 52.0 / 51.4 / 51.2; _wsk with every tile shared 48.8-50.6.
-inline constexpr GemmTile kF32_128x256_ws{"gemm_sm80_f32_128x256_ws", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 0, 0, 4};
-inline constexpr GemmTile kF32_128x256_wsk{"gemm_sm80_f32_128x256_wsk", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 1, 0, 4};
+inline constexpr GemmTile kF32_128x256_ws{"gemm_sm80_f32_128x256_ws", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 0, 4};
+inline constexpr GemmTile kF32_128x256_wsk{"gemm_sm80_f32_128x256_wsk", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 1, 4};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
 
