@@ -824,6 +824,9 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
 }
 
 // ---- warp-specialized (sm_90a) -----------------------------------------------------------------
+// The helpers exist only where gemm_body_ws has its body (sm_90a device code): elsewhere nvcc
+// warns of unused functions.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // mbarrier helpers (shared-memory barriers with a phase bit): init, arrive, the asynchronous
 // arrive of a thread's earlier cp.async copies, and a wait for a phase's completion by parity.
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, int count) {
@@ -842,6 +845,11 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, int parity) {
       " mbarrier.try_wait.parity.shared.b64 done, [%0], %1;\n"
       " @!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
 }
+// The computing warps' own barrier (named barrier 1; the copying warps never join it).
+__device__ __forceinline__ void compute_sync(int threads) {
+  asm volatile("bar.sync 1, %0;\n" ::"r"(threads) : "memory");
+}
+#endif
 
 // _fp's tile and k loop without copies in the computing warps (warps 0 .. 7); the last warpgroup
 // (4 warps) only copies: slab t into stage t % STAGES once the computing warps have released it
@@ -852,9 +860,6 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, int parity) {
 // No __syncthreads after the start. SK: both roles walk the block's stream-K parts (sk_part, last
 // to first, as gemm_body_fp) through the same ring; the hand-over of split tiles (sk_flags) syncs
 // the computing warps only (named barrier 1), the copying ones having gone.
-__device__ __forceinline__ void compute_sync(int threads) {
-  asm volatile("bar.sync 1, %0;\n" ::"r"(threads) : "memory");
-}
 template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED, bool SK = false>
 __device__ __forceinline__ void gemm_body_ws(const GemmArgs& p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
