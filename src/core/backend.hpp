@@ -1,4 +1,4 @@
-// The backend interface: what each backend (src/opencl, later src/cpu and src/cuda) implements.
+// The backend interface: what each backend (src/cpu, src/cuda, src/opencl) implements.
 //
 // Kept small on purpose: discover devices, hold device memory, move data, run one gemm. The core
 // (src/core/matmul.cpp) does everything that is the same for all backends: argument checks,
@@ -87,9 +87,15 @@ class Device {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual const char* name() const = 0;
-  // Probed once by the registry. A backend whose driver is missing returns none.
+  virtual const char* name() const = 0;   // "cuda": the first part of its devices' ids
+  virtual const char* label() const = 0;  // "CUDA": how messages name its driver
+  // Probed once by the registry, on a big-stack thread, the first time the backend is asked for.
+  // A backend whose driver is missing returns none; one that throws is reported as a note.
   virtual std::vector<std::shared_ptr<Device>> devices() = 0;
+  // Whether its devices keep working in a child made by fork() after devices() ran in the parent.
+  // Drivers with threads of their own (OpenCL, CUDA) do not; the registry then refuses their
+  // devices in the child with an error naming the cause.
+  virtual bool survives_fork() const { return false; }
   // What went wrong while probing (a platform that failed to list its devices, say), for users
   // asking why a device is missing. Valid after devices().
   virtual std::vector<std::string> notes() const { return {}; }

@@ -1,11 +1,23 @@
-// Device registry: probes every backend once, keeps the opened devices, and resolves device specs
-// ("", "opencl:1", "gpu", "cpu", "opencl") including the default-device rules.
+// Device registry: probes each backend the first time something asks for it, keeps the opened
+// devices, and resolves device specs ("", "opencl:1", "gpu", "cpu", "opencl") including the
+// default-device rules.
+//
+// Probing is lazy and isolated: "cpu:0" never starts the OpenCL or CUDA driver, a backend whose
+// probe throws becomes a note instead of breaking the others, and probes run on a big-stack thread
+// (core/process.hpp) whatever the caller's stack. Devices of a backend probed before a fork() stay
+// listed under the same ids in the child, but a backend whose driver cannot survive fork() refuses
+// to run there with an error that says why and what to do instead.
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include "core/backend.hpp"
+#include "core/process.hpp"
 
 namespace portmat::core {
 
@@ -27,77 +39,175 @@ std::vector<std::unique_ptr<Backend>> make_backends() {
 
 namespace {
 
-struct Registry {
-  std::vector<std::unique_ptr<Backend>> backends;
+struct Slot {
+  std::unique_ptr<Backend> backend;
+  std::atomic<bool> probed{false};  // set (release) once the fields below are final
   std::vector<std::shared_ptr<Device>> devices;
+  std::vector<std::string> notes;
+  std::uint32_t generation = 0;  // fork generation of the probe
+  long probe_pid = 0;
 };
+
+struct Registry {
+  std::vector<std::unique_ptr<Slot>> slots;  // make_backends() order, fixed
+};
+
+// Held while a backend is probed and while set_default_device() changes the default; taken around
+// fork() as well (see registry()), so that a child never inherits it held.
+std::mutex registry_mutex;
+std::string default_spec;  // set_default_device(); empty = automatic
 
 Registry& registry() {
   static Registry* reg = [] {
     auto* r = new Registry;  // leaked on purpose: drivers must not be torn down at exit
-    r->backends = make_backends();
-    for (auto& b : r->backends)
-      for (auto& d : b->devices()) r->devices.push_back(d);
+    for (auto& b : make_backends()) {
+      r->slots.push_back(std::make_unique<Slot>());
+      r->slots.back()->backend = std::move(b);
+    }
+    on_fork([] { registry_mutex.lock(); }, [] { registry_mutex.unlock(); },
+            [] { registry_mutex.unlock(); });
     return r;
   }();
   return *reg;
 }
 
-std::mutex default_mutex;
-std::string default_spec;  // set_default_device(); empty = automatic
+// Printable in an error message: bytes outside printable ASCII (a non-UTF-8 environment value,
+// say) become \xNN, so that the message itself can always be shown.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch >= 0x20 && ch < 0x7f) {
+      out += static_cast<char>(ch);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+void probe(Slot& s) {
+  if (s.probed.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  if (s.probed.load(std::memory_order_relaxed)) return;
+  on_big_stack([&] {
+    try {
+      s.devices = s.backend->devices();
+    } catch (const std::exception& e) {
+      s.devices.clear();
+      s.notes.push_back(std::string("probing failed: ") + e.what());
+    } catch (...) {
+      s.devices.clear();
+      s.notes.push_back("probing failed with an unknown exception");
+    }
+    for (auto& n : s.backend->notes()) s.notes.push_back(n);
+  });
+  s.generation = fork_generation();
+  s.probe_pid = static_cast<long>(getpid());
+  s.probed.store(true, std::memory_order_release);
+}
+
+struct Entry {
+  std::shared_ptr<Device> device;
+  const Slot* slot = nullptr;
+};
 
 // Lower is preferred: GPUs first, then the backends' own order (make_backends), so that a native
 // backend listed before OpenCL wins for the same hardware; PoCL-like OpenCL CPUs come last.
-int preference(const Device& d, std::size_t position) {
-  const int kind = d.info().kind == DeviceKind::gpu ? 0 : d.info().kind == DeviceKind::cpu ? 1 : 2;
-  return kind * 1000 + static_cast<int>(position);
+int preference(const DeviceInfo& d, std::size_t slot) {
+  const int kind = d.kind == DeviceKind::gpu ? 0 : d.kind == DeviceKind::cpu ? 1 : 2;
+  return kind * 1000 + static_cast<int>(slot);
 }
 
-std::string known_ids() {
-  std::string s;
-  for (auto& d : registry().devices) s += (s.empty() ? "" : ", ") + d->info().id();
-  return s.empty() ? "none (no OpenCL platform was found)" : s;
-}
-
-std::shared_ptr<Device> best_of(DeviceKind* kind, const std::string* backend) {
-  auto& devs = registry().devices;
-  std::shared_ptr<Device> best;
+// The preferred device among those of `kind` (any if null) and `backend` (any if null). Backends
+// are probed in order only as far as needed: once a candidate is found, a later backend can only
+// win with a device of a better kind, so "cpu" never starts a GPU driver when the native CPU
+// backend has its device.
+Entry best_of(const DeviceKind* kind, const std::string* backend) {
+  Entry best;
   int best_pref = 0;
-  for (std::size_t i = 0; i < devs.size(); ++i) {
-    const DeviceInfo& info = devs[i]->info();
-    if (kind && info.kind != *kind) continue;
-    if (backend && info.backend != *backend) continue;
-    const int p = preference(*devs[i], i);
-    if (!best || p < best_pref) best = devs[i], best_pref = p;
+  auto& slots = registry().slots;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    Slot& s = *slots[i];
+    if (backend && *backend != s.backend->name()) continue;
+    if (best.device && (kind || best.device->info().kind == DeviceKind::gpu)) break;
+    probe(s);
+    for (auto& d : s.devices) {
+      const DeviceInfo& info = d->info();
+      if (kind && info.kind != *kind) continue;
+      const int p = preference(info, i);
+      if (!best.device || p < best_pref) best = {d, &s}, best_pref = p;
+    }
   }
   return best;
 }
 
-std::shared_ptr<Device> resolve(const std::string& spec) {
-  if (spec.empty()) {
-    auto best = best_of(nullptr, nullptr);
-    if (!best) throw DeviceError("portmat: no device is available; devices found: " + known_ids());
-    return best;
-  }
-  for (auto& d : registry().devices)
-    if (d->info().id() == spec) return d;
-  if (spec == "gpu" || spec == "cpu") {
-    DeviceKind k = spec == "gpu" ? DeviceKind::gpu : DeviceKind::cpu;
-    if (auto d = best_of(&k, nullptr)) return d;
-  } else if (spec.find(':') == std::string::npos) {
-    if (auto d = best_of(nullptr, &spec)) return d;
-  }
-  throw std::invalid_argument("portmat: no device matches '" + spec + "'; available: " +
-                              known_ids() + " (or 'gpu', 'cpu', a backend name)");
+std::string probe_notes() {
+  std::string s;
+  for (auto& slot : registry().slots)
+    for (auto& n : slot->notes) s += std::string("; ") + slot->backend->name() + ": " + n;
+  return s;
 }
 
-}  // namespace
+std::string known_ids() {
+  std::string s;
+  for (auto& slot : registry().slots) {
+    probe(*slot);
+    for (auto& d : slot->devices) s += (s.empty() ? "" : ", ") + d->info().id();
+  }
+  return s.empty() ? "none" : s;
+}
+
+Entry resolve(const std::string& spec) {
+  if (spec.empty()) {
+    Entry best = best_of(nullptr, nullptr);
+    if (!best.device)
+      throw DeviceError("portmat: no device is available; devices found: " + known_ids() + probe_notes());
+    return best;
+  }
+  // "backend:index": only that backend is probed.
+  if (const auto colon = spec.find(':'); colon != std::string::npos) {
+    const std::string name = spec.substr(0, colon);
+    for (auto& slot : registry().slots) {
+      if (name != slot->backend->name()) continue;
+      probe(*slot);
+      for (auto& d : slot->devices)
+        if (d->info().id() == spec) return {d, slot.get()};
+    }
+  } else if (spec == "gpu" || spec == "cpu") {
+    const DeviceKind k = spec == "gpu" ? DeviceKind::gpu : DeviceKind::cpu;
+    if (Entry e = best_of(&k, nullptr); e.device) return e;
+  } else if (Entry e = best_of(nullptr, &spec); e.device) {
+    return e;
+  }
+  throw std::invalid_argument("portmat: no device matches '" + printable(spec) + "'; available: " +
+                              known_ids() + " (or 'gpu', 'cpu', a backend name)" + probe_notes());
+}
+
+// The device itself, once it is known to be usable in this process: a backend whose driver cannot
+// survive fork() refuses in a child forked after the driver started (its threads and locks are
+// gone there; a call would hang or crash inside the driver).
+std::shared_ptr<Device> usable(const Entry& e) {
+  const Slot& s = *e.slot;
+  if (s.generation != fork_generation() && !s.backend->survives_fork()) {
+    const DeviceInfo& info = e.device->info();
+    throw DeviceError(
+        "portmat: " + info.id() + " (" + info.name + ") cannot be used in this process: it was "
+        "forked (os.fork(), or multiprocessing's default 'fork' start method on Linux) from process " +
+        std::to_string(s.probe_pid) + " after that process had started the " + s.backend->label() +
+        " driver, and " + s.backend->label() + " drivers do not survive fork(). Start worker "
+        "processes with the 'spawn' or 'forkserver' method (multiprocessing.get_context('spawn')), "
+        "or use device='cpu' in forked processes.");
+  }
+  return e.device;
+}
 
 // The user's choice of default (set_default_device, else $PORTMAT_DEVICE), or nothing.
-std::shared_ptr<Device> chosen_default() {
+Entry chosen_default() {
   std::string chosen;
   {
-    std::lock_guard<std::mutex> lock(default_mutex);
+    std::lock_guard<std::mutex> lock(registry_mutex);
     chosen = default_spec;
   }
   if (!chosen.empty()) return resolve(chosen);
@@ -109,14 +219,18 @@ std::shared_ptr<Device> chosen_default() {
       throw std::invalid_argument(std::string("PORTMAT_DEVICE: ") + e.what());
     }
   }
-  return nullptr;
+  return {};
 }
 
-std::shared_ptr<Device> open_device(const std::string& spec) {
+Entry choose(const std::string& spec) {
   if (!spec.empty()) return resolve(spec);
-  if (auto d = chosen_default()) return d;
+  if (Entry d = chosen_default(); d.device) return d;
   return resolve("");
 }
+
+}  // namespace
+
+std::shared_ptr<Device> open_device(const std::string& spec) { return usable(choose(spec)); }
 
 // Below this many flops (2*m*n*k) a GPU loses to the host: on the H200 machine, NumPy in and out,
 // the GPU first won at n ~ 450-512, about 2.5e8 flops (bench/results/cuda_h200.md, crossover).
@@ -133,14 +247,14 @@ double gpu_min_flop() {
 
 std::shared_ptr<Device> open_device_for(const std::string& spec, std::int64_t m, std::int64_t n,
                                         std::int64_t k) {
-  if (!spec.empty()) return resolve(spec);
-  if (auto d = chosen_default()) return d;
-  auto best = resolve("");
-  if (best->info().kind == DeviceKind::gpu && 2.0 * m * n * k < gpu_min_flop()) {
+  if (!spec.empty()) return usable(resolve(spec));
+  if (Entry d = chosen_default(); d.device) return usable(d);
+  Entry best = resolve("");
+  if (best.device->info().kind == DeviceKind::gpu && 2.0 * m * n * k < gpu_min_flop()) {
     const std::string native = "cpu";
-    if (auto cpu = best_of(nullptr, &native)) return cpu;
+    if (Entry cpu = best_of(nullptr, &native); cpu.device) return usable(cpu);
   }
-  return best;
+  return usable(best);
 }
 
 }  // namespace portmat::core
@@ -149,14 +263,19 @@ namespace portmat {
 
 std::vector<std::string> backend_notes() {
   std::vector<std::string> out;
-  for (auto& b : core::registry().backends)
-    for (auto& n : b->notes()) out.push_back(std::string(b->name()) + ": " + n);
+  for (auto& slot : core::registry().slots) {
+    core::probe(*slot);
+    for (auto& n : slot->notes) out.push_back(std::string(slot->backend->name()) + ": " + n);
+  }
   return out;
 }
 
 std::vector<DeviceInfo> devices() {
   std::vector<DeviceInfo> out;
-  for (auto& d : core::registry().devices) out.push_back(d->info());
+  for (auto& slot : core::registry().slots) {
+    core::probe(*slot);
+    for (auto& d : slot->devices) out.push_back(d->info());
+  }
   return out;
 }
 
@@ -170,7 +289,7 @@ DeviceInfo default_device() { return core::open_device("")->info(); }
 
 void set_default_device(const std::string& spec) {
   if (!spec.empty()) core::open_device(spec);  // validate now, not at the next matmul
-  std::lock_guard<std::mutex> lock(core::default_mutex);
+  std::lock_guard<std::mutex> lock(core::registry_mutex);
   core::default_spec = spec;
 }
 

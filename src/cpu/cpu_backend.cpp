@@ -168,6 +168,10 @@ class CpuDevice final : public core::Device {
 class CpuBackend final : public core::Backend {
  public:
   const char* name() const override { return "cpu"; }
+  const char* label() const override { return "native CPU"; }
+  // The thread pool and the result pool rebuild themselves in a forked child (thread_pool.cpp,
+  // host_block_pool.cpp); the device holds nothing else a fork could break.
+  bool survives_fork() const override { return true; }
   std::vector<std::shared_ptr<core::Device>> devices() override {
     return {std::make_shared<CpuDevice>()};
   }

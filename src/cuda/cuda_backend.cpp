@@ -696,6 +696,7 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
 class CudaBackend final : public core::Backend {
  public:
   const char* name() const override { return "cuda"; }
+  const char* label() const override { return "CUDA"; }
 
   std::vector<std::shared_ptr<core::Device>> devices() override {
     std::vector<std::shared_ptr<core::Device>> out;

@@ -333,6 +333,7 @@ class OpenClDevice final : public core::Device {
 class OpenClBackend final : public core::Backend {
  public:
   const char* name() const override { return "opencl"; }
+  const char* label() const override { return "OpenCL"; }
 
   std::vector<std::shared_ptr<core::Device>> devices() override {
     std::vector<std::shared_ptr<core::Device>> out;
