@@ -1,12 +1,14 @@
 // The CPU backend's thread pool (see thread_pool.hpp) and its thread-count setting.
 #include "cpu/thread_pool.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstdlib>
 #include <string>
 
+#include "core/process.hpp"
 #include "portmat/cpu.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -42,11 +44,16 @@ int cpus_available() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
+// More threads than CPUs only slow a compute-bound product down (each extra thread takes turns on
+// a core and evicts its neighbour's cache), so requests are clamped to the CPUs this process may
+// run on, by set_num_threads() and $PORTMAT_NUM_THREADS alike.
+int clamped(long n) { return static_cast<int>(std::min<long>(n, cpus_available())); }
+
 int default_threads() {
   if (const char* env = std::getenv("PORTMAT_NUM_THREADS"); env && *env) {
     char* end = nullptr;
     const long n = std::strtol(env, &end, 10);
-    if (end && *end == '\0' && n > 0 && n <= 4096) return static_cast<int>(n);
+    if (end && *end == '\0' && n > 0) return clamped(n);  // anything else: the default
   }
   return cpus_available();
 }
@@ -99,9 +106,21 @@ void WaitWord::notify_all() {
 #endif
 }
 
+namespace {
+std::atomic<ThreadPool*> g_pool{nullptr};
+}
+
 ThreadPool& ThreadPool::instance() {
-  static ThreadPool* pool = new ThreadPool;  // leaked on purpose (see header)
-  return *pool;
+  static const bool ready = [] {
+    // A child made by fork() has none of the workers, and may have inherited run_mutex_ held by
+    // a thread that was inside a product: it gets a pool of its own (the old one is left as it
+    // is, like the parent's pool at exit). The child handler runs while the child has one thread.
+    core::on_fork(nullptr, nullptr, [] { g_pool.store(new ThreadPool, std::memory_order_release); });
+    g_pool.store(new ThreadPool, std::memory_order_release);  // leaked on purpose (see header)
+    return true;
+  }();
+  (void)ready;
+  return *g_pool.load(std::memory_order_acquire);
 }
 
 void ThreadPool::grow(int workers) {
@@ -189,7 +208,7 @@ int configured_threads() {
 namespace portmat {
 
 void set_num_threads(int n) {
-  cpu::g_threads.store(n > 0 ? n : cpu::default_threads(), std::memory_order_relaxed);
+  cpu::g_threads.store(n > 0 ? cpu::clamped(n) : cpu::default_threads(), std::memory_order_relaxed);
 }
 
 int num_threads() { return cpu::configured_threads(); }
