@@ -36,13 +36,15 @@ void* allocate_huge_aligned(std::size_t bytes) {
   return p;
 }
 
+bool HostBlockPool::made_before_fork() const { return generation_ != fork_generation(); }
+
 HostBlockPool::~HostBlockPool() {
   // Only free blocks are left (a live block's deleter holds a reference to the pool).
   for (auto& [size, p] : free_) release_(p);
 }
 
 std::shared_ptr<void> HostBlockPool::get(std::size_t bytes, bool reuse_only) {
-  if (bytes == 0) return nullptr;
+  if (bytes == 0 || made_before_fork()) return nullptr;
   const std::size_t size = rounded(bytes);
   void* p = nullptr;
   std::size_t got = 0;
@@ -85,6 +87,7 @@ std::shared_ptr<void> HostBlockPool::get(std::size_t bytes, bool reuse_only) {
 }
 
 void HostBlockPool::put(void* p, std::size_t bytes) {
+  if (made_before_fork()) return;  // see the header: the child neither locks nor releases
   std::vector<void*> drop;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -103,6 +106,7 @@ void HostBlockPool::put(void* p, std::size_t bytes) {
 }
 
 bool HostBlockPool::contains(const void* p, std::size_t bytes) const {
+  if (made_before_fork()) return false;
   std::lock_guard<std::mutex> lock(mu_);
   return range_inside(live_, p, bytes);
 }

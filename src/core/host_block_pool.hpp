@@ -11,6 +11,11 @@
 // Limits: blocks handed out and still owned by live arrays may not exceed `max_live` bytes (past
 // it, get() returns null and the caller uses ordinary memory); free blocks beyond `keep` bytes are
 // released.
+//
+// fork(): in a child, a pool made before the fork hands out nothing (get() returns null) and lets
+// blocks that come back go without touching its lock (a parent thread may have held it) or the
+// device's release (a GPU driver does not survive fork): the child's copies of those pages are
+// freed when the child exits.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +24,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+
+#include "core/process.hpp"
 
 namespace portmat::core {
 
@@ -29,7 +36,8 @@ class HostBlockPool : public std::enable_shared_from_this<HostBlockPool> {
   using Allocate = std::function<void*(std::size_t)>;
   using Release = std::function<void(void*)>;
   HostBlockPool(std::size_t keep, std::size_t max_live, Allocate allocate, Release release)
-      : keep_(keep), max_live_(max_live), allocate_(std::move(allocate)), release_(std::move(release)) {}
+      : generation_(fork_generation()), keep_(keep), max_live_(max_live),
+        allocate_(std::move(allocate)), release_(std::move(release)) {}
   ~HostBlockPool();
   HostBlockPool(const HostBlockPool&) = delete;
   HostBlockPool& operator=(const HostBlockPool&) = delete;
@@ -43,7 +51,9 @@ class HostBlockPool : public std::enable_shared_from_this<HostBlockPool> {
 
  private:
   void put(void* p, std::size_t bytes);
+  bool made_before_fork() const;
 
+  const std::uint32_t generation_;  // core::fork_generation() when the pool was made
   const std::size_t keep_, max_live_;
   Allocate allocate_;
   Release release_;

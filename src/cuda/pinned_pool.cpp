@@ -46,6 +46,7 @@ std::shared_ptr<core::HostBlockPool> make_pinned_pool(const CuApi& cu, CUcontext
 }
 
 std::shared_ptr<void> HostPins::pin(const void* p, std::size_t bytes) {
+  if (generation_ != core::fork_generation()) return nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (bytes_ + bytes > max_bytes_) return nullptr;
@@ -61,6 +62,7 @@ std::shared_ptr<void> HostPins::pin(const void* p, std::size_t bytes) {
 }
 
 void HostPins::unpin(void* p) {
+  if (generation_ != core::fork_generation()) return;  // a forked child: see the header
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pinned_.find(reinterpret_cast<std::uintptr_t>(p));
@@ -72,6 +74,7 @@ void HostPins::unpin(void* p) {
 }
 
 bool HostPins::contains(const void* p, std::size_t bytes) const {
+  if (generation_ != core::fork_generation()) return false;
   std::lock_guard<std::mutex> lock(mu_);
   return core::range_inside(pinned_, p, bytes);
 }

@@ -38,11 +38,12 @@ std::shared_ptr<core::HostBlockPool> make_pinned_pool(const CuApi& cu, CUcontext
 // the two 64 MiB operands take ~4-6 ms to stage (28-35 GB/s, less while the copy engines run) and
 // ~2.5 ms to cross PCIe from pinned memory. Pinning costs ~3.5 ms per 64 MiB and unpinning ~1.5,
 // so it pays only for arrays used again: the caller (the Python layer) pins an array on its second
-// use and unpins it when the array dies. At most `max_bytes` are pinned at once.
+// use and unpins it when the array dies. At most `max_bytes` are pinned at once. In a child made
+// by fork() the parent's pins are let go untouched, as HostBlockPool's blocks are.
 class HostPins : public std::enable_shared_from_this<HostPins> {
  public:
   HostPins(const CuApi& cu, CUcontext ctx, std::size_t max_bytes)
-      : cu_(cu), ctx_(ctx), max_bytes_(max_bytes) {}
+      : cu_(cu), ctx_(ctx), max_bytes_(max_bytes), generation_(core::fork_generation()) {}
   HostPins(const HostPins&) = delete;
   HostPins& operator=(const HostPins&) = delete;
 
@@ -57,6 +58,7 @@ class HostPins : public std::enable_shared_from_this<HostPins> {
   const CuApi& cu_;
   CUcontext ctx_;
   const std::size_t max_bytes_;
+  const std::uint32_t generation_;  // core::fork_generation() when made
   mutable std::mutex mu_;
   std::map<std::uintptr_t, std::size_t> pinned_;  // start -> size
   std::size_t bytes_ = 0;
