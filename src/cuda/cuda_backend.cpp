@@ -390,7 +390,7 @@ class CudaDevice final : public core::Device {
     const long all_env = env_long("PORTMAT_CUDA_SK_ALL", -1);
     const std::int64_t all_waves = t.producer_warps ? kWsSkAllWaves : kSkAllWaves;
     const bool all = all_env == 1 || (all_env == -1 && whole && tiles > w && tiles <= all_waves * w);
-    const std::int64_t sk_tiles = all ? tiles : tiles % w;
+    const std::int64_t sk_tiles = all ? tiles : w > 0 ? tiles % w : 0;  // w <= 0: data-parallel below
     // A block's run must be worth a pipeline's start and end: at least kMinSkSlabs slabs. Less
     // than a wave of tiles stays data-parallel (the NumPy path's row chunks, whose kernels
     // overlap on two streams, are such problems).
