@@ -30,13 +30,24 @@ std::optional<HostMatrix> dense_in_place(const MatrixView& v) {
 
 HostMatrix as_dense(const MatrixView& v, std::vector<unsigned char>& storage) {
   if (auto m = dense_in_place(v)) return *m;
+  return packed(v, storage);
+}
+
+HostMatrix packed(const MatrixView& v, std::vector<unsigned char>& storage) {
   const std::size_t es = dtype_size(v.dtype);
   storage.resize(static_cast<std::size_t>(v.rows * v.cols) * es);
   const auto* src = static_cast<const unsigned char*>(v.data);
   unsigned char* dst = storage.data();
-  for (std::int64_t i = 0; i < v.rows; ++i)
+  for (std::int64_t i = 0; i < v.rows; ++i) {
+    const unsigned char* row = src + i * v.row_stride * static_cast<std::int64_t>(es);
+    if (v.col_stride == 1) {  // whole rows at a time
+      std::memcpy(dst, row, v.cols * es);
+      dst += v.cols * es;
+      continue;
+    }
     for (std::int64_t j = 0; j < v.cols; ++j, dst += es)
-      std::memcpy(dst, src + (i * v.row_stride + j * v.col_stride) * static_cast<std::int64_t>(es), es);
+      std::memcpy(dst, row + j * v.col_stride * static_cast<std::int64_t>(es), es);
+  }
   HostMatrix m;
   m.data = storage.data();
   m.rows = v.rows;
@@ -45,6 +56,22 @@ HostMatrix as_dense(const MatrixView& v, std::vector<unsigned char>& storage) {
   m.col_major = false;
   m.dtype = v.dtype;
   return m;
+}
+
+MatrixView view_of(const HostMatrix& m) {
+  const std::size_t es = dtype_size(m.dtype);
+  MatrixView v;
+  v.data = const_cast<unsigned char*>(static_cast<const unsigned char*>(m.data) + m.offset * es);
+  v.rows = m.rows;
+  v.cols = m.cols;
+  v.row_stride = m.col_major ? 1 : m.ld;
+  v.col_stride = m.col_major ? m.ld : 1;
+  v.dtype = m.dtype;
+  return v;
+}
+
+bool is_sparse(const HostMatrix& m) {
+  return m.span() > 2 * static_cast<std::size_t>(m.rows * m.cols) + 4096;
 }
 
 }  // namespace portmat::core

@@ -16,4 +16,14 @@ std::optional<HostMatrix> dense_in_place(const MatrixView& v);
 // dense_in_place(v), or else a row-major copy of v made in `storage`.
 HostMatrix as_dense(const MatrixView& v, std::vector<unsigned char>& storage);
 
+// A row-major copy of v without gaps, made in `storage`.
+HostMatrix packed(const MatrixView& v, std::vector<unsigned char>& storage);
+
+// The strided view of a dense matrix.
+MatrixView view_of(const HostMatrix& m);
+
+// True when m's memory, from its first element to its last, is more than twice its elements (a
+// few rows of a huge array, say): a device that would map the whole range should copy it instead.
+bool is_sparse(const HostMatrix& m);
+
 }  // namespace portmat::core
