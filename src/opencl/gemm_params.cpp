@@ -105,7 +105,13 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n) {
     p.pada = 2;
     p.gvw = 2;
   }
-  if (const char* env = std::getenv("PORTMAT_OPENCL_PARAMS")) p = parse_params(env, p);
+  if (const char* env = std::getenv("PORTMAT_OPENCL_PARAMS")) {
+    try {
+      p = parse_params(env, p);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("PORTMAT_OPENCL_PARAMS: ") + e.what());
+    }
+  }
   return p;
 }
 

@@ -7,6 +7,8 @@
 // integrated GPUs) read NumPy's memory in place and write the result in place, as the seed does
 // with USM; discrete devices copy operands in (packing sliced views on the way) and the result out.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +17,8 @@
 
 #include "core/backend.hpp"
 #include "core/buffer_pool.hpp"
+#include "core/layout.hpp"
+#include "core/process.hpp"
 #include "opencl/cl_api.hpp"
 #include "opencl/gemm_params.hpp"
 #include "opencl/program_cache.hpp"
@@ -171,7 +175,8 @@ class OpenClDevice final : public core::Device {
   // ---- kernels -----------------------------------------------------------------------------------
   cl_kernel kernel_for(const GemmParams& p, bool a_col, bool b_col, bool edges, int gvw, DType dtype) {
     if (auto why = p.invalid_reason(); !why.empty())
-      throw std::invalid_argument("OpenCL gemm parameters " + p.str() + ": " + why);
+      throw std::invalid_argument(std::string(std::getenv("PORTMAT_OPENCL_PARAMS") ? "PORTMAT_OPENCL_PARAMS: " : "") +
+                                  "OpenCL gemm parameters " + p.str() + ": " + why);
     if (static_cast<std::size_t>(p.threads()) > max_work_group_)
       throw std::invalid_argument("OpenCL gemm parameters " + p.str() + ": " +
                                   std::to_string(p.threads()) + " work-items exceed " + where_ +
@@ -187,7 +192,10 @@ class OpenClDevice final : public core::Device {
                                 " -DEDGES=" + (edges ? "1" : "0") + " -DGVW=" + std::to_string(gvw);
     auto it = kernels_.find(options);
     if (it != kernels_.end()) return it->second;
-    cl_program prog = build_program(cl_, context_, dev_, where_, kernels::gemm_cl, options);
+    // Driver compilers (PoCL's LLVM) recurse deeply: never on the caller's stack, which may be a
+    // small thread's.
+    cl_program prog = core::on_big_stack(
+        [&] { return build_program(cl_, context_, dev_, where_, kernels::gemm_cl, options); });
     cl_int err = CL_SUCCESS;
     cl_kernel k = cl_.CreateKernel(prog, "gemm", &err);
     cl_.ReleaseProgram(prog);  // the kernel keeps it alive
@@ -252,9 +260,22 @@ class OpenClDevice final : public core::Device {
 
   // ---- host in, host out ---------------------------------------------------------------------
   // Shared memory: wrap NumPy's buffers (CL_MEM_USE_HOST_PTR) and let the kernel read and write
-  // them where they are; the map/unmap of the result makes its contents visible to the host.
-  void matmul_in_place(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c) {
-    const std::size_t es = dtype_size(c.dtype);
+  // them where they are; the map/unmap of the result makes its contents visible to the host. A
+  // sparse view (a few rows of a huge memory map, say) is copied densely first: wrapped, its whole
+  // range would count as one buffer, over the device's allocation limit.
+  void matmul_in_place(const core::HostMatrix& a_in, const core::HostMatrix& b_in, const MatrixView& c_in) {
+    const std::size_t es = dtype_size(c_in.dtype);
+    std::vector<unsigned char> a_store, b_store, c_store;
+    const core::HostMatrix a = core::is_sparse(a_in) ? core::packed(core::view_of(a_in), a_store) : a_in;
+    const core::HostMatrix b = core::is_sparse(b_in) ? core::packed(core::view_of(b_in), b_store) : b_in;
+    const bool c_sparse =
+        c_in.rows > 1 && static_cast<std::size_t>(c_in.row_stride) > 2 * static_cast<std::size_t>(c_in.cols) + 4096;
+    MatrixView c = c_in;
+    if (c_sparse) {  // computed densely, then copied row by row
+      c_store.resize(static_cast<std::size_t>(c.rows * c.cols) * es);
+      c.data = c_store.data();
+      c.row_stride = c.cols;
+    }
     auto wrap = [&](const void* p, std::size_t bytes, cl_mem_flags flags) {
       return create_buffer(bytes, flags | CL_MEM_USE_HOST_PTR, const_cast<void*>(p));
     };
@@ -275,6 +296,12 @@ class OpenClDevice final : public core::Device {
     cl_check(err, "clEnqueueMapBuffer(result)", where_);
     cl_check(cl_.EnqueueUnmapMemObject(queue_, cb->mem(), p, 0, nullptr, nullptr),
              "clEnqueueUnmapMemObject(result)", where_);
+    if (c_sparse) {
+      cl_check(cl_.Finish(queue_), "clFinish", where_);
+      for (std::int64_t i = 0; i < c.rows; ++i)
+        std::memcpy(static_cast<unsigned char*>(c_in.data) + i * c_in.row_stride * es,
+                    c_store.data() + i * c.cols * es, c.cols * es);
+    }
   }
 
   // Discrete memory: operands go into pooled device buffers, packed dense (a sliced view crosses
