@@ -1,13 +1,24 @@
 // portmat._ext: the nanobind binding of the core library. Kept thin: the Python package
 // (python/portmat/__init__.py) owns NumPy semantics (dtype promotion, array-likes, output
 // allocation); this file turns NumPy arrays into strided views, releases the GIL around device
-// work, and maps portmat's C++ exceptions to Python ones.
+// work (without_gil, safe at interpreter exit), and maps portmat's C++ exceptions to Python ones.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <optional>
+#include <type_traits>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "core/backend.hpp"
+#include "core/process.hpp"
 #include "portmat/portmat.hpp"
 #ifdef PORTMAT_WITH_CPU
 #include "portmat/cpu.hpp"
@@ -51,6 +62,97 @@ portmat::DType parse_dtype(const std::string& s) {
   throw nb::value_error(("unsupported dtype '" + s + "' (float32 or float64)").c_str());
 }
 
+// ---- calls without the GIL, and interpreter exit ------------------------------------------------
+// During interpreter finalization, Python (before 3.14) ends any daemon thread that takes the GIL
+// back with pthread_exit(); in a thread returning from portmat that unwinds through C++ frames
+// that may not throw, and the process aborts ("terminate called without an active exception").
+// So every call that releases the GIL goes through without_gil(), and an atexit hook (atexit
+// functions run before finalization starts) marks the process as exiting and waits, GIL
+// released, until work in flight is done (at most kExitWaitSeconds) and every thread already on
+// its way back holds the GIL again. From then on a thread other than the one exiting that would
+// take the GIL back from portmat, or enter it, parks instead: the process is ending anyway.
+constexpr int kExitWaitSeconds = 10;
+
+struct ExitState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool exiting = false;
+  std::thread::id finalizer;  // the thread running the atexit hooks
+  int in_flight = 0;          // calls working without the GIL
+  int returning = 0;          // calls done, taking the GIL back
+};
+
+// Leaked (used at exit); replaced in a forked child, whose copy may count threads that are gone.
+ExitState* exit_state = new ExitState;
+
+[[noreturn]] void park_forever() {
+  for (;;) pause();
+}
+
+bool must_park(const ExitState& st) {
+  return st.exiting && std::this_thread::get_id() != st.finalizer;
+}
+
+template <class F>
+auto without_gil(F&& f) -> decltype(f()) {
+  ExitState& st = *exit_state;
+  {
+    std::unique_lock<std::mutex> lock(st.mu);
+    if (must_park(st)) {
+      lock.unlock();
+      PyEval_SaveThread();
+      park_forever();
+    }
+    ++st.in_flight;
+  }
+  PyThreadState* saved = PyEval_SaveThread();
+  std::exception_ptr error;
+  std::optional<std::conditional_t<std::is_void_v<decltype(f())>, char, decltype(f())>> result;
+  try {
+    if constexpr (std::is_void_v<decltype(f())>)
+      f();
+    else
+      result.emplace(f());
+  } catch (...) {
+    error = std::current_exception();
+  }
+  {
+    std::unique_lock<std::mutex> lock(st.mu);
+    --st.in_flight;
+    if (must_park(st)) {
+      st.cv.notify_all();
+      lock.unlock();
+      park_forever();
+    }
+    ++st.returning;
+  }
+  PyEval_RestoreThread(saved);
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    --st.returning;
+    st.cv.notify_all();
+  }
+  if (error) std::rethrow_exception(error);
+  if constexpr (!std::is_void_v<decltype(f())>) return std::move(*result);
+}
+
+// The atexit hook (called with the GIL held).
+void exiting() {
+  ExitState& st = *exit_state;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.exiting = true;
+    st.finalizer = std::this_thread::get_id();
+  }
+  PyThreadState* saved = PyEval_SaveThread();
+  {
+    std::unique_lock<std::mutex> lock(st.mu);
+    st.cv.wait_for(lock, std::chrono::seconds(kExitWaitSeconds),
+                   [&] { return st.in_flight == 0 && st.returning == 0; });
+  }
+  PyEval_RestoreThread(saved);
+}
+
 // A capsule that owns `p` (deleting the capsule drops the reference).
 nb::capsule hold(std::shared_ptr<void> p) {
   auto* h = new std::shared_ptr<void>(std::move(p));
@@ -61,6 +163,10 @@ nb::capsule hold(std::shared_ptr<void> p) {
 
 NB_MODULE(_ext, m) {
   m.doc() = "portmat's C++ core (use the portmat package, not this module)";
+  // Objects still held at exit (by parked daemon threads, say) are not leaks of the binding.
+  nb::set_leak_warnings(false);
+  nb::module_::import_("atexit").attr("register")(nb::cpp_function(&exiting));
+  portmat::core::on_fork(nullptr, nullptr, [] { exit_state = new ExitState; });
 
   error_type = PyErr_NewException("portmat.Error", PyExc_RuntimeError, nullptr);
   device_error_type = PyErr_NewException("portmat.DeviceError", error_type, nullptr);
@@ -123,8 +229,8 @@ NB_MODULE(_ext, m) {
          nb::ndarray<nb::device::cpu> out, const std::string& device) {
         const portmat::MatrixView va = view_of(a, "a"), vb = view_of(b, "b");
         const portmat::MatrixView vc = view_of(out, "out");
-        nb::gil_scoped_release release;  // arrays stay alive: the caller holds them
-        portmat::matmul(va, vb, vc, device);
+        // The arrays stay alive: the caller holds them.
+        without_gil([&] { portmat::matmul(va, vb, vc, device); });
       },
       "a"_a, "b"_a, "out"_a, "device"_a,
       "out = a @ b for 2-D float32/float64 arrays of one dtype; out row-major.");
@@ -135,11 +241,10 @@ NB_MODULE(_ext, m) {
          bool reuse_only) -> nb::object {
         const portmat::DType t = parse_dtype(dtype);
         auto dev = portmat::core::open_device(device);
-        std::shared_ptr<void> mem;
-        {
-          nb::gil_scoped_release release;
-          mem = dev->alloc_host(rows * cols * portmat::dtype_size(t), reuse_only);
-        }
+        std::shared_ptr<void> mem = without_gil([&] {
+          return portmat::core::with_enough_stack(
+              [&] { return dev->alloc_host(rows * cols * portmat::dtype_size(t), reuse_only); });
+        });
         if (!mem) return nb::none();
         void* data = mem.get();
         // The array owns a reference to the block; the pool gets it back when the array dies.
@@ -158,11 +263,10 @@ NB_MODULE(_ext, m) {
       "pin_host",
       [](const std::string& device, std::uintptr_t address, std::size_t bytes) -> nb::object {
         auto dev = portmat::core::open_device(device);
-        std::shared_ptr<void> pin;
-        {
-          nb::gil_scoped_release release;
-          pin = dev->pin_host(reinterpret_cast<const void*>(address), bytes);
-        }
+        std::shared_ptr<void> pin = without_gil([&] {
+          return portmat::core::with_enough_stack(
+              [&] { return dev->pin_host(reinterpret_cast<const void*>(address), bytes); });
+        });
         if (!pin) return nb::none();
         return hold(std::move(pin));
       },
@@ -175,8 +279,7 @@ NB_MODULE(_ext, m) {
       [](const std::string& device, std::int64_t mm, std::int64_t n, std::int64_t k,
          const std::string& dtype, int repeat, int launches, const std::string& layout) {
         const portmat::DType t = parse_dtype(dtype);
-        nb::gil_scoped_release release;
-        return portmat::time_gemm(device, mm, n, k, t, repeat, launches, layout);
+        return without_gil([&] { return portmat::time_gemm(device, mm, n, k, t, repeat, launches, layout); });
       },
       "device"_a, "m"_a, "n"_a, "k"_a, "dtype"_a, "repeat"_a, "launches"_a = 1, "layout"_a = "rr",
       "Seconds of each of `repeat` kernel runs on device-resident random data (each the mean of "
@@ -187,8 +290,7 @@ NB_MODULE(_ext, m) {
       "_try_alloc",
       [](const std::string& device, std::size_t bytes) {
         auto dev = portmat::core::open_device(device);
-        nb::gil_scoped_release release;
-        dev->alloc(bytes);  // released at once
+        without_gil([&] { portmat::core::with_enough_stack([&] { dev->alloc(bytes); }); });  // freed at once
       },
       "device"_a, "bytes"_a, "Test hook: allocate and free device memory (raises when it cannot)");
 }
