@@ -11,6 +11,8 @@ This module owns NumPy semantics (array-likes, dtype promotion, the output array
 
 from __future__ import annotations
 
+import sys as _sys
+
 import numpy as _np
 
 from . import _ext, _host_memory
@@ -80,12 +82,19 @@ def num_threads() -> int:
 
 
 def _as_operand(x, name: str) -> _np.ndarray:
+    ma = _sys.modules.get("numpy.ma")  # imported by whoever made a masked array
+    if ma is not None and isinstance(x, ma.MaskedArray):
+        raise TypeError(
+            f"matmul: {name} is a masked array (numpy.ma.MaskedArray), and portmat would multiply "
+            f"the values hidden under its mask; use numpy.ma.dot(a, b) for masked arithmetic, or "
+            f"{name}.filled(0) to multiply with the masked entries as zeros"
+        )
     if isinstance(x, _np.ndarray):
         arr = x
     else:
         try:
             arr = _np.asarray(x)
-        except Exception as e:  # ragged lists and the like
+        except (TypeError, ValueError) as e:  # ragged lists and the like; MemoryError stays itself
             raise TypeError(f"matmul: {name} is not an array ({type(x).__name__}): {e}") from None
         if arr.dtype.kind not in "biuf":
             raise TypeError(f"matmul: {name} is not a numeric array (got {type(x).__name__})")
@@ -94,6 +103,17 @@ def _as_operand(x, name: str) -> _np.ndarray:
             f"matmul: {name} must be 2-D (batched matmul is not supported yet), "
             f"got {arr.ndim}-D with shape {arr.shape}"
         )
+    return arr
+
+
+def _in_dtype(arr: _np.ndarray, dtype: _np.dtype) -> _np.ndarray:
+    """arr as `dtype` (native byte order), in memory the kernels can read: a copy where the
+    dtype or byte order differs, or where elements are not aligned to their size (a field of a
+    packed structured array, a buffer at an odd offset), as NumPy itself copies for BLAS."""
+    if arr.dtype != dtype:
+        return arr.astype(dtype)
+    if not arr.flags.aligned:
+        return arr.copy()
     return arr
 
 
@@ -112,13 +132,13 @@ def matmul(a, b, *, device=None) -> _np.ndarray:
             f"({a.shape[1]} != {b.shape[0]})"
         )
     for name, arr in (("a", a), ("b", b)):
-        if arr.dtype not in _SUPPORTED:
+        if arr.dtype.newbyteorder("=") not in _SUPPORTED:
             raise TypeError(
                 f"matmul: {name} has dtype {arr.dtype}; portmat supports float32 and float64"
             )
-    dtype = _np.result_type(a.dtype, b.dtype)
-    a = a.astype(dtype, copy=False)
-    b = b.astype(dtype, copy=False)
+    dtype = _np.result_type(a.dtype, b.dtype).newbyteorder("=")
+    a = _in_dtype(a, dtype)
+    b = _in_dtype(b, dtype)
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     info = _ext.device_for(_device_spec(device), m, n, k)
     dev = info.id

@@ -12,10 +12,12 @@ def _devices_table() -> str:
     import portmat
 
     rows = [("id", "kind", "name", "memory", "shares host memory", "float64")]
+    notes = []
     try:
         default = portmat.default_device().id
-    except portmat.Error:
+    except (portmat.Error, ValueError) as e:  # e.g. a $PORTMAT_DEVICE that names no device
         default = None
+        notes.append(f"note: no default device: {e}")
     for d in portmat.devices():
         mark = " *" if d.id == default else ""
         rows.append(
@@ -28,7 +30,7 @@ def _devices_table() -> str:
                 "yes" if d.supports_float64 else "no",
             )
         )
-    notes = [f"note: {n}" for n in portmat._ext.backend_notes()]
+    notes += [f"note: {n}" for n in portmat._ext.backend_notes()]
     if len(rows) == 1:
         return "\n".join(["no devices found (is an OpenCL driver installed? e.g. apt-get install pocl-opencl-icd)"] + notes)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
