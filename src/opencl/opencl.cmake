@@ -18,4 +18,4 @@ target_sources(portmat_core PRIVATE
   ${gemm_cl_cpp})
 target_include_directories(portmat_core PUBLIC $<BUILD_INTERFACE:${OPENCL_HEADERS_DIR}>)
 target_compile_definitions(portmat_core PUBLIC PORTMAT_WITH_OPENCL)
-list(APPEND PORTMAT_CPP_TESTS tests/cpp/test_opencl.cpp)
+list(APPEND PORTMAT_CPP_TESTS tests/cpp/test_opencl.cpp tests/cpp/test_program_cache.cpp)
