@@ -1,12 +1,30 @@
 """Shared fixtures: every test that takes `device` runs on every device portmat finds (PoCL's CPU
 device on CI; NVIDIA's OpenCL GPU on the H200), and `check_matmul` holds a result to a real bound."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import portmat
 
 DEVICES = portmat.devices()
+DEVICE_IDS = [d.id for d in DEVICES]
+
+
+def run_python(*args, env=None, timeout=120, cwd=None):
+    """Runs `python *args` in a fresh process with `env` added to this one's environment (values
+    of None remove a variable); a hang fails the test with TimeoutExpired instead of stalling."""
+    full = dict(os.environ)
+    for k, v in (env or {}).items():
+        if v is None:
+            full.pop(k, None)
+        else:
+            full[k] = v
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=full,
+                          timeout=timeout, cwd=cwd)
 
 
 def pytest_report_header(config):
