@@ -245,7 +245,10 @@ TEST(CpuDevice, ThreadSetting) {
   const int before = portmat::num_threads();
   EXPECT_GT(before, 0);
   portmat::set_num_threads(3);
-  EXPECT_EQ(portmat::num_threads(), 3);
+  EXPECT_EQ(portmat::num_threads(), std::min(3, before));  // clamped to the CPUs
+  portmat::set_num_threads(1 << 30);
+  EXPECT_EQ(portmat::num_threads(), before);
+  portmat::set_num_threads(3);
   std::mt19937 rng(1);
   EXPECT_LE(run_driver<float>(portmat::cpu::active_kernel_set().f32, 200, 300, 250, false, true,
                               portmat::num_threads(), rng),

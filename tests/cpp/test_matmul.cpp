@@ -1,6 +1,8 @@
 // portmat::matmul through the public C++ API on every device, against the float64 reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -57,6 +59,40 @@ TEST_P(EveryDevice, KZeroGivesZerosAndEmptyResultsAreFine) {
   MatrixView ve{c.data(), 0, 3, 3, 1, DType::f32}, va0{a.data(), 0, 5, 5, 1, DType::f32};
   MatrixView vb5{c.data(), 5, 3, 3, 1, DType::f32};
   portmat::matmul(va0, vb5, ve, GetParam());
+}
+
+TEST_P(EveryDevice, BroadcastOperandsAreReducedNotPacked) {
+  // Zero strides (np.broadcast_to) in every position, against the reference.
+  std::mt19937 rng(std::random_device{}());
+  const std::int64_t m = 37, k = 53, n = 29;
+  auto x = random_vector<float>(m * k, rng), y = random_vector<float>(k * n, rng);
+  std::vector<float> c(m * n);
+  const MatrixView a_dense{x.data(), m, k, k, 1, DType::f32}, b_dense{y.data(), k, n, n, 1, DType::f32};
+  const MatrixView a_cases[] = {a_dense, {x.data(), m, k, 0, 1, DType::f32}, {x.data(), m, k, 1, 0, DType::f32},
+                                {x.data(), m, k, 0, 0, DType::f32}};
+  const MatrixView b_cases[] = {b_dense, {y.data(), k, n, 0, 1, DType::f32}, {y.data(), k, n, 1, 0, DType::f32},
+                                {y.data(), k, n, 0, 0, DType::f32}};
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t j = 0; j < 4; ++j) {
+      std::fill(c.begin(), c.end(), -12345.0f);
+      MatrixView vc{c.data(), m, n, n, 1, DType::f32};
+      portmat::matmul(a_cases[i], b_cases[j], vc, GetParam());
+      EXPECT_LE(portmat::reference::worst_error_ratio(a_cases[i], b_cases[j], vc), 1.0) << i << " " << j;
+    }
+  // A (2^20, 2^20) view of one value (4 TiB if packed) times a (2^20, 2) matrix.
+  const std::int64_t big = std::int64_t(1) << 20;
+  float half = 0.5f;
+  auto b = random_vector<float>(big * 2, rng);
+  std::vector<float> out(big * 2);
+  portmat::matmul({&half, big, big, 0, 0, DType::f32}, {b.data(), big, 2, 2, 1, DType::f32},
+                  {out.data(), big, 2, 2, 1, DType::f32}, GetParam());
+  for (int j = 0; j < 2; ++j) {
+    double sum = 0, mag = 0;
+    for (std::int64_t r = 0; r < big; ++r) sum += b[r * 2 + j], mag += std::abs(b[r * 2 + j]);
+    const double bound = big * 1.2e-7 * 0.5 * mag;
+    EXPECT_NEAR(out[j], 0.5 * sum, bound);
+    EXPECT_NEAR(out[(big - 1) * 2 + j], 0.5 * sum, bound);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, EveryDevice, ::testing::ValuesIn(portmat::testing::device_ids()),
