@@ -3,14 +3,17 @@
 // default-device rules.
 //
 // Probing is lazy and isolated: "cpu:0" never starts the OpenCL or CUDA driver, a backend whose
-// probe throws becomes a note instead of breaking the others, and probes run on a big-stack thread
-// (core/process.hpp) whatever the caller's stack. Devices of a backend probed before a fork() stay
+// probe throws becomes a note instead of breaking the others, probes run on a big-stack thread
+// (core/process.hpp) whatever the caller's stack, and the environment drivers edit while they
+// start is put back, so that child processes see the same devices under the same ids. Devices of a backend probed before a fork() stay
 // listed under the same ids in the child, but a backend whose driver cannot survive fork() refuses
 // to run there with an error that says why and what to do instead.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 
@@ -87,10 +90,37 @@ std::string printable(const std::string& s) {
   return out;
 }
 
+// The process environment as NAME -> value.
+std::map<std::string, std::string> environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq) env.emplace(std::string(*e, static_cast<std::size_t>(eq - *e)), eq + 1);
+  }
+  return env;
+}
+
+// Drivers edit the environment while they start: PoCL sets HWLOC_PLUGINS_PATH=/dev/null (to keep
+// hwloc from loading PoCL again through its OpenCL plugin), and on the H200 machine's image
+// OCL_ICD_FILENAMES lost libnvidia-opencl.so.1 while the ICD loader started. Children inherit the
+// environment, so every process started after a probe lost NVIDIA's OpenCL platform, and
+// 'opencl:1' of the parent was no device in its pool workers. The environment is put back as it
+// was once the probe is over (the drivers read those variables while starting, not later).
+void restore_environment(const std::map<std::string, std::string>& before) {
+  const auto after = environment();
+  for (const auto& [name, value] : after)
+    if (!before.count(name)) unsetenv(name.c_str());
+  for (const auto& [name, value] : before) {
+    const auto it = after.find(name);
+    if (it == after.end() || it->second != value) setenv(name.c_str(), value.c_str(), 1);
+  }
+}
+
 void probe(Slot& s) {
   if (s.probed.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(registry_mutex);
   if (s.probed.load(std::memory_order_relaxed)) return;
+  const auto env = environment();
   on_big_stack([&] {
     try {
       s.devices = s.backend->devices();
@@ -103,6 +133,7 @@ void probe(Slot& s) {
     }
     for (auto& n : s.backend->notes()) s.notes.push_back(n);
   });
+  restore_environment(env);
   s.generation = fork_generation();
   s.probe_pid = static_cast<long>(getpid());
   s.probed.store(true, std::memory_order_release);

@@ -137,6 +137,26 @@ print("codes", codes)
     assert "codes [" + ", ".join(["0"] * 12) + "]" in r.stdout, r.stdout + r.stderr
 
 
+def test_probing_leaves_the_environment_as_it_was():
+    # Drivers edit the environment while they start (PoCL: HWLOC_PLUGINS_PATH; an ICD loader:
+    # OCL_ICD_FILENAMES); children inherit it, so a child started after a probe lost devices.
+    # `env` in a child shows the C-level environment, which os.environ does not follow.
+    code = f"""
+import subprocess
+def env():
+    return subprocess.run(["env"], capture_output=True, text=True).stdout.splitlines()
+before = env()
+for device in {DEVICE_IDS!r}:
+    product(device)
+portmat._ext.backend_notes()
+after = env()
+print("added", sorted(set(after) - set(before)), "removed", sorted(set(before) - set(after)))
+"""
+    r = run_child(code)
+    assert r.returncode == 0, r.stderr
+    assert "added [] removed []" in r.stdout, r.stdout
+
+
 POOL_SCRIPT = PRELUDE + """
 import multiprocessing as mp
 
