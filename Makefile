@@ -1,6 +1,8 @@
 # portmat quick start: `make bench` or `make test` on a fresh Debian/Ubuntu machine (as root, or
 # with sudo). Each sets up what it needs: system packages, .venv, a build of portmat in it.
-#   make bench   benchmark on the default device (BENCH_ARGS="--sizes 512,1024 --repeat 5")
+#   make bench   every device of this machine against NumPy (and its peers), written to
+#                bench/results/$(MACHINE)-<device>-<dtype>.json and the tables of bench/results/README.md
+#                and README.md; MACHINE defaults to "<cores>core" (BENCH_ARGS="--only cpu --sizes 512,1024")
 #   make test    every test suite: C++ (GoogleTest via ctest) and Python (pytest)
 # OFFLINE=1 uses what the machine already has (no apt-get, no downloads, no venv: portmat is
 # installed into $(PYTHON)'s environment): for machines without network, such as the GPU machine.
@@ -10,7 +12,7 @@ VPY         := $(VENV)/bin/python
 BUILD_CPP   := build/cpp
 CMAKE_ARGS  ?=
 BENCH_ARGS  ?=
-BENCH_JSON  ?= bench/results/latest.json
+MACHINE     ?= $(shell nproc 2>/dev/null || echo 1)core
 JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 OFFLINE     ?= 0
 PIP_ARGS    ?=
@@ -28,7 +30,7 @@ endif
 .PHONY: bench test test-cpp test-python system venv install clean
 bench: install
 	$(VPY) -m portmat devices
-	$(VPY) -m portmat bench --json $(BENCH_JSON) $(BENCH_ARGS)
+	$(VPY) bench/every_device.py --machine $(MACHINE) $(BENCH_ARGS)
 
 test: test-cpp test-python
 

@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1 or any(n < 1 for n in args.sizes):
         parser.error("--repeat and --sizes must be positive")
     records = bench.run(args.sizes, args.repeat, args.device, args.dtype, progress=sys.stderr)
+    command = "python -m portmat " + " ".join(sys.argv[1:] if argv is None else argv)
+    for r in records:
+        r["command"] = command
     print(bench.table(records))
     if args.json:
         bench.write_json(records, args.json)

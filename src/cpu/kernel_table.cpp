@@ -30,7 +30,7 @@
 // 1.41x with nc 320 in another; B-outer had 1.25x / 1.20x / 1.22x / 1.32x in an earlier session.
 // float64 uses the same A-outer order with the same footprints: kc 256 makes the A micro-panel
 // 28 KiB and nc 256 the B block 512 KiB. Against the B-outer order it had before (mc 112, kc 768,
-// nc 2048), 2 threads, `bench/cpu_env_ab.py` (a process per variant, alternating rounds), GFLOP/s:
+// nc 2048), 2 threads, `bench/diagnostics/cpu_env_ab.py` (a process per variant, alternating rounds), GFLOP/s:
 //   n = 1024: 139-145 against 131-140;  n = 2048: 138-146 against 125-139 (NumPy 133-147);
 //   n = 4096: 140-152 against 134-142;  n = 256 / 512: the same within 1%.
 // kc 320-384 or nc 128 / 384 were no better at n = 2048.

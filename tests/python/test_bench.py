@@ -1,6 +1,7 @@
 """The benchmark command runs, verifies its results and writes the JSON it promises."""
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -9,11 +10,17 @@ import pytest
 from conftest import DEVICES
 
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
 @pytest.mark.skipif(not DEVICES, reason="no device")
-def test_bench_json(tmp_path):
-    out = tmp_path / "b.json"
-    r = subprocess.run([sys.executable, "-m", "portmat", "bench", "--sizes", "64,100", "--repeat", "2",
-                        "--json", str(out)], capture_output=True, text=True, timeout=600)
+def test_bench_json_and_the_tables_made_from_it(tmp_path):
+    dev = DEVICES[0]
+    label = f"{dev.backend}-{dev.kind}" if dev.backend == "opencl" else dev.backend
+    out = tmp_path / "results" / f"testbox-{label}-float32.json"
+    out.parent.mkdir()
+    args = ["bench", "--device", dev.id, "--sizes", "64,100", "--repeat", "2", "--json", str(out)]
+    r = subprocess.run([sys.executable, "-m", "portmat", *args], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     records = json.loads(out.read_text())
     assert [rec["size"] for rec in records] == [64, 100]
@@ -23,7 +30,23 @@ def test_bench_json(tmp_path):
         assert rec["numpy_s"] > 0 and rec["portmat_s"] > 0 and rec["kernel_s"] > 0
         assert rec["max_rel_error"] < rec["size"] * 1.2e-7 and rec["verified"]
         assert rec["repeat"] >= 2
+        assert rec["command"] == "python -m portmat " + " ".join(args)
     assert "ratio" in r.stdout and "64" in r.stdout
+
+    # bench/results_tables.py: a row per size in the results README, the largest in the headline.
+    readme = tmp_path / "README.md"
+    readme.write_text("before\n<!-- figures:begin -->\nold\n<!-- figures:end -->\nafter\n")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "results_tables.py"), "--results", str(out.parent),
+                        "--readme", str(readme)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    table = (out.parent / "README.md").read_text()
+    front = readme.read_text()
+    assert front.startswith("before\n") and front.endswith("after\n") and "old" not in front
+    for rec in records:
+        speedup = f"{rec['numpy_s'] / rec['portmat_s']:.2f}x"
+        assert f"| {rec['size']} | " in table and speedup in table
+    assert f": {records[-1]['device_name']} | float32 | 100 |" in front and "| testbox |" in front
+    assert records[0]["command"] in table
 
 
 def test_bench_rejects_bad_arguments():

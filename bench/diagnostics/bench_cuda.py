@@ -1,12 +1,12 @@
 """CUDA backend benchmark: portmat's CUDA kernels and NumPy-in/NumPy-out path against cuBLAS
 (torch, TF32 off) and CuPy in the same run, with medians and verified results.
 
-  python3 bench/cuda/bench_cuda.py device  --sizes 1024,2048,4096,8192 [--tiles 128x256,128x256_fp]
-  python3 bench/cuda/bench_cuda.py host    --sizes 512,1024,2048,4096,8192
-  python3 bench/cuda/bench_cuda.py hostone --n 4096        (portmat only; for env-var sweeps)
-  python3 bench/cuda/bench_cuda.py hostab  --sizes 4096,8192 --var PORTMAT_CUDA_EARLY_ROWS --values 0,2048
+  python3 bench/diagnostics/bench_cuda.py device  --sizes 1024,2048,4096,8192 [--tiles 128x256,128x256_fp]
+  python3 bench/diagnostics/bench_cuda.py host    --sizes 512,1024,2048,4096,8192
+  python3 bench/diagnostics/bench_cuda.py hostone --n 4096        (portmat only; for env-var sweeps)
+  python3 bench/diagnostics/bench_cuda.py hostab  --sizes 4096,8192 --var PORTMAT_CUDA_EARLY_ROWS --values 0,2048
                                            (portmat only, one process: the values in alternating rounds)
-  python3 bench/cuda/bench_cuda.py crossover --sizes 64,128,256,384,512,768,1024
+  python3 bench/diagnostics/bench_cuda.py crossover --sizes 64,128,256,384,512,768,1024
 Every mode appends its records to --json (a list of dicts) and prints a table.
 """
 

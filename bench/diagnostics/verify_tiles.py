@@ -6,9 +6,9 @@ random normal inputs; the error is max |c - ref| / max (|a| @ |b|), and above 1e
 compute-sanitizer: with PORTMAT_CUDA_SK_ALL=1 every tile of the stream-K kernel is split across
 blocks, so the flag hand-over is exercised (racecheck instruments every shared-memory access).
 
-    python3 bench/cuda/verify_tiles.py 128x256_fp 128x256_sk
+    python3 bench/diagnostics/verify_tiles.py 128x256_fp 128x256_sk
     PORTMAT_CUDA_SK_ALL=1 compute-sanitizer --tool racecheck \\
-        python3 bench/cuda/verify_tiles.py --shapes 300x520x200,131x257x667 128x256_sk
+        python3 bench/diagnostics/verify_tiles.py --shapes 300x520x200,131x257x667 128x256_sk
 """
 import argparse
 import os

@@ -8,7 +8,7 @@
      of each kernel shows without the last partial wave.
   3. cuBLAS's kernel names (torch.profiler): which tile and algorithm it picks per shape.
 
-  python3 bench/cuda/kernel_diag.py --tiles 128x256_fp,128x256_sk,128x256_sk:PORTMAT_CUDA_GROUP_M=16 --json out.json
+  python3 bench/diagnostics/kernel_diag.py --tiles 128x256_fp,128x256_sk,128x256_sk:PORTMAT_CUDA_GROUP_M=16 --json out.json
 """
 
 import argparse

@@ -2,7 +2,7 @@
 # Nsight Compute's stall reasons (per issued instruction), shared-memory wavefronts and instruction
 # counts for one launch of each tile and of cuBLAS at 8448 x 8192 x 8192 (16 whole waves of
 # 128x256 tiles), clocks left alone. Run on the H200 after the package is built:
-#   TILES="128x256_fp 128x256_fs" [CUBLAS=1] bash bench/cuda/ncu_stalls.sh
+#   TILES="128x256_fp 128x256_fs" [CUBLAS=1] bash bench/diagnostics/ncu_stalls.sh
 set -o pipefail
 export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH
 M='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed_op_shared_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed_pipe_fma.sum,smsp__inst_executed.sum,sm__cycles_active.avg,smsp__inst_executed_op_global_ld.sum,smsp__inst_executed_op_ldgsts.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum'

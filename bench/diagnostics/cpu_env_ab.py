@@ -2,7 +2,7 @@
 each variant runs in its own process, variants alternate round by round (so a machine that speeds
 up or slows down affects all of them alike), and NumPy can be one of the variants.
 
-    python bench/cpu_env_ab.py --n 2048 --dtype float64 --rounds 3 \\
+    python bench/diagnostics/cpu_env_ab.py --n 2048 --dtype float64 --rounds 3 \\
         - "PORTMAT_CPU_BLOCKS=f64:4200,256,256" numpy
 
 A variant is "-" (the defaults), "numpy", or space-separated NAME=VALUE assignments. Each process

@@ -2,7 +2,7 @@
 # Where, instruction by instruction, a kernel's warps wait: Nsight Compute's warp-state samples per
 # SASS instruction (the source page, printed as CSV) for one launch of a portmat tile and one of
 # cuBLAS (through torch, TF32 off), clocks left alone. Run on the H200 after the package is built:
-#   TILES="128x256_fp" SHAPE="4224, 4096, 4096" bash bench/cuda/ncu_source.sh
+#   TILES="128x256_fp" SHAPE="4224, 4096, 4096" bash bench/diagnostics/ncu_source.sh
 export PYTHONUNBUFFERED=1 PATH=/usr/local/cuda/bin:$PATH
 OUT=${OUT:-/tmp/cuda_out}; mkdir -p "$OUT"
 SHAPE=${SHAPE:-4224, 4096, 4096}

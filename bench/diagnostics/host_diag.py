@@ -7,7 +7,7 @@ pinning memory (cudaHostAlloc, cudaHostRegister of an existing NumPy array, and 
 and copy-engine rates from pinned, registered and pageable memory. Prints one line per figure and
 saves them with --json.
 
-    python3 bench/cuda/host_diag.py --mb 64 --json out.json
+    python3 bench/diagnostics/host_diag.py --mb 64 --json out.json
 """
 
 import argparse

@@ -2,7 +2,7 @@
 `--repeat`) for each candidate parameter set at each size; every candidate is first verified
 against a float64 reference. Prints a table and writes JSON.
 
-    python bench/tune_opencl.py --device opencl:0 --sizes 1024,4096 --json out.json
+    python bench/diagnostics/tune_opencl.py --device opencl:0 --sizes 1024,4096 --json out.json
 """
 
 import argparse

@@ -1,10 +1,10 @@
-"""Summarise the per-instruction warp-state samples that bench/cuda/ncu_source.sh exports.
+"""Summarise the per-instruction warp-state samples that bench/diagnostics/ncu_source.sh exports.
 
 Input: the CSV of Nsight Compute's source page (SASS view). Output: the share of all samples by
 stall reason, by opcode, and the instructions with the most samples in stall reasons other than
 "selected" / "not selected" (or in one reason given with --reason): where a kernel's warps wait.
 
-    python3 bench/cuda/ncu_source_summary.py src_128x256_fp_sass.csv [--top 30] [--reason stall_long_sb]
+    python3 bench/diagnostics/ncu_source_summary.py src_128x256_fp_sass.csv [--top 30] [--reason stall_long_sb]
 """
 import argparse
 import collections

@@ -1,0 +1,76 @@
+"""Benchmarks every device of this machine with the canonical sizes and writes today's figures.
+
+One `python -m portmat bench` per device and dtype, each in its own process (a GPU peer's memory
+or NumPy's spinning threads never carry over), writing bench/results/<machine>-<device>-<dtype>.json
+(overwritten: git keeps the history), then the tables of bench/results/README.md and README.md
+(bench/results_tables.py). <device> is the backend (cpu, cuda) or, for OpenCL, the backend and the
+kind (opencl-gpu, opencl-cpu); the first device of each is measured.
+
+    python bench/every_device.py --machine 2core                 # what `make bench` runs
+    python bench/every_device.py --machine h200 --out "$OUT"     # bench/h200.sh on the H200
+    python bench/every_device.py --machine laptop --only cpu --sizes 512,1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# (backend, kind) -> [(dtype, sizes)]: what each kind of device is measured at. GPUs need large
+# products to fill them; PoCL's CPU device is slow, so it gets small ones.
+PLAN = {
+    ("cuda", "gpu"): [("float32", "512,1024,2048,4096,8192"), ("float64", "1024,4096")],
+    ("opencl", "gpu"): [("float32", "1024,2048,4096,8192")],
+    ("cpu", "cpu"): [("float32", "256,512,1024,2048,4096"), ("float64", "1024,2048")],
+    ("opencl", "cpu"): [("float32", "256,512,1024")],
+}
+
+
+def label(backend: str, kind: str) -> str:
+    return f"{backend}-{kind}" if backend == "opencl" else backend
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--machine", required=True, help="short name of this machine kind: h200, 2core, ...")
+    p.add_argument("--out", default=os.path.join(HERE, "results"), help="folder for the JSON files")
+    p.add_argument("--only", default="", help="comma-separated devices to run (cpu, cuda, opencl-gpu, ...)")
+    p.add_argument("--sizes", default="", help="override the sizes of every run")
+    p.add_argument("--repeat", default="", help="passed to portmat bench")
+    p.add_argument("--no-tables", action="store_true", help="leave the README tables alone")
+    args = p.parse_args()
+
+    import portmat
+
+    seen, failed = set(), []
+    os.makedirs(args.out, exist_ok=True)
+    for d in portmat.devices():
+        key = (d.backend, d.kind)
+        name = label(*key)
+        if key not in PLAN or name in seen or (args.only and name not in args.only.split(",")):
+            continue
+        seen.add(name)
+        for dtype, sizes in PLAN[key]:
+            if dtype == "float64" and not d.supports_float64:
+                continue
+            path = os.path.join(args.out, f"{args.machine}-{name}-{dtype}.json")
+            cmd = [sys.executable, "-m", "portmat", "bench", "--device", d.id, "--dtype", dtype,
+                   "--sizes", args.sizes or sizes, "--json", path]
+            if args.repeat:
+                cmd += ["--repeat", args.repeat]
+            print(f"== {name} {dtype}: {' '.join(cmd[1:])}", flush=True)
+            if subprocess.run(cmd).returncode != 0:
+                failed.append(f"{name} {dtype}")
+    if not args.no_tables:
+        subprocess.run([sys.executable, os.path.join(HERE, "results_tables.py"), "--results", args.out], check=False)
+    if failed:
+        print("FAILED: " + ", ".join(failed), file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
