@@ -1,8 +1,8 @@
 // portmat public C++ API: matrix multiplication of strided host matrices on any device.
 //
 // A C++ user links the `portmat_core` library and calls portmat::matmul(); the Python package is a
-// thin nanobind layer over the same calls. Devices come from backends (OpenCL today; native CPU and
-// CUDA next) behind the small interface in backend.hpp.
+// thin nanobind layer over the same calls. Devices come from three backends (native CPU, CUDA,
+// OpenCL) behind the small interface in src/core/backend.hpp.
 #pragma once
 
 #include <cstddef>
@@ -48,7 +48,7 @@ enum class DeviceKind { gpu, cpu, other };
 const char* device_kind_name(DeviceKind k);  // "gpu", "cpu", "other"
 
 struct DeviceInfo {
-  std::string backend;  // "opencl", later "cpu", "cuda"
+  std::string backend;  // "cpu", "cuda" or "opencl"
   int index = 0;        // index within the backend
   std::string name, vendor, driver_version;
   DeviceKind kind = DeviceKind::other;
@@ -62,6 +62,7 @@ struct DeviceInfo {
 };
 
 // All devices of all backends that could be opened; a backend whose driver is absent adds none.
+// Starts every backend's driver (find_device("cpu:0") starts only the CPU backend's).
 std::vector<DeviceInfo> devices();
 
 // Why devices might be missing: each backend's problems while probing ("opencl: platform 'X':

@@ -66,7 +66,7 @@ class Device {
 
   // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0.
   // Each backend moves data its own best way: in place on shared memory, copies on discrete
-  // devices (pooled buffers, later pipelined). Must leave no device work referring to host
+  // devices (pooled buffers, pipelined pinned copies). Must leave no device work referring to host
   // memory when it returns or throws.
   virtual void matmul_host(const HostMatrix& a, const HostMatrix& b, const MatrixView& c) = 0;
 

@@ -2,7 +2,7 @@
 //
 // Why: a fresh result array costs its first writer a page fault per page (the kernel zeroes each
 // 2 MiB or 4 KiB page on first touch): on the 2-core development machine 1-3% of a float32
-// product at n = 2048-4096 (bench/results/README.md, session 4). A device whose results are
+// product at n = 2048-4096 (docs/cpu.md, session 4). A device whose results are
 // worth keeping in ready memory (the CPU: faulted-in pages; a discrete GPU: page-locked ones the
 // copy engines write directly) hands out blocks from a pool: when the array that owns a block
 // dies, the block goes back to a free list for the next result of a similar size, as CuPy's

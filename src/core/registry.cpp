@@ -264,7 +264,7 @@ Entry choose(const std::string& spec) {
 std::shared_ptr<Device> open_device(const std::string& spec) { return usable(choose(spec)); }
 
 // Below this many flops (2*m*n*k) a GPU loses to the host: on the H200 machine, NumPy in and out,
-// the GPU first won at n ~ 450-512, about 2.5e8 flops (bench/results/cuda_h200.md, crossover).
+// the GPU first won at n ~ 450-512, about 2.5e8 flops (docs/cuda.md, crossover).
 // $PORTMAT_GPU_MIN_FLOP overrides it (0: always the GPU).
 double gpu_min_flop() {
   static const double v = [] {

@@ -284,7 +284,7 @@ class CudaDevice final : public core::Device {
     if (dtype == DType::f64) return kF64_64x64;
     if (const char* e = std::getenv("PORTMAT_CUDA_TILE"))
       if (const GemmTile* t = tile_by_name(e)) return *t;
-    // Measured on the H200 (bench/results/2026-11-29_h200_cuda_round2.json): 128x256 (8x16 per
+    // Measured on the H200 (record 2026-11-29_h200_cuda_round2.json): 128x256 (8x16 per
     // thread) with register double-buffered fragments and unchecked copies for interior slabs
     // (_fp) is fastest from n = 2048 up: 49.6 / 49.8 TFLOP/s at 4096 / 8192, against 45.7 / 46.8
     // for _db, 41.3 / 41.8 for the plain 128x256 and 45.1 / 46.4 for 128x128_fp. When there are
@@ -293,7 +293,7 @@ class CudaDevice final : public core::Device {
     // 128x256 tiles run on the hybrid grid of _sk (launch(): _fp for the whole waves, the stream-K
     // kernel for the rest): +0.8% / +2.8% over _fp alone at n = 4096 / 8192 (gemm_tiles.h). On
     // sm_90 the warp-specialized pair _ws / _wsk on the same grid: +0.4% / +1.2% over _sk at
-    // 4096 / 8192, +1.8% at 6144 (2026-11-29_h200_s7_ws_rule.json).
+    // 4096 / 8192, +1.8% at 6144 (record 2026-11-29_h200_s7_ws_rule.json).
     const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128);
     if (big_tiles < info_.compute_units) return kF32_64x64;
     return warp_specialized() ? kF32_128x256_wsk : kF32_128x256_sk;
@@ -365,17 +365,17 @@ class CudaDevice final : public core::Device {
     // kernel; the tiles before them (whole waves) are one launch of the data-parallel kernel of the
     // same shape, whose blocks compute tile blockIdx.x. Two launches rather than one kernel with
     // both kinds of block: the data-parallel blocks then run _fp's own code. Measured on the H200
-    // (bench/results/README.md, session 4) against three variants: the stream-K launch on a second
+    // (docs/cuda.md, session 4) against three variants: the stream-K launch on a second
     // stream, overlapping the last data-parallel wave (-1% at n = 4096); stream-K blocks sharing a
     // wave more (r + w tiles: -2% at 4096, -0.2% at 8192); the stream-K launch first (the same).
     // A whole product of at most kSkAllWaves waves shares every tile instead (one launch of the
     // stream-K kernel): there the boundary between two launches (the stream-K kernel starts only
     // once the slowest data-parallel block has ended) costs more than the stream-K blocks lose by
     // working at unrelated k (fewer shared panels in L2). H200, 2026-11-29, same run
-    // (bench/results/2026-11-29_h200_s6_sk_all_rule.json), every tile shared against the two
+    // (record 2026-11-29_h200_s6_sk_all_rule.json), every tile shared against the two
     // launches: 3072 (2.2 waves) 1162 / 1198 us, 4096 (3.9) 2703 / 2730, 5120 (6.1) 5291 / 5350,
     // 8192 (15.5) 21470 / 21358; 6144 (8.7 waves, another run) +1.5%. Measured and dropped
-    // (2026-11-29_h200_s6_pdl_layout.json, _dp_first.json): the stream-K kernel as a programmatic
+    // (record 2026-11-29_h200_s6_pdl_layout.json, _dp_first.json): the stream-K kernel as a programmatic
     // dependent launch (sm_90; its blocks may start as the last data-parallel ones end): 1%
     // slower at 4096; one launch that runs the whole tiles first, k in step, then the stream-K
     // parts: slower code for the stream-K kernel (227 registers against 247, 2% slower).
@@ -399,7 +399,7 @@ class CudaDevice final : public core::Device {
       return run(dp, tiles, stream);
     // Every tile shared: groups of 4 tile rows (kSkAllGroupM) rather than 8, unless
     // PORTMAT_CUDA_GROUP_M sets a positive one. H200, 4096, same run
-    // (2026-11-29_h200_s6_group_m_skall.json), twice each: 50.97 / 51.01 TFLOP/s against 50.77 /
+    // (record 2026-11-29_h200_s6_group_m_skall.json), twice each: 50.97 / 51.01 TFLOP/s against 50.77 /
     // 50.82 (2: 51.01; 16, 32: 50.8-50.9).
     if (all && env_long("PORTMAT_CUDA_GROUP_M", 0) <= 0) args.group_m = kSkAllGroupM;
     const std::int64_t first = tiles - sk_tiles;

@@ -87,7 +87,7 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n) {
     p.mwg = p.nwg = 64;
     p.mdimc = p.ndimc = 8;
   } else {
-    // Measured on an H200 through NVIDIA's driver (bench/results/2026-11-29_h200_opencl_tune.txt):
+    // Measured on an H200 through NVIDIA's driver (record 2026-11-29_h200_opencl_tune.txt):
     // unpadded A slices ran 32.9 -> 41.8 TFLOP/s at n = 4096.
     p.pada = 0;
     const long blocks = ((m + p.mwg - 1) / p.mwg) * ((n + p.nwg - 1) / p.nwg);
