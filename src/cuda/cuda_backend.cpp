@@ -284,12 +284,12 @@ class CudaDevice final : public core::Device {
     if (dtype == DType::f64) return kF64_64x64;
     if (const char* e = std::getenv("PORTMAT_CUDA_TILE"))
       if (const GemmTile* t = tile_by_name(e)) return *t;
-    // Measured on the H200 (record 2026-11-29_h200_cuda_round2.json): 128x256 (8x16 per
-    // thread) with register double-buffered fragments and unchecked copies for interior slabs
-    // (_fp) is fastest from n = 2048 up: 49.6 / 49.8 TFLOP/s at 4096 / 8192, against 45.7 / 46.8
-    // for _db, 41.3 / 41.8 for the plain 128x256 and 45.1 / 46.4 for 128x128_fp. When there are
-    // fewer 128x128 tiles than SMs, 64x64 tiles (4x as many) fill the GPU better (26.3 against
-    // 17.3 TFLOP/s for 128x128 at n = 1024).
+    // Measured on the H200 (records 2026-11-29_h200_cuda_round2.json, _round1.json): 128x256
+    // (8x16 per thread) with register double-buffered fragments and unchecked copies for interior
+    // slabs (_fp) is fastest at n = 4096 / 8192: 49.6 / 49.8 TFLOP/s, against 45.7 / 46.8 for _db,
+    // 45.1 / 46.4 for 128x128_fp (round 2) and 41.3 / 41.8 for the plain 128x256 (round 1). When
+    // there are fewer 128x128 tiles than SMs, 64x64 tiles (4x as many) fill the GPU better: 26.3
+    // against 16.1-16.6 TFLOP/s for 128x128 at n = 1024 (record cuda_h200.json).
     // 128x256 tiles run on the hybrid grid of _sk (launch(): _fp for the whole waves, the stream-K
     // kernel for the rest): +0.8% / +2.8% over _fp alone at n = 4096 / 8192 (gemm_tiles.h). On
     // sm_90 the warp-specialized pair _ws / _wsk on the same grid: +0.4% / +1.2% over _sk at

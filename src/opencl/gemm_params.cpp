@@ -93,7 +93,8 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n) {
     const long blocks = ((m + p.mwg - 1) / p.mwg) * ((n + p.nwg - 1) / p.nwg);
     if (blocks < 2L * dev.compute_units) {
       // Too few 128x128 blocks to fill the device (n <= 2048 on 132 SMs): 64x128 blocks of
-      // 8x16 work-items, still 8x8 each (n = 1024: 26.3 -> 31.2 TFLOP/s).
+      // 8x16 work-items, still 8x8 each. The sweep measured them with PADA=4 (n = 1024: 26.3 ->
+      // 31.2 TFLOP/s); with the PADA=0 shipped here the bench gave 29.2 (docs/opencl.md).
       p.mwg = 64;
       p.mdimc = 8;
     }
