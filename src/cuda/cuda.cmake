@@ -32,6 +32,7 @@ set(cuda_kernel_files
   ${cuda_kernels}/gemm.cu           # entry points (extern "C"), the contract of every kernel
   ${cuda_kernels}/gemm_tiles.h      # argument block and tile table, shared with the host
   ${cuda_kernels}/gemm_common.cuh   # device code that every family uses
+  ${cuda_kernels}/gemm_body.cuh     # plain body: 128x256, 64x64, float64 64x64
 )
 set(cuda_fatbin ${CMAKE_CURRENT_BINARY_DIR}/embedded/cuda_gemm.fatbin)
 add_custom_command(OUTPUT ${cuda_fatbin}
