@@ -33,6 +33,7 @@ set(cuda_kernel_files
   ${cuda_kernels}/gemm_tiles.h      # argument block and tile table, shared with the host
   ${cuda_kernels}/gemm_common.cuh   # device code that every family uses
   ${cuda_kernels}/gemm_body.cuh     # plain body: 128x256, 64x64, float64 64x64
+  ${cuda_kernels}/gemm_body_db.cuh  # register double-buffered: _db, _ak
 )
 set(cuda_fatbin ${CMAKE_CURRENT_BINARY_DIR}/embedded/cuda_gemm.fatbin)
 add_custom_command(OUTPUT ${cuda_fatbin}
