@@ -24,13 +24,25 @@ set(PORTMAT_CUDA_ARCH_FLAGS
   -gencode=arch=compute_90a,code=sm_90a
   -gencode=arch=compute_90,code=compute_90
   CACHE STRING "nvcc -gencode flags for the CUDA backend's fatbin")
+# One translation unit, kernels/gemm.cu: it holds the kernels' entry points and includes the
+# shared device code and one header per kernel family (gemm.cu says why it stays one unit). The
+# fatbin is rebuilt when any of these files changes: a new kernel file must be listed here.
 set(cuda_kernels ${CMAKE_CURRENT_LIST_DIR}/kernels)
+set(cuda_kernel_files
+  ${cuda_kernels}/gemm.cu           # entry points (extern "C"), the contract of every kernel
+  ${cuda_kernels}/gemm_tiles.h      # argument block and tile table, shared with the host
+  ${cuda_kernels}/gemm_common.cuh   # device code that every family uses
+  ${cuda_kernels}/gemm_body.cuh     # plain body: 128x256, 64x64, float64 64x64
+  ${cuda_kernels}/gemm_body_db.cuh  # register double-buffered: _db, _ak
+  ${cuda_kernels}/gemm_body_fp.cuh  # unchecked interior copies: _fp, 128x128_fp, _fpa, stream-K _sk
+  ${cuda_kernels}/gemm_body_ws.cuh  # warp-specialized, sm_90a: _ws, _wsk
+)
 set(cuda_fatbin ${CMAKE_CURRENT_BINARY_DIR}/embedded/cuda_gemm.fatbin)
 add_custom_command(OUTPUT ${cuda_fatbin}
   COMMAND ${PORTMAT_NVCC} -fatbin -std=c++17 -O3 --expt-relaxed-constexpr
           --threads 0 -ccbin ${CMAKE_CXX_COMPILER} ${PORTMAT_CUDA_ARCH_FLAGS}
           -o ${cuda_fatbin} ${cuda_kernels}/gemm.cu
-  DEPENDS ${cuda_kernels}/gemm.cu ${cuda_kernels}/gemm_tiles.h
+  DEPENDS ${cuda_kernel_files}
   COMMENT "Compiling the CUDA gemm kernels (nvcc -fatbin)"
   VERBATIM)
 

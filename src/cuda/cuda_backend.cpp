@@ -215,9 +215,10 @@ class CudaDevice final : public core::Device {
     ctx_ = ctx;
   }
 
-  // The stream-K hand-over flags (gemm.cu, sk_signal / sk_wait) of the launches that belong to
-  // kernel stream si: one zeroed array per kernel stream, since its stream-K launches run one
-  // after the other and leave every flag cleared, while those of the two streams may overlap.
+  // The stream-K hand-over flags (gemm_common.cuh, sk_signal / sk_wait) of the launches that
+  // belong to kernel stream si: one zeroed array per kernel stream, since its stream-K launches
+  // run one after the other and leave every flag cleared, while those of the two streams may
+  // overlap.
   int* sk_flags(int si, std::int64_t blocks) {
     if (blocks > kMaxSkBlocks) throw std::logic_error("CUDA gemm: too many stream-K blocks");
     if (!sk_flags_[si]) {

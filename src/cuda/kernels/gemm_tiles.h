@@ -19,7 +19,7 @@ struct GemmArgs {
   // Stream-K kernels only (GemmTile::stream_k; the others ignore these): the sk_blocks blocks
   // share the tiles of swizzled indices sk_first .. sk_first + sk_tiles - 1 slab by slab
   // (sk_tiles * k_tiles >= sk_blocks); a tile split between blocks i and i + 1 is handed over
-  // through sk_flags[i] (sk_blocks ints, all 0 between launches; gemm.cu has the protocol).
+  // through sk_flags[i] (sk_blocks ints, all 0 between launches; the protocol: gemm_common.cuh).
   int* sk_flags;
   int sk_first, sk_tiles, sk_blocks;
 };
@@ -69,10 +69,10 @@ inline constexpr GemmTile kF32_128x256_db{"gemm_sm80_f32_128x256_db", 128, 256, 
 inline constexpr GemmTile kF32_128x256_ak{"gemm_sm80_f32_128x256_ak", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 1};
 // gemm_body_fp: _db's k loop with a fast copy path for edge-free tiles (no bounds predicates or
 // selects on the copies of all but the last `stages` slabs: running pointers, immediate offsets;
-// see gemm.cu). sm_90 SASS of the rr kernel per 16-deep slab on that path: 2048 FFMA and 150 other
-// instructions (96 LDS.128, 12 LDGSTS, ~37 integer), against 2048 and 286 for _db. _fp: 128x256
-// as _db (the default: 49.5-49.6 TFLOP/s at n = 4096; 49.8 with the serpentine FFMA order of
-// session 3, 51.2 cuBLAS in that run: 2026-11-29_h200_kernel_diag_round5.json); 128x128_fp: 8x8 per thread at 2 blocks per
+// see gemm_body_fp.cuh). sm_90 SASS of the rr kernel per 16-deep slab on that path: 2048 FFMA
+// and 150 other instructions (96 LDS.128, 12 LDGSTS, ~37 integer), against 2048 and 286 for _db.
+// _fp: 128x256 as _db (the default: 49.5-49.6 TFLOP/s at n = 4096; 49.8 with the serpentine FFMA
+// order of session 3, 51.2 cuBLAS in that run: 2026-11-29_h200_kernel_diag_round5.json); 128x128_fp: 8x8 per thread at 2 blocks per
 // SM (128 registers, 16 warps per SM: 64 LDS.128 and ~59 others per 1024 FFMA; 45.1). Removed:
 // _fp4 with 4 stages (47.7). Session 5 (2026-11-29_h200_s5_*.json; code on branch
 // experiment/s5-copy-sched): 4 stages again (-1.0 to -1.4%), 8-deep slabs with 4-5 stages (-3%),
