@@ -58,7 +58,7 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   // Bit 2: SERPENTINE, a step's FFMAs row by row with the columns back and forth (as CUTLASS's
   // SIMT thread mma orders them); otherwise every row left to right. The order changes ptxas's
   // register assignment and with it the register-bank conflicts that Nsight Compute counts as
-  // dispatch stalls (bench/results/2026-11-29_h200_ncu_stalls.txt): H200, 128x256 rr, serpentine
+  // dispatch stalls (record 2026-11-29_h200_ncu_stalls.txt): H200, 128x256 rr, serpentine
   // +0.3-0.8% over in-order at n = 4096-8448; columns outer and rows back and forth was 14% slower
   // (dispatch stalls 0.59 per instruction against 0.16).
   constexpr bool LATE_COPY = SCHED & 1, A_FIRST = SCHED & 2, SERPENTINE = SCHED & 4;

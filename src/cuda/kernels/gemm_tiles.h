@@ -55,8 +55,8 @@ struct GemmTile {
 
 // float32, run by gemm_body: 128x256 (8x16 per thread, 1 block per SM), the baseline of the
 // variants below, and 64x64 for problems with fewer 128x128 tiles than SMs (more, smaller blocks).
-// Tiles measured slower and removed (their records are in bench/results): 128x128 and its _b1,
-// 256x128, and the variants _db32, _ak32 and _fp4 described below.
+// Tiles measured slower and removed (their records are in git: bench/results/README.md says
+// how): 128x128 and its _b1, 256x128, and the variants _db32, _ak32 and _fp4 described below.
 inline constexpr GemmTile kF32_128x256{"gemm_sm80_f32_128x256", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
 inline constexpr GemmTile kF32_64x64{"gemm_sm80_f32_64x64", 64, 64, 16, 32, 32, 2, 1, 4, 4, 4};
 // Experimental 128x256 variants (issue 4), all 8x16 per thread, 256 threads, 1 block per SM, run by
@@ -72,10 +72,11 @@ inline constexpr GemmTile kF32_128x256_ak{"gemm_sm80_f32_128x256_ak", 128, 256, 
 // see gemm_body_fp.cuh). sm_90 SASS of the rr kernel per 16-deep slab on that path: 2048 FFMA
 // and 150 other instructions (96 LDS.128, 12 LDGSTS, ~37 integer), against 2048 and 286 for _db.
 // _fp: 128x256 as _db (the default: 49.5-49.6 TFLOP/s at n = 4096; 49.8 with the serpentine FFMA
-// order of session 3, 51.2 cuBLAS in that run: 2026-11-29_h200_kernel_diag_round5.json); 128x128_fp: 8x8 per thread at 2 blocks per
-// SM (128 registers, 16 warps per SM: 64 LDS.128 and ~59 others per 1024 FFMA; 45.1). Removed:
-// _fp4 with 4 stages (47.7). Session 5 (2026-11-29_h200_s5_*.json; code on branch
-// experiment/s5-copy-sched): 4 stages again (-1.0 to -1.4%), 8-deep slabs with 4-5 stages (-3%),
+// order of session 3, cuBLAS 50.7-51.1 in that run: record 2026-11-29_h200_kernel_diag_round5.json);
+// 128x128_fp: 8x8 per thread at 2 blocks per SM (128 registers, 16 warps per SM: 64 LDS.128 and
+// ~59 others per 1024 FFMA; 45.1). Removed: _fp4 with 4 stages (47.7). Session 5 (record
+// 2026-11-29_h200_s5_*.json; code on branch experiment/s5-copy-sched): 4 stages again (-0.7% at
+// 8448, -1.5 / -1.6% at 4224 / 4096: record _s5_bk8_stages.json), 8-deep slabs with 4-5 stages (-3%),
 // other SCHED values and copies at warp-uniform offsets (fewer write-after-read waits on the
 // copies' address registers, 0.4-1.8% slower), all against _fp at whole waves.
 inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
@@ -84,10 +85,10 @@ inline constexpr GemmTile kF32_128x256_fp{"gemm_sm80_f32_128x256_fp", 128, 256, 
 // are shared by the W blocks of an _sk launch, R / W tiles' worth of slabs each (a split tile's
 // parts are summed in k order: deterministic). Otherwise _fp alone. The default for 128x256 tiles
 // on GPUs other than sm_90 (there _wsk, below):
-// H200, 2026-11-29 (bench/results/2026-11-29_h200_s4_kernel_diag_5.json) 50.2 / 51.4 TFLOP/s at
+// H200, 2026-11-29 (record 2026-11-29_h200_s4_kernel_diag_5.json) 50.2 / 51.4 TFLOP/s at
 // n = 4096 / 8192 against _fp's 49.8 / 50.0 (cuBLAS 51.1 / 51.0).
 // A one-launch variant (data-parallel and stream-K blocks in one grid) ran 48.5 against 50.2 at
-// n = 4096 (2026-11-29_h200_s5_sk1.json; branch experiment/sk-one-launch). A device-resident
+// n = 4096 (record 2026-11-29_h200_s5_sk1.json; branch experiment/sk-one-launch). A device-resident
 // product of at most 7 waves of tiles runs as one _sk launch that shares every tile (no _fp
 // launch before it): 1% faster at n = 4096 and 5120, 3% at 3072 (cuda_backend.cpp, launch()).
 inline constexpr GemmTile kF32_128x256_sk{"gemm_sm80_f32_128x256_sk", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1, 0, 1};
@@ -98,11 +99,11 @@ inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 
 // _ws: _fp's tile and k loop in 8 computing warps that never copy; a warpgroup of 4 copying warps
 // fills a 4-stage ring and hands it over through mbarriers (gemm_body_ws). Against the computing
 // warps' waits on their own copies (long scoreboard 5.8% of _fp's samples, cuBLAS 1.5%:
-// 2026-11-29_h200_s5_ncu_source.txt). sm_90a only (setmaxnreg: 208 registers for the computing
+// record 2026-11-29_h200_s5_ncu_source.txt). sm_90a only (setmaxnreg: 208 registers for the computing
 // threads, 72 for the copying ones; _wsk 224 / 56); the host refuses it on other GPUs.
 // _wsk: _ws on the stream-K grid of _sk (the host pairs it with _ws for the whole waves; every
 // tile shared in one launch was slower for it at every size). The default on sm_90: H200,
-// 2026-11-29 (2026-11-29_h200_s7_ws_rule.json), _wsk / _sk / cuBLAS TFLOP/s: 2048 49.5 / 48.9 /
+// 2026-11-29 (record 2026-11-29_h200_s7_ws_rule.json), _wsk / _sk / cuBLAS TFLOP/s: 2048 49.5 / 48.9 /
 // 49.7, 3072 50.2 / 50.1 / 45.1, 4096 51.2 / 51.0 / 51.2, 5120 51.1 / 50.8 / 46.9, 6144 51.8 /
 // 50.9 / 50.8, 8192 52.0 / 51.4 / 51.2; _wsk with every tile shared 48.8-50.6.
 inline constexpr GemmTile kF32_128x256_ws{"gemm_sm80_f32_128x256_ws", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 0, 4};
