@@ -4,12 +4,17 @@
 #                bench/results/$(MACHINE)-<device>-<dtype>.json and the tables of bench/results/README.md
 #                and README.md; MACHINE defaults to "<cores>core" (BENCH_ARGS="--only cpu --sizes 512,1024")
 #   make test    every test suite: C++ (GoogleTest via ctest) and Python (pytest)
+#   make sanitize  the C++ tests under sanitizers, as CI runs them after `make test`: all of them
+#                under AddressSanitizer + UBSan (make sanitize-asan, in build/asan), the CPU
+#                backend's and the core's under ThreadSanitizer (make sanitize-tsan, build/tsan)
 # OFFLINE=1 uses what the machine already has (no apt-get, no downloads, no venv: portmat is
 # installed into $(PYTHON)'s environment): for machines without network, such as the GPU machine.
 PYTHON      ?= python3
 VENV        := .venv
 VPY         := $(VENV)/bin/python
 BUILD_CPP   := build/cpp
+BUILD_ASAN  := build/asan
+BUILD_TSAN  := build/tsan
 CMAKE_ARGS  ?=
 BENCH_ARGS  ?=
 MACHINE     ?= $(shell nproc 2>/dev/null || echo 1)core
@@ -27,7 +32,23 @@ ifeq ($(OFFLINE),1)
 VPY := $(PYTHON)
 endif
 
-.PHONY: bench test test-cpp test-python system venv install clean
+# Sanitizer builds: the C++ tests only (no CUDA: nothing runs it without a GPU; no Python module).
+# The runtimes (libasan, libubsan, libtsan) come with g++ (build-essential). Full stacks for
+# allocations (fast_unwind_on_malloc=0) so that tests/sanitizers/lsan.supp can name PoCL's
+# functions (see there); the options apply to the build too, which lists the tests by running them.
+# Full stacks make PoCL's kernel compiler slow: after `make test` PoCL's kernel cache holds every
+# kernel the tests use and the ASan run takes seconds; on a cold cache it takes minutes.
+# use_sigaltstack=0: PoCL's LLVM swaps ASan's alternate signal stack for one it mallocs, on the
+# big-stack thread that probes OpenCL; when that thread ends, GCC 12's ASan unmaps whatever stack
+# is installed and aborts ("failed to deallocate ... unable to unmap"; google/sanitizers#1152,
+# fixed in compiler-rt only in 2026). The price: a stack overflow crashes without ASan's report.
+SAN_CMAKE_ARGS := -G Ninja -DPORTMAT_BUILD_TESTS=ON -DPORTMAT_BUILD_PYTHON=OFF -DPORTMAT_WITH_CUDA=OFF
+ASAN_ENV := ASAN_OPTIONS=fast_unwind_on_malloc=0:check_initialization_order=1:use_sigaltstack=0 \
+            LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+.PHONY: bench test test-cpp test-python sanitize sanitize-asan sanitize-tsan system venv install clean
 bench: install
 	$(VPY) -m portmat devices
 	$(VPY) bench/every_device.py --machine $(MACHINE) $(BENCH_ARGS)
@@ -41,6 +62,24 @@ test-cpp: system
 
 test-python: install
 	$(VPY) -m pytest -q tests/python
+
+sanitize: sanitize-asan sanitize-tsan
+
+# Every C++ test: core, CPU backend, OpenCL on whatever device the machine has (PoCL on CI).
+sanitize-asan: system
+	cmake -S . -B $(BUILD_ASAN) $(SAN_CMAKE_ARGS) -DPORTMAT_SANITIZE=address,undefined $(CMAKE_ARGS)
+	$(ASAN_ENV) cmake --build $(BUILD_ASAN) -j $(JOBS)
+	$(ASAN_ENV) ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS)
+
+# The CPU backend (thread pool, gemm driver, concurrent callers) and the core; OpenCL is not built:
+# PoCL's own threads are not instrumented, so TSan could not see their synchronisation. The fork
+# tests are left out: TSan does not support a child of a multi-threaded process starting threads
+# (it kills the child: "starting new threads after multi-threaded fork is not supported"), and
+# that is what they check; the ASan run and `make test` run them.
+sanitize-tsan: system
+	cmake -S . -B $(BUILD_TSAN) $(SAN_CMAKE_ARGS) -DPORTMAT_WITH_OPENCL=OFF -DPORTMAT_SANITIZE=thread $(CMAKE_ARGS)
+	$(TSAN_ENV) cmake --build $(BUILD_TSAN) -j $(JOBS)
+	$(TSAN_ENV) ctest --test-dir $(BUILD_TSAN) --output-on-failure -j $(JOBS) -E 'Process.*Fork'
 
 system:
 ifneq ($(OFFLINE),1)
