@@ -151,7 +151,7 @@ bool write_entry(const std::string& path, const std::string& key,
   }
   bool ok = std::fwrite(head, 1, kHeaderBytes, f) == kHeaderBytes &&
             std::fwrite(key.data(), 1, key.size(), f) == key.size() &&
-            std::fwrite(payload.data(), 1, payload.size(), f) == payload.size() &&
+            (payload.empty() || std::fwrite(payload.data(), 1, payload.size(), f) == payload.size()) &&
             std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
   ok = std::fclose(f) == 0 && ok;
   if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return true;
