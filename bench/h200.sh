@@ -20,6 +20,10 @@ status=0
 if [[ " $steps " == *" build "* ]]; then
   echo "== build $(date +%T)"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+  # GoogleTest for the C++ tests: the machine has none and no network; Debian's packages travel in
+  # .device/gtest (here: mkdir -p .device/gtest; cd .device/gtest; apt-get download googletest
+  # libgtest-dev), unpacked beside the OpenCL headers that .device/setup.sh unpacked.
+  if [ ! -e /usr/include/gtest/gtest.h ]; then for f in .device/gtest/*.deb; do dpkg -x "$f" /tmp/devroot; done; fi
   # The C++ tests and the Python package side by side (each compiles the CUDA fatbin).
   (cmake -S . -B build/cpp -G Ninja -DPORTMAT_BUILD_TESTS=ON -DPORTMAT_BUILD_PYTHON=OFF >/dev/null &&
    cmake --build build/cpp -j 8 2>&1 | grep -E "error|FAILED" | head -20) &
