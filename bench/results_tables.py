@@ -67,7 +67,7 @@ def peers_of(records: list[dict]) -> list[str]:
 
 def file_table(records: list[dict], gpu: bool) -> list[str]:
     peers = peers_of(records)
-    head = ["n", "portmat ms", "NumPy ms", "vs NumPy"]
+    head = ["n", "runs", "portmat ms", "portmat min-max ms", "NumPy ms", "vs NumPy"]
     for p in peers:
         head += [f"{p} ms", f"vs {p}"]
     if gpu:
@@ -76,7 +76,9 @@ def file_table(records: list[dict], gpu: bool) -> list[str]:
     head += ["max rel err"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
-        cells = [str(r["size"]), ms(r["portmat_s"]), ms(r["numpy_s"]), ratio(r["numpy_s"] / r["portmat_s"])]
+        lo, hi = r.get("portmat_spread_s", [r["portmat_s"]] * 2)
+        cells = [str(r["size"]), str(r.get("repeat", "")), ms(r["portmat_s"]), f"{ms(lo)}-{ms(hi)}",
+                 ms(r["numpy_s"]), ratio(r["numpy_s"] / r["portmat_s"])]
         for p in peers:
             q = r.get("peers", {}).get(p)
             cells += [ms(q["host_s"]), ratio(q["host_s"] / r["portmat_s"])] if q else ["", ""]
@@ -108,7 +110,9 @@ def results_readme(files) -> str:
         "How a file is measured (`python -m portmat bench`, python/portmat/bench.py): fresh random",
         "(n x n) @ (n x n) operands; portmat's result is checked against float64 first (max rel err =",
         "max |c - ref| / (|a| @ |b|)); then NumPy, portmat and each peer are timed in alternating",
-        "blocks on the same arrays and the medians are reported. *ms* columns are NumPy in, NumPy out,",
+        "blocks on the same arrays (*runs* timed calls each, in blocks after a quiet pause and a warm-up)",
+        "and the medians are reported, portmat's fastest and slowest run beside its median. *ms* columns",
+        "are NumPy in, NumPy out,",
         "as a user calls each library; *vs X* = X's time / portmat's time (above 1: portmat faster).",
         "*kernel* columns are device-resident products (on a GPU each run the mean of 5 queued",
         "products, peers alike); the peers are cuBLAS through CuPy and PyTorch (TF32 off).",
@@ -136,7 +140,7 @@ def results_readme(files) -> str:
 
 def headline(files) -> str:
     rows = ["| machine | device | dtype | n | portmat (NumPy in/out) | vs NumPy | vs CuPy (in/out) "
-            "| kernel TFLOP/s | vs cuBLAS (kernel) |", "|---|---|---|---|---|---|---|---|---|"]
+            "| kernel TFLOP/s | vs cuBLAS through CuPy (kernel) |", "|---|---|---|---|---|---|---|---|---|"]
     for machine, dev, dtype, records in files:
         below = [r for r in records if r["size"] <= HEADLINE_SIZE]
         r = below[-1] if below else records[0]
