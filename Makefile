@@ -26,7 +26,7 @@ PIP_ARGS    ?=
 # headers, an ICD loader with PoCL (OpenCL on the CPU, so every machine has a device), GoogleTest.
 APT_PACKAGES := build-essential cmake ninja-build python3-dev python3-venv \
                 opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo libgtest-dev
-PY_PACKAGES  := "numpy>=1.22" "nanobind>=2.0" "scikit-build-core>=0.10" pytest hypothesis threadpoolctl
+PY_PACKAGES  := "numpy>=1.24" "nanobind>=2.0" "scikit-build-core>=0.10" pytest hypothesis threadpoolctl
 
 ifeq ($(OFFLINE),1)
 VPY := $(PYTHON)
