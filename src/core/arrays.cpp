@@ -65,6 +65,14 @@ void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const 
     throw std::invalid_argument(std::string("matmul: dtypes differ: a is ") + dtype_name(a.dtype) + ", b is " +
                                 dtype_name(b.dtype) + ", out is " + dtype_name(out.dtype));
 
+  std::int64_t elements = 1;
+  for (auto d : out.shape) elements *= d;
+  if (elements == 0) {  // nothing to compute (and NumPy gives empty arrays zero strides); the
+    MatrixView none{out.data, 0, 0, 0, 0, out.dtype};  // device is still resolved: bad specs raise
+    core::multiply_batch({none, none, none, 0}, device);
+    return;
+  }
+
   // The matrices: a 1-D a is one row (stride 0 across its single row), a 1-D b one column; out
   // lacks the axes they lack.
   const std::size_t ra = a.shape.size(), rb = b.shape.size(), ro = out.shape.size();
@@ -91,10 +99,6 @@ void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const 
     Axis x{out.shape[i], 0, 0, out.strides[i]};
     if (i + na >= nbatch && a.shape[i + na - nbatch] != 1) x.sa = a.strides[i + na - nbatch];
     if (i + nb >= nbatch && b.shape[i + nb - nbatch] != 1) x.sb = b.strides[i + nb - nbatch];
-    if (x.size == 0) {  // an empty stack: nothing to compute, but the device is still resolved
-      core::multiply_batch({ma, mb, mc, 0}, device);
-      return;
-    }
     if (x.size == 1) continue;
     // Merges with the previous axis when one step of the previous one is `size` steps of this
     // one for all three operands: the two are then one axis.
