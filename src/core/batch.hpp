@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,7 @@ bool is_signed(DType t);
 // The distinct matrices of a stack operand (one when step is 0, else `count`) converted to
 // `to`, row-major and contiguous, in storage: the new view of matrix 0 and its step.
 struct Converted {
-  std::vector<unsigned char> storage;
+  std::unique_ptr<unsigned char[]> storage;  // uninitialised: every byte is written once
   MatrixView view;
   std::int64_t step = 0;
 };

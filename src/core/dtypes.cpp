@@ -169,14 +169,14 @@ MatrixView nth(const MatrixView& v, std::int64_t step, std::int64_t i) {
 Converted convert_stack(const MatrixView& v, std::int64_t step, std::int64_t count, DType to) {
   Converted out;
   const std::int64_t distinct = step == 0 ? 1 : count, elems = v.rows * v.cols;
-  out.storage.resize(static_cast<std::size_t>(distinct * elems) * dtype_size(to));
-  out.view = {out.storage.data(), v.rows, v.cols, v.cols, 1, to};
+  out.storage.reset(new unsigned char[static_cast<std::size_t>(distinct * elems) * dtype_size(to)]);
+  out.view = {out.storage.get(), v.rows, v.cols, v.cols, 1, to};
   out.step = step == 0 ? 0 : elems;
   with_type(v.dtype, [&](auto from_t) {
     with_type(to, [&](auto to_t) {
       using From = decltype(from_t);
       using To = decltype(to_t);
-      auto* dst = reinterpret_cast<To*>(out.storage.data());
+      auto* dst = reinterpret_cast<To*>(out.storage.get());
       for (std::int64_t i = 0; i < distinct; ++i) copy_matrix<From, To>(nth(v, step, i), to, dst + i * elems);
     });
   });
@@ -225,14 +225,14 @@ Converted complex_b(const MatrixView& b, std::int64_t step, std::int64_t count) 
   const std::int64_t distinct = step == 0 ? 1 : count, K = b.rows, N = b.cols;
   const std::int64_t elems = 4 * K * N;  // (2K x 2N) reals per matrix
   const std::size_t real_size = single ? 4 : 8;
-  out.storage.resize(static_cast<std::size_t>(distinct * elems) * real_size);
-  out.view = {out.storage.data(), 2 * K, 2 * N, 2 * N, 1, single ? DType::f32 : DType::f64};
+  out.storage.reset(new unsigned char[static_cast<std::size_t>(distinct * elems) * real_size]);
+  out.view = {out.storage.get(), 2 * K, 2 * N, 2 * N, 1, single ? DType::f32 : DType::f64};
   out.step = step == 0 ? 0 : elems;
   auto fill = [&](auto real_t) {
     using R = decltype(real_t);
     for (std::int64_t m = 0; m < distinct; ++m) {
       const auto* src = static_cast<const std::complex<R>*>(nth(b, step, m).data);
-      R* dst = reinterpret_cast<R*>(out.storage.data()) + m * elems;
+      R* dst = reinterpret_cast<R*>(out.storage.get()) + m * elems;
       for (std::int64_t k = 0; k < K; ++k) {
         R* even = dst + (2 * k) * (2 * N);
         R* odd = even + 2 * N;
