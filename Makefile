@@ -48,17 +48,24 @@ ASAN_ENV := ASAN_OPTIONS=fast_unwind_on_malloc=0:check_initialization_order=1:us
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: bench test test-cpp test-python sanitize sanitize-asan sanitize-tsan system venv install clean
+.PHONY: bench test test-cpp test-python test-example sanitize sanitize-asan sanitize-tsan system venv install clean
 bench: install
 	$(VPY) -m portmat devices
 	$(VPY) bench/every_device.py --machine $(MACHINE) $(BENCH_ARGS)
 
-test: test-cpp test-python
+test: test-cpp test-python test-example
 
 test-cpp: system
 	cmake -S . -B $(BUILD_CPP) -G Ninja -DPORTMAT_BUILD_TESTS=ON -DPORTMAT_BUILD_PYTHON=OFF $(CMAKE_ARGS)
 	cmake --build $(BUILD_CPP) -j $(JOBS)
 	ctest --test-dir $(BUILD_CPP) --output-on-failure -j $(JOBS)
+
+# The installed CMake package, used as a user's project would (examples/cpp).
+test-example: test-cpp
+	cmake --install $(BUILD_CPP) --prefix build/install >/dev/null
+	cmake -S examples/cpp -B build/example -G Ninja -DCMAKE_PREFIX_PATH=$(CURDIR)/build/install >/dev/null
+	cmake --build build/example
+	build/example/matmul_example
 
 test-python: install
 	$(VPY) -m pytest -q tests/python

@@ -86,10 +86,10 @@ def file_table(records: list[dict], gpu: bool) -> list[str]:
             cells.append(tflops(r.get("gflops_kernel")))
             for p in peers:
                 q = r.get("peers", {}).get(p)
-                cells.append(tflops(q["gflops_resident"]) if q else "")
+                cells.append(tflops(q.get("gflops_resident")) if q else "")
             for p in peers:
                 q = r.get("peers", {}).get(p)
-                cells.append(ratio(r["gflops_kernel"] / q["gflops_resident"]) if q and r.get("gflops_kernel") else "")
+                cells.append(ratio(r["gflops_kernel"] / q["gflops_resident"]) if q and r.get("gflops_kernel") and q.get("gflops_resident") else "")
         cells.append(f"{r['max_rel_error']:.1e}" + ("" if r["verified"] else " FAILED"))
         rows.append("| " + " | ".join(cells) + " |")
     return rows
@@ -151,7 +151,7 @@ def headline(files) -> str:
             f"{ms(r['portmat_s'])} ms", ratio(r["numpy_s"] / r["portmat_s"]),
             ratio(cupy["host_s"] / r["portmat_s"]) if cupy else "",
             tflops(r.get("gflops_kernel")) if gpu else "",
-            ratio(r["gflops_kernel"] / cupy["gflops_resident"]) if cupy and r.get("gflops_kernel") else "",
+            ratio(r["gflops_kernel"] / cupy["gflops_resident"]) if cupy and r.get("gflops_kernel") and cupy.get("gflops_resident") else "",
         ]) + " |")
     return "\n".join(rows)
 

@@ -140,7 +140,7 @@ def test_out_as_numpy(device, shapes, dtype, out_dtype, out_kind, casting, seed)
     if out_kind == "strided":
         out = np.empty(result + (2,), out_dtype)[..., 0]
     elif out_kind == "fortran":
-        out = np.asfortranarray(np.empty(result, out_dtype))
+        out = np.empty(result, out_dtype, order="F")
     else:
         out = np.empty(result, out_dtype)
     with np.errstate(all="ignore"), warnings.catch_warnings():
