@@ -3,7 +3,8 @@
 #   make bench   every device of this machine against NumPy (and its peers), written to
 #                bench/results/$(MACHINE)-<device>-<dtype>.json and the tables of bench/results/README.md
 #                and README.md; MACHINE defaults to "<cores>core" (BENCH_ARGS="--only cpu --sizes 512,1024")
-#   make test    every test suite: C++ (GoogleTest via ctest) and Python (pytest)
+#   make test    every test suite: C++ (GoogleTest via ctest), Python (pytest), and the installed
+#                CMake package built into examples/cpp (test-example)
 #   make sanitize  the C++ tests under sanitizers, as CI runs them after `make test`: all of them
 #                under AddressSanitizer + UBSan (make sanitize-asan, in build/asan), the CPU
 #                backend's and the core's under ThreadSanitizer (make sanitize-tsan, build/tsan)
