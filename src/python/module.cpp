@@ -69,21 +69,6 @@ portmat::ArrayView array_of(const Array& a, const char* name) {
   return v;
 }
 
-template <class Array>
-portmat::MatrixView view_of(const Array& a, const char* name) {
-  if (a.ndim() != 2)
-    throw nb::value_error((std::string(name) + " must be 2-D, got " + std::to_string(a.ndim()) +
-                           "-D").c_str());
-  portmat::MatrixView v;
-  v.data = const_cast<void*>(a.data());
-  v.rows = static_cast<std::int64_t>(a.shape(0));
-  v.cols = static_cast<std::int64_t>(a.shape(1));
-  v.row_stride = a.stride(0);
-  v.col_stride = a.stride(1);
-  v.dtype = dtype_of(a, name);
-  return v;
-}
-
 portmat::DType parse_dtype(const std::string& s) {
   try {
     return portmat::dtype_from_name(s);
@@ -252,18 +237,6 @@ NB_MODULE(_ext, m) {
   m.def("backend_notes", &portmat::backend_notes, "Problems met while probing backends");
   m.def("default_device", &portmat::default_device);
   m.def("set_default_device", &portmat::set_default_device, "spec"_a);
-
-  m.def(
-      "matmul_into",
-      [](nb::ndarray<nb::ro, nb::device::cpu> a, nb::ndarray<nb::ro, nb::device::cpu> b,
-         nb::ndarray<nb::device::cpu> out, const std::string& device) {
-        const portmat::MatrixView va = view_of(a, "a"), vb = view_of(b, "b");
-        const portmat::MatrixView vc = view_of(out, "out");
-        // The arrays stay alive: the caller holds them.
-        without_gil([&] { portmat::matmul(va, vb, vc, device); });
-      },
-      "a"_a, "b"_a, "out"_a, "device"_a,
-      "out = a @ b for 2-D float32/float64 arrays of one dtype; out row-major.");
 
   m.def(
       "matmul_arrays",
