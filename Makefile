@@ -3,7 +3,8 @@
 #   make bench   every device of this machine against NumPy (and its peers), written to
 #                bench/results/$(MACHINE)-<device>-<dtype>.json and the tables of bench/results/README.md
 #                and README.md; MACHINE defaults to "<cores>core" (BENCH_ARGS="--only cpu --sizes 512,1024")
-#   make test    every test suite: C++ (GoogleTest via ctest) and Python (pytest)
+#   make test    every test suite: C++ (GoogleTest via ctest), Python (pytest), and the installed
+#                CMake package built into examples/cpp (test-example)
 #   make sanitize  the C++ tests under sanitizers, as CI runs them after `make test`: all of them
 #                under AddressSanitizer + UBSan (make sanitize-asan, in build/asan), the CPU
 #                backend's and the core's under ThreadSanitizer (make sanitize-tsan, build/tsan)
@@ -26,7 +27,7 @@ PIP_ARGS    ?=
 # headers, an ICD loader with PoCL (OpenCL on the CPU, so every machine has a device), GoogleTest.
 APT_PACKAGES := build-essential cmake ninja-build python3-dev python3-venv \
                 opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo libgtest-dev
-PY_PACKAGES  := "numpy>=1.22" "nanobind>=2.0" "scikit-build-core>=0.10" pytest hypothesis threadpoolctl
+PY_PACKAGES  := "numpy>=1.24" "nanobind>=2.0" "scikit-build-core>=0.10" pytest hypothesis threadpoolctl
 
 ifeq ($(OFFLINE),1)
 VPY := $(PYTHON)
@@ -48,17 +49,24 @@ ASAN_ENV := ASAN_OPTIONS=fast_unwind_on_malloc=0:check_initialization_order=1:us
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: bench test test-cpp test-python sanitize sanitize-asan sanitize-tsan system venv install clean
+.PHONY: bench test test-cpp test-python test-example sanitize sanitize-asan sanitize-tsan system venv install clean
 bench: install
 	$(VPY) -m portmat devices
 	$(VPY) bench/every_device.py --machine $(MACHINE) $(BENCH_ARGS)
 
-test: test-cpp test-python
+test: test-cpp test-python test-example
 
 test-cpp: system
 	cmake -S . -B $(BUILD_CPP) -G Ninja -DPORTMAT_BUILD_TESTS=ON -DPORTMAT_BUILD_PYTHON=OFF $(CMAKE_ARGS)
 	cmake --build $(BUILD_CPP) -j $(JOBS)
 	ctest --test-dir $(BUILD_CPP) --output-on-failure -j $(JOBS)
+
+# The installed CMake package, used as a user's project would (examples/cpp).
+test-example: test-cpp
+	cmake --install $(BUILD_CPP) --prefix build/install >/dev/null
+	cmake -S examples/cpp -B build/example -G Ninja -DCMAKE_PREFIX_PATH=$(CURDIR)/build/install >/dev/null
+	cmake --build build/example
+	build/example/matmul_example
 
 test-python: install
 	$(VPY) -m pytest -q tests/python

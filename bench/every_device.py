@@ -2,8 +2,8 @@
 
 One `python -m portmat bench` per device and dtype, each in its own process (a GPU peer's memory
 or NumPy's spinning threads never carry over), writing bench/results/<machine>-<device>-<dtype>.json
-(overwritten: git keeps the history), then the tables of bench/results/README.md and README.md
-(bench/results_tables.py). <device> is the backend (cpu, cuda) or, for OpenCL, the backend and the
+(or ...-<dtype>-stack<B>.json for stacks of B matrices; overwritten: git keeps the history), then
+the tables of bench/results/README.md and README.md (bench/results_tables.py). <device> is the backend (cpu, cuda) or, for OpenCL, the backend and the
 kind (opencl-gpu, opencl-cpu); the first device of each is measured.
 
     python bench/every_device.py --machine 2core                 # what `make bench` runs
@@ -20,13 +20,19 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# (backend, kind) -> [(dtype, sizes)]: what each kind of device is measured at. GPUs need large
-# products to fill them; PoCL's CPU device is slow, so it gets small ones.
+# (backend, kind) -> [(dtype, sizes, stack)]: what each kind of device is measured at. GPUs need
+# large products to fill them; PoCL's CPU device is slow, so it gets small ones. Beside the square
+# float products: integers and complex numbers, and stacks of small matrices (np.matmul's
+# batched products), at the sizes the issues name.
 PLAN = {
-    ("cuda", "gpu"): [("float32", "512,1024,2048,4096,8192"), ("float64", "1024,4096")],
-    ("opencl", "gpu"): [("float32", "1024,2048,4096,8192")],
-    ("cpu", "cpu"): [("float32", "256,512,1024,2048,4096"), ("float64", "1024,2048")],
-    ("opencl", "cpu"): [("float32", "256,512,1024")],
+    ("cuda", "gpu"): [("float32", "512,1024,2048,4096,8192", None), ("float64", "1024,4096", None),
+                      ("complex64", "1024,4096", None), ("int32", "512", None),
+                      ("float32", "32", 10000), ("float32", "512", 64)],
+    ("opencl", "gpu"): [("float32", "1024,2048,4096,8192", None)],
+    ("cpu", "cpu"): [("float32", "256,512,1024,2048,4096", None), ("float64", "1024,2048", None),
+                     ("complex64", "1024", None), ("complex128", "1024", None), ("int32", "512", None),
+                     ("int64", "512", None), ("float32", "32", 10000), ("float32", "128", 1000)],
+    ("opencl", "cpu"): [("float32", "256,512,1024", None)],
 }
 
 
@@ -54,12 +60,17 @@ def main() -> int:
         if key not in PLAN or name in seen or (args.only and name not in args.only.split(",")):
             continue
         seen.add(name)
-        for dtype, sizes in PLAN[key]:
-            if dtype == "float64" and not d.supports_float64:
+        for dtype, sizes, stack in PLAN[key]:
+            if dtype in ("float64", "complex128") and not d.supports_float64:
                 continue
-            path = os.path.join(args.out, f"{args.machine}-{name}-{dtype}.json")
+            if args.sizes and stack:  # --sizes narrows the square products; stacks keep theirs
+                continue
+            suffix = f"-stack{stack}" if stack else ""
+            path = os.path.join(args.out, f"{args.machine}-{name}-{dtype}{suffix}.json")
             cmd = [sys.executable, "-m", "portmat", "bench", "--device", d.id, "--dtype", dtype,
                    "--sizes", args.sizes or sizes, "--json", path]
+            if stack:
+                cmd += ["--batch", str(stack)]
             if args.repeat:
                 cmd += ["--repeat", args.repeat]
             print(f"== {name} {dtype}: {' '.join(cmd[1:])}", flush=True)

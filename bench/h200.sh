@@ -34,7 +34,7 @@ fi
 
 if [[ " $steps " == *" test "* ]]; then
   echo "== ctest $(date +%T)"
-  (cd build/cpp && timeout 400 ctest -j 6 --timeout 200 > "$LOGS/ctest.log" 2>&1) || status=1
+  (cd build/cpp && timeout 400 ctest -j 6 --timeout 200 --output-on-failure > "$LOGS/ctest.log" 2>&1) || status=1
   grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)" "$LOGS/ctest.log" | head -20
   echo "== pytest $(date +%T)"
   xdist=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")

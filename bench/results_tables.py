@@ -37,16 +37,19 @@ def load(results: str) -> list[tuple[str, str, str, list[dict]]]:
     """(machine, device label, dtype, records) for every result file, in a stable order."""
     out = []
     for path in sorted(glob.glob(os.path.join(results, "*.json"))):
-        m = re.fullmatch(r"(.+?)-(cpu|cuda|opencl-gpu|opencl-cpu)-(float\d+)\.json", os.path.basename(path))
+        m = re.fullmatch(r"(.+?)-(cpu|cuda|opencl-gpu|opencl-cpu)-((?:float|complex|u?int)\d+|bool)"
+                         r"(-stack\d+)?\.json", os.path.basename(path))
         if not m:
             continue
         with open(path) as f:
             records = json.load(f)
         if records:
-            out.append((m[1], m[2], m[3], sorted(records, key=lambda r: r["size"])))
+            out.append((m[1], m[2], m[3] + (m[4] or ""), sorted(records, key=lambda r: r["size"])))
     order = {"h200": 0, "2core": 1}
     dev_order = list(DEVICE_NAMES)
-    return sorted(out, key=lambda t: (order.get(t[0], 9), t[0], dev_order.index(t[1]), t[2]))
+    dtypes = ["float32", "float64", "float16", "complex64", "complex128", "int32", "int64"]
+    rank = lambda d: (dtypes.index(d.split("-")[0]) if d.split("-")[0] in dtypes else 99, d)
+    return sorted(out, key=lambda t: (order.get(t[0], 9), t[0], dev_order.index(t[1]), "-stack" in t[2], rank(t[2])))
 
 
 def ms(s: float) -> str:
@@ -86,10 +89,10 @@ def file_table(records: list[dict], gpu: bool) -> list[str]:
             cells.append(tflops(r.get("gflops_kernel")))
             for p in peers:
                 q = r.get("peers", {}).get(p)
-                cells.append(tflops(q["gflops_resident"]) if q else "")
+                cells.append(tflops(q.get("gflops_resident")) if q else "")
             for p in peers:
                 q = r.get("peers", {}).get(p)
-                cells.append(ratio(r["gflops_kernel"] / q["gflops_resident"]) if q and r.get("gflops_kernel") else "")
+                cells.append(ratio(r["gflops_kernel"] / q["gflops_resident"]) if q and r.get("gflops_kernel") and q.get("gflops_resident") else "")
         cells.append(f"{r['max_rel_error']:.1e}" + ("" if r["verified"] else " FAILED"))
         rows.append("| " + " | ".join(cells) + " |")
     return rows
@@ -126,9 +129,10 @@ def results_readme(files) -> str:
     for machine, dev, dtype, records in files:
         r0 = records[0]
         gpu = dev in ("cuda", "opencl-gpu")
+        what = dtype.replace("-stack", ", stacks of ") + (" matrices" if "-stack" in dtype else "")
         lines += [
             "",
-            f"## {machine}, {DEVICE_NAMES[dev]}, {dtype}",
+            f"## {machine}, {DEVICE_NAMES[dev]}, {what}",
             "",
             f"{r0['device']} ({r0['device_name']}); {r0['date']}; NumPy {r0['numpy_version']} with "
             f"{r0['blas']}; `{r0.get('command', 'python -m portmat bench')}`",
@@ -142,6 +146,8 @@ def headline(files) -> str:
     rows = ["| machine | device | dtype | n | portmat (NumPy in/out) | vs NumPy | vs CuPy (in/out) "
             "| kernel TFLOP/s | vs cuBLAS through CuPy (kernel) |", "|---|---|---|---|---|---|---|---|---|"]
     for machine, dev, dtype, records in files:
+        if dtype not in ("float32", "float64"):  # the front page: the square float products
+            continue
         below = [r for r in records if r["size"] <= HEADLINE_SIZE]
         r = below[-1] if below else records[0]
         cupy = r.get("peers", {}).get("cupy")
@@ -151,7 +157,7 @@ def headline(files) -> str:
             f"{ms(r['portmat_s'])} ms", ratio(r["numpy_s"] / r["portmat_s"]),
             ratio(cupy["host_s"] / r["portmat_s"]) if cupy else "",
             tflops(r.get("gflops_kernel")) if gpu else "",
-            ratio(r["gflops_kernel"] / cupy["gflops_resident"]) if cupy and r.get("gflops_kernel") else "",
+            ratio(r["gflops_kernel"] / cupy["gflops_resident"]) if cupy and r.get("gflops_kernel") and cupy.get("gflops_resident") else "",
         ]) + " |")
     return "\n".join(rows)
 

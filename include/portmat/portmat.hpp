@@ -29,9 +29,17 @@ struct OutOfDeviceMemory : DeviceError {
 };
 
 // ---- element types ------------------------------------------------------------------------------
-enum class DType { f32, f64 };
+// Every dtype np.matmul multiplies with a loop of its own. Integers wrap around as NumPy's do;
+// boolean is the logical product (OR of ANDs); float16 accumulates in float32.
+enum class DType {
+  f32, f64, f16, c64, c128,  // float32, float64, float16, complex64, complex128
+  boolean,
+  i8, i16, i32, i64,
+  u8, u16, u32, u64,
+};
 std::size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "float32", "float64"
+const char* dtype_name(DType t);  // NumPy's names: "float32", "complex64", "bool", "uint8", ...
+DType dtype_from_name(const std::string& name);  // throws std::invalid_argument for others
 
 // A 2-D view of memory, strides in elements (either may be negative or zero).
 struct MatrixView {
@@ -41,6 +49,17 @@ struct MatrixView {
   DType dtype = DType::f32;
 
   std::string shape_str() const;  // "(rows, cols)"
+};
+
+// An N-d view of memory (N >= 1), strides in elements (any may be negative or zero): an operand of
+// np.matmul. 1-D is a vector; more than 2 dimensions is a stack of matrices (the last two axes)
+// whose leading axes broadcast against the other operand's, as in NumPy.
+struct ArrayView {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape, strides;
+
+  std::string shape_str() const;  // "(2, 3, 4)"
 };
 
 // ---- devices ------------------------------------------------------------------------------------
@@ -87,6 +106,20 @@ void set_default_device(const std::string& spec);  // "" restores the automatic 
 // views; c must be row-major with unit column stride. Thread-safe.
 void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
             const std::string& device = "");
+
+// out = a @ b with np.matmul's shapes: a 1-D a is a row vector and a 1-D b a column vector (their
+// added axis is not in the result), the leading axes of stacks broadcast, and out has exactly the
+// result's shape (matmul_shape). All three of one dtype; out's last axis must have unit stride
+// unless it has one element, and out must not overlap a or b. Stacks run as strided batches: one
+// launch per batch on GPUs, products spread over the threads on the CPU.
+void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out,
+            const std::string& device = "");
+
+// The shape of a @ b for operands of these shapes; throws std::invalid_argument naming both when
+// NumPy would refuse them (a 0-d operand, inner dimensions that differ, stacks that do not
+// broadcast).
+std::vector<std::int64_t> matmul_shape(const std::vector<std::int64_t>& a,
+                                       const std::vector<std::int64_t>& b);
 
 // Kernel-only timing: runs a (M,K)x(K,N) product on device-resident random data `repeat` times and
 // returns each run's seconds (device event time where the backend has one). For benchmarks. With

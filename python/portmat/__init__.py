@@ -32,9 +32,6 @@ __all__ = [
 ]
 __version__ = "0.1.0"
 
-_SUPPORTED = (_np.dtype(_np.float32), _np.dtype(_np.float64))
-
-
 def devices() -> list[DeviceInfo]:
     """Every device portmat can use, of every backend."""
     return _ext.devices()
@@ -81,7 +78,7 @@ def num_threads() -> int:
     return _ext.num_threads()
 
 
-def _as_operand(x, name: str) -> _np.ndarray:
+def _as_operand(x, name: str):
     ma = _sys.modules.get("numpy.ma")  # imported by whoever made a masked array
     if ma is not None and isinstance(x, ma.MaskedArray):
         raise TypeError(
@@ -90,20 +87,11 @@ def _as_operand(x, name: str) -> _np.ndarray:
             f"{name}.filled(0) to multiply with the masked entries as zeros"
         )
     if isinstance(x, _np.ndarray):
-        arr = x
-    else:
-        try:
-            arr = _np.asarray(x)
-        except (TypeError, ValueError) as e:  # ragged lists and the like; MemoryError stays itself
-            raise TypeError(f"matmul: {name} is not an array ({type(x).__name__}): {e}") from None
-        if arr.dtype.kind not in "biuf":
-            raise TypeError(f"matmul: {name} is not a numeric array (got {type(x).__name__})")
-    if arr.ndim != 2:
-        raise ValueError(
-            f"matmul: {name} must be 2-D (batched matmul is not supported yet), "
-            f"got {arr.ndim}-D with shape {arr.shape}"
-        )
-    return arr
+        return x
+    try:
+        return _np.asarray(x)
+    except (TypeError, ValueError) as e:  # ragged lists and the like; MemoryError stays itself
+        raise TypeError(f"matmul: {name} is not an array ({type(x).__name__}): {e}") from None
 
 
 def _in_dtype(arr: _np.ndarray, dtype: _np.dtype) -> _np.ndarray:
@@ -117,36 +105,93 @@ def _in_dtype(arr: _np.ndarray, dtype: _np.dtype) -> _np.ndarray:
     return arr
 
 
-def matmul(a, b, *, device=None) -> _np.ndarray:
-    """a @ b for 2-D arrays, as NumPy computes it, on a portmat device.
+# The dtypes portmat multiplies with kernels of its own (C++ core: batch.hpp); NumPy computes the
+# others (object, longdouble, clongdouble), so that the answer is always NumPy's.
+_KERNEL_DTYPES = frozenset(_np.dtype(t) for t in (
+    _np.bool_, _np.int8, _np.int16, _np.int32, _np.int64, _np.uint8, _np.uint16, _np.uint32,
+    _np.uint64, _np.float16, _np.float32, _np.float64, _np.complex64, _np.complex128))
+_POOLED = frozenset((_np.dtype(_np.float32), _np.dtype(_np.float64)))  # _host_memory's results
+# (a dtype, b dtype, out dtype, dtype=, casting) -> NumPy's loop dtype: np.matmul.resolve_dtypes
+# costs microseconds, and programs multiply few kinds of arrays.
+_loops: dict = {}
 
-    float32 computes in float32 and float64 in float64; mixed float32/float64 promotes to float64
-    as NumPy does. Any strides are accepted (transposed, sliced, negative). Returns a new
-    C-contiguous numpy.ndarray of shape (a.shape[0], b.shape[1]).
+
+def _loop_dtype(a, b, out, dtype, casting) -> _np.dtype:
+    key = (a.dtype, b.dtype, None if out is None else out.dtype, dtype, casting)
+    loop = _loops.get(key)
+    if loop is None:
+        # NumPy's own resolution: its promotion, its casting checks and its exceptions.
+        extra = {} if dtype is None else {"signature": (None, None, _np.dtype(dtype))}
+        loop = _np.matmul.resolve_dtypes(key[:3], casting=casting, **extra)[2]
+        if len(_loops) < 1024:
+            _loops[key] = loop
+    return loop
+
+
+def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
+    """a @ b as np.matmul(a, b, out=out, dtype=dtype, casting=casting) computes it, on a portmat
+    device.
+
+    Every shape np.matmul takes: 1-D operands (a row or a column vector, the added axis removed
+    from the result), stacks of matrices whose leading axes broadcast, empty ones. Every dtype:
+    bool, every integer (wrapping around as NumPy's do), float16 (accumulated in float32),
+    float32, float64, complex64 and complex128, mixed pairs promoted as NumPy promotes them;
+    NumPy itself computes the dtypes portmat has no kernels for (object, longdouble). `out` may
+    be any array of the result's shape that NumPy's casting rules allow, any strides, even
+    overlapping a or b; it is returned. Any views are read in place where a kernel can.
+    Both 1-D: a NumPy scalar, as np.matmul returns.
     """
+    spec = _device_spec(device)
     a = _as_operand(a, "a")
     b = _as_operand(b, "b")
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(
-            f"matmul: inner dimensions differ: a has shape {a.shape}, b has shape {b.shape} "
-            f"({a.shape[1]} != {b.shape[0]})"
-        )
-    for name, arr in (("a", a), ("b", b)):
-        if arr.dtype.newbyteorder("=") not in _SUPPORTED:
-            raise TypeError(
-                f"matmul: {name} has dtype {arr.dtype}; portmat supports float32 and float64"
-            )
-    dtype = _np.result_type(a.dtype, b.dtype).newbyteorder("=")
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            raise ValueError(f"matmul: out must be one array or a tuple of one, not {len(out)}")
+        out = out[0]
+    if out is not None and not isinstance(out, _np.ndarray):
+        raise TypeError(f"matmul: out must be a numpy.ndarray, not {type(out).__name__}")
+    loop = _loop_dtype(a, b, out, dtype, casting)
+    # Subclasses (np.matrix, quantities with units) keep NumPy's treatment of them, as do the
+    # dtypes without kernels; np.memmap results are plain arrays either way.
+    if loop not in _KERNEL_DTYPES or type(a) not in _PLAIN or type(b) not in _PLAIN or (
+            out is not None and type(out) not in _PLAIN):
+        return _np.matmul(a, b, out=out, dtype=dtype, casting=casting)
+    shape = tuple(_ext.matmul_shape(a.shape, b.shape))  # ValueError naming both shapes
+    if out is not None:
+        if out.shape != shape:
+            raise ValueError(f"matmul: out has shape {out.shape}, expected {shape} for a of shape "
+                             f"{a.shape} and b of shape {b.shape}")
+        if not out.flags.writeable:
+            raise ValueError("matmul: out is read-only")
+    dtype = loop.newbyteorder("=")
     a = _in_dtype(a, dtype)
     b = _in_dtype(b, dtype)
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    info = _ext.device_for(_device_spec(device), m, n, k)
+    m = a.shape[-2] if a.ndim > 1 else 1
+    k = a.shape[-1]
+    n = b.shape[-1] if b.ndim > 1 else 1
+    stacks = 1
+    for d in shape[:len(shape) - (a.ndim > 1) - (b.ndim > 1)]:
+        stacks *= d
+    info = _ext.device_for(spec, m * stacks, n, k)
     dev = info.id
-    if m * n * k == 0:
-        out = _np.empty((m, n), dtype=dtype)
+    # Straight into out where the kernels can write it and nothing read shares its memory (NumPy
+    # computes overlapping operands as if they did not overlap); else a fresh result.
+    direct = out is not None and out.dtype == dtype and out.flags.c_contiguous and \
+        out.flags.aligned and not _np.may_share_memory(out, a) and not _np.may_share_memory(out, b)
+    if direct:
+        target = out
+    elif m * n * k * stacks == 0 or dtype not in _POOLED:
+        target = _np.empty(shape, dtype)
     else:  # recycled result memory, pinned operands on a discrete GPU (_host_memory says when)
         if not info.host_unified:
             _host_memory.pin_operands(dev, a, b)
-        out = _host_memory.new_result(dev, m, n, dtype)
-    _ext.matmul_into(a, b, out, dev)
-    return out
+        target = _host_memory.new_result(dev, shape, dtype)
+    _ext.matmul_arrays(a, b, target, dev)
+    if out is not None:
+        if not direct:
+            _np.copyto(out, target, casting="unsafe")  # resolve_dtypes checked the casting
+        return out
+    return target[()] if target.ndim == 0 else target
+
+
+_PLAIN = (_np.ndarray, _np.memmap)

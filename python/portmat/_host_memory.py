@@ -58,10 +58,14 @@ class _Pin:
 _pins: dict = {}
 
 
-def new_result(device: str, m: int, n: int, dtype: np.dtype) -> np.ndarray:
-    """An uninitialised C-contiguous (m, n) result for `device`."""
+def new_result(device: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised C-contiguous result of `shape` for `device`."""
+    n = shape[-1] if shape else 1
+    m = 1
+    for d in shape[:-1]:
+        m *= d
     if m * n * dtype.itemsize < _MIN_RESULT_BYTES:
-        return np.empty((m, n), dtype)
+        return np.empty(shape, dtype)
     name = _DTYPE_NAMES.get(dtype) or dtype.name
     key = (device, m, n, name)
     out = _ext.empty_result(device, m, n, name, True)  # a free block
@@ -71,7 +75,7 @@ def new_result(device: str, m: int, n: int, dtype: np.dtype) -> np.ndarray:
         # of a 1 ms product at n = 512 on the 2-core machine).
         if _results_died.get(key) is not True:
             _remember(key, True)
-        return out
+        return out if out.shape == shape else out.reshape(shape)
     died = _results_died.get(key)
     if died:
         out = _ext.empty_result(device, m, n, name, False)  # a new one (pinned for a GPU)
@@ -81,7 +85,7 @@ def new_result(device: str, m: int, n: int, dtype: np.dtype) -> np.ndarray:
     if not died:
         _remember(key, False)
         weakref.finalize(out, _results_died.__setitem__, key, True)
-    return out
+    return out if out.shape == shape else out.reshape(shape)
 
 
 def _remember(key, died: bool) -> None:

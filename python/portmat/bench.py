@@ -70,15 +70,38 @@ def blas_info() -> str:
         return "unknown"
 
 
+def random_operand(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    """Fresh values for the dtype: uniform in [-1, 1) for floats (both parts for complex numbers),
+    integers in [-100, 100) (the product may wrap: NumPy's does too), booleans at random."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(0 if dtype.kind == "u" else -100, 100, shape).astype(dtype)
+    x = rng.uniform(-1, 1, shape)
+    if dtype.kind == "c":
+        x = x + 1j * rng.uniform(-1, 1, shape)
+    return x.astype(dtype)
+
+
 def max_rel_error(a: np.ndarray, b: np.ndarray, c: np.ndarray, rng: np.random.Generator) -> float:
+    """max |c - ref| / (|a| @ |b|) over checked entries (floats, complex numbers), or 0 / inf for
+    integers and booleans, which must equal NumPy's result exactly. Of a stack, the first, the
+    last and a random matrix are checked; of a large matrix, a random sample of rows."""
+    if a.ndim == 3:
+        picks = sorted({0, a.shape[0] - 1, int(rng.integers(a.shape[0]))})
+        return max(max_rel_error(a[i], b[i], c[i], rng) for i in picks)
     rows = np.arange(a.shape[0])
     if a.shape[0] > _FULL_CHECK_ROWS:
         rows = np.sort(rng.choice(a.shape[0], _SAMPLE_ROWS, replace=False))
-    a64 = a[rows].astype(np.float64)
-    b64 = b.astype(np.float64)
+    if a.dtype.kind in "biu":
+        return 0.0 if np.array_equal(c[rows], np.matmul(a[rows], b)) else float("inf")
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    a64 = a[rows].astype(wide)
+    b64 = b.astype(wide)
     ref = a64 @ b64
     mag = np.abs(a64) @ np.abs(b64)
-    err = np.abs(c[rows].astype(np.float64) - ref) / np.maximum(mag, np.finfo(np.float64).tiny)
+    err = np.abs(c[rows].astype(wide) - ref) / np.maximum(mag, np.finfo(np.float64).tiny)
     worst = float(np.max(err)) if err.size else 0.0
     return float("inf") if np.isnan(worst) or not np.all(np.isfinite(c[rows])) else worst
 
@@ -130,14 +153,18 @@ def _time_blocks(contenders: dict, repeat: int, say, block_size: int = _BLOCK) -
     return times
 
 
-def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) -> list[dict]:
+def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, batch=None) -> list[dict]:
+    """One record per size n: (n x n) @ (n x n) products, or stacks of `batch` of them."""
     dev = portmat._ext.find_device(portmat._device_spec(device))
     peers = _peers.available(dev) if with_peers else []
     blas = blas_info()
     host = platform.node()
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     records = []
-    eps = float(np.finfo(dtype).eps)
+    kind = np.dtype(dtype).kind
+    eps = float(np.finfo(dtype).eps) if kind in "fc" else 0.0
+    # Operations per multiply-add: 2 (real), 8 (complex: four real multiplies and four adds).
+    ops_per_madd = 8 if kind == "c" else 2
 
     if progress is not None and not (hasattr(progress, "isatty") and progress.isatty()):
         progress = None  # a log file gets the table, not carriage-return animations
@@ -149,12 +176,13 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
 
     for n in sizes:
         rng = np.random.default_rng(n)
-        a = rng.uniform(-1, 1, (n, n)).astype(dtype)
-        b = rng.uniform(-1, 1, (n, n)).astype(dtype)
+        shape = (n, n) if batch is None else (batch, n, n)
+        a = random_operand(rng, shape, dtype)
+        b = random_operand(rng, shape, dtype)
         say(f"n={n}: verifying")
         c = portmat.matmul(a, b, device=dev)
         err = max_rel_error(a, b, c, rng)
-        verified = err <= n * eps
+        verified = err <= n * eps * (2 if kind == "c" else 1) * (4 if np.dtype(dtype) == np.float16 else 1)
         say(f"n={n}: warming up")
         a @ b
         portmat.matmul(a, b, device=dev)
@@ -168,7 +196,10 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
         peer_errors = {}
         for peer in peers:
             say(f"n={n}: verifying {peer.name}")
-            peer_errors[peer.name] = max_rel_error(a, b, peer.host(a, b), rng)
+            try:
+                peer_errors[peer.name] = max_rel_error(a, b, peer.host(a, b), rng)
+            except Exception:  # a dtype the peer does not multiply (torch's integers on CUDA)
+                continue
             peer.host(a, b)
             contenders[peer.name] = lambda peer=peer: peer.host(a, b)
         # How many runs: from the slower of NumPy and portmat (on a GPU, NumPy's host product
@@ -181,22 +212,28 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True) 
         t_np, t_pm = times["numpy"], times["portmat"]
         say(f"n={n}: kernel only")
         launches = _RESIDENT_LAUNCHES if dev.kind == "gpu" else 1
-        t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, runs, launches) if t >= 0]
-        flop = 2.0 * n**3
+        t_k = []  # the kernel alone on device-resident data: 2-D float32 / float64 products
+        if batch is None and dtype in ("float32", "float64"):
+            t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, runs, launches) if t >= 0]
+        flop = ops_per_madd * n**3 * (batch or 1)
         peer_results = {}
-        for peer in peers:
+        for peer in (p for p in peers if p.name in contenders):
             say(f"n={n}: {peer.name} device-resident")
-            t_res = peer.resident(n, dtype, runs, launches)
             t_host = times[peer.name]
             peer_results[peer.name] = {
                 "host_s": statistics.median(t_host),
                 "host_spread_s": [min(t_host), max(t_host)],
-                "resident_s": statistics.median(t_res),
                 "max_rel_error": peer_errors[peer.name],
-                "gflops_resident": flop / statistics.median(t_res) / 1e9,
             }
+            try:
+                t_res = peer.resident(a, b, runs, launches)
+            except Exception:  # a dtype the peer does not multiply on the device
+                continue
+            peer_results[peer.name]["resident_s"] = statistics.median(t_res)
+            peer_results[peer.name]["gflops_resident"] = flop / statistics.median(t_res) / 1e9
         rec = {
             "size": n,
+            "batch": batch,
             "dtype": dtype,
             "device": dev.id,
             "device_name": dev.name,
@@ -242,7 +279,8 @@ def table(records: list[dict]) -> str:
         return "(no results)"
     r0 = records[0]
     head = [
-        f"portmat bench: {r0['dtype']} (n x n) @ (n x n) on {r0['device']} ({r0['device_name']})",
+        f"portmat bench: {r0['dtype']} {'' if not r0.get('batch') else str(r0['batch']) + ' x '}"
+        f"(n x n) @ (n x n) on {r0['device']} ({r0['device_name']})",
         f"NumPy {r0['numpy_version']} with {r0['blas']}; host {r0['host']}; {r0['date']}",
         f"medians of {_runs_text(records)}; ratio = NumPy time / portmat time "
         "(NumPy in, NumPy out, "
@@ -269,7 +307,7 @@ def table(records: list[dict]) -> str:
             extra.append(f"{100 * best / r['peak_gflops']:.0f}%" if "peak_gflops" in r else "")
         for name in peer_names:
             p = r.get("peers", {}).get(name)
-            extra += [f"{p['host_s'] * 1e3:.3f}", f"{p['gflops_resident']:.0f}"] if p else ["", ""]
+            extra += [f"{p['host_s'] * 1e3:.3f}", f"{p['gflops_resident']:.0f}" if "gflops_resident" in p else ""] if p else ["", ""]
         rows.append([
             str(r["size"]),
             f"{r['numpy_s'] * 1e3:.3f}", f"{r['gflops_numpy']:.1f}",

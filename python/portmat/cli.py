@@ -49,16 +49,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="timed runs per size, at least (default 10; small sizes get more, "
                         "0.25 s of calls for the slower of NumPy and portmat)")
     b.add_argument("--device", default=None, help="device spec, e.g. opencl:0, gpu, cpu (default: the default device)")
-    b.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    b.add_argument("--dtype", choices=["float32", "float64", "float16", "complex64", "complex128", "bool",
+                                       "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                                       "uint64"], default="float32")
+    b.add_argument("--batch", type=int, default=None, metavar="B",
+                   help="multiply stacks of B matrices, (B, n, n) @ (B, n, n), as one call")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON to FILE")
     args = parser.parse_args(argv)
 
     if args.command == "devices":
         print(_devices_table())
         return 0
-    if args.repeat < 1 or any(n < 1 for n in args.sizes):
-        parser.error("--repeat and --sizes must be positive")
-    records = bench.run(args.sizes, args.repeat, args.device, args.dtype, progress=sys.stderr)
+    if args.repeat < 1 or any(n < 1 for n in args.sizes) or (args.batch is not None and args.batch < 1):
+        parser.error("--repeat, --sizes and --batch must be positive")
+    records = bench.run(args.sizes, args.repeat, args.device, args.dtype, progress=sys.stderr, batch=args.batch)
     command = "python -m portmat " + " ".join(sys.argv[1:] if argv is None else argv)
     for r in records:
         r["command"] = command

@@ -3,13 +3,12 @@
 NumPy is always a peer (bench.py times it directly). On NVIDIA GPUs, cuBLAS through CuPy and
 through PyTorch joins when importable, with TF32 off so all compute exact float32:
 - host(a, b): NumPy in, NumPy out, the way a NumPy user would call it;
-- resident(n, dtype, repeat, launches): seconds per product on device-resident data (CUDA
-  events), each of `repeat` runs the mean of `launches` products queued back to back.
+- resident(a, b, repeat, launches): seconds per product of the same operands held on the device
+  (CUDA events), each of `repeat` runs the mean of `launches` products queued back to back; any
+  shape (stacks too) and any dtype the peer multiplies (it raises for others).
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 
 def _queued_seconds(start, stop, elapsed_ms, product, repeat, launches):
@@ -40,11 +39,9 @@ class CuPyPeer:
         c = cp.asnumpy(cp.asarray(a) @ cp.asarray(b))
         return c
 
-    def resident(self, n, dtype, repeat, launches=1):
+    def resident(self, a, b, repeat, launches=1):
         cp = self.cp
-        rng = cp.random.default_rng(n)
-        a = rng.uniform(-1, 1, (n, n), dtype=cp.float64).astype(dtype)
-        b = rng.uniform(-1, 1, (n, n), dtype=cp.float64).astype(dtype)
+        a, b = cp.asarray(a), cp.asarray(b)
         a @ b
         start, stop = cp.cuda.Event(), cp.cuda.Event()
         return _queued_seconds(start, stop, lambda: cp.cuda.get_elapsed_time(start, stop),
@@ -67,12 +64,9 @@ class TorchPeer:
         torch = self.torch
         return (torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()
 
-    def resident(self, n, dtype, repeat, launches=1):
+    def resident(self, a, b, repeat, launches=1):
         torch = self.torch
-        t = torch.float32 if np.dtype(dtype) == np.float32 else torch.float64
-        g = torch.Generator(device="cuda").manual_seed(n)
-        a = torch.rand((n, n), generator=g, device="cuda", dtype=t) * 2 - 1
-        b = torch.rand((n, n), generator=g, device="cuda", dtype=t) * 2 - 1
+        a, b = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         a @ b
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         return _queued_seconds(start, stop, lambda: start.elapsed_time(stop), lambda: a @ b,

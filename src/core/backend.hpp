@@ -64,11 +64,36 @@ class Device {
     return s / launches;
   }
 
-  // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0.
+  // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0,
+  // in a dtype the device computes (computes()).
   // Each backend moves data its own best way: in place on shared memory, copies on discrete
   // devices (pooled buffers, pipelined pinned copies). Must leave no device work referring to host
   // memory when it returns or throws.
   virtual void matmul_host(const HostMatrix& a, const HostMatrix& b, const MatrixView& c) = 0;
+
+  // c[i] = a[i] @ b[i] for i < count (the same contract as matmul_host per product): matrix i of
+  // x starts x_step elements after matrix i - 1 (0: every i reads the same matrix). Backends
+  // override it to run a stack as one launch, or small products in parallel; this one loops.
+  virtual void matmul_batch_host(const HostMatrix& a, std::int64_t a_step, const HostMatrix& b,
+                                 std::int64_t b_step, const MatrixView& c, std::int64_t c_step,
+                                 std::int64_t count) {
+    const std::size_t es = dtype_size(c.dtype);
+    for (std::int64_t i = 0; i < count; ++i) {
+      HostMatrix ai = a, bi = b;
+      MatrixView ci = c;
+      ai.data = static_cast<const unsigned char*>(a.data) + i * a_step * static_cast<std::int64_t>(es);
+      bi.data = static_cast<const unsigned char*>(b.data) + i * b_step * static_cast<std::int64_t>(es);
+      ci.data = static_cast<unsigned char*>(c.data) + i * c_step * static_cast<std::int64_t>(es);
+      matmul_host(ai, bi, ci);
+    }
+  }
+
+  // Whether the device has kernels of its own for this dtype: float32 always, float64 where
+  // info().supports_f64, uint32 / uint64 (the products of every integer type) where it says so.
+  // The core brings every other dtype to one of these (core/batch.hpp).
+  virtual bool computes(DType t) const {
+    return t == DType::f32 || (t == DType::f64 && info().supports_f64);
+  }
 
   // Host memory of at least `bytes` that matmul_host writes results into fastest (pinned memory
   // for a discrete GPU's copy engines), held until the last copy of the pointer goes; null where

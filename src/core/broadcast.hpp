@@ -6,8 +6,9 @@
 //   - b's columns all equal (column stride 0): c[:, 0] = a @ b[:, 0], then copied along each row;
 //   - a constant along k (column stride 0):   c[i, j] = a[i, 0] * sum_k b[k, j];
 //   - b constant along k (row stride 0):      c[i, j] = (sum_k a[i, k]) * b[0, j].
-// The last two are a sum and a multiply on the host (in float64), with NaN and inf placed exactly
-// where NumPy's sum of products places them (an infinite factor times a zero term is NaN).
+// The last two are a sum and a multiply on the host (in float64 for floats, wrapping for the
+// uint32 / uint64 products of the integer types), with NaN and inf placed exactly where NumPy's
+// sum of products places them (an infinite factor times a zero term is NaN).
 #pragma once
 
 #include <functional>

@@ -1,21 +1,24 @@
 // portmat::matmul for every backend: checks arguments, handles the sizes no kernel needs to see
-// (empty results, K = 0) and broadcast operands (broadcast.hpp), turns strided views into matrices
-// a kernel can read, then hands off to the device, on a thread with stack enough for the driver
-// (process.hpp). Also dtype helpers and the benchmark's kernel-only timing.
+// (empty results, K = 0) and broadcast operands (broadcast.hpp), brings every dtype to one the
+// device computes (batch.hpp, dtypes.cpp), turns strided views into matrices a kernel can read,
+// then hands off to the device, on a thread with stack enough for the driver (process.hpp). Both
+// public overloads end here as a strided batch (arrays.cpp makes the batches of N-d operands).
+// Also the benchmark's kernel-only timing.
+#include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/batch.hpp"
 #include "core/broadcast.hpp"
 #include "core/layout.hpp"
 #include "core/process.hpp"
 
 namespace portmat {
 
-std::size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 8; }
-const char* dtype_name(DType t) { return t == DType::f32 ? "float32" : "float64"; }
 const char* device_kind_name(DeviceKind k) {
   return k == DeviceKind::gpu ? "gpu" : k == DeviceKind::cpu ? "cpu" : "other";
 }
@@ -23,9 +26,7 @@ std::string MatrixView::shape_str() const {
   return "(" + std::to_string(rows) + ", " + std::to_string(cols) + ")";
 }
 
-namespace {
-
-void check_arguments(const MatrixView& a, const MatrixView& b, const MatrixView& c) {
+void core::check_views(const MatrixView& a, const MatrixView& b, const MatrixView& c) {
   if (a.cols != b.rows)
     throw std::invalid_argument("matmul: inner dimensions differ: a has shape " + a.shape_str() +
                                 ", b has shape " + b.shape_str());
@@ -49,40 +50,156 @@ void check_arguments(const MatrixView& a, const MatrixView& b, const MatrixView&
                                   std::to_string(es) + " bytes); copy it to aligned memory");
 }
 
-// matmul() once the arguments are known to be consistent.
-void multiply(const MatrixView& a, const MatrixView& b, const MatrixView& c, const std::string& device) {
-  // Resolve even for empty work: bad specs always raise.
-  auto dev = core::open_device_for(device, a.rows, b.cols, a.cols);
-  if (c.rows == 0 || c.cols == 0) return;
-  const std::size_t es = dtype_size(c.dtype);
-  if (a.cols == 0) {  // K = 0: the empty sum
-    for (std::int64_t i = 0; i < c.rows; ++i)
-      std::memset(static_cast<char*>(c.data) + i * c.row_stride * es, 0, c.cols * es);
-    return;
-  }
+namespace {
+
+constexpr std::int64_t kMaxDim = 2147483647;  // the GPU kernels index with 32-bit sizes
+
+// One 2-D product in a dtype the device computes: broadcast operands reduced, views made
+// readable, then the device.
+void multiply_one(core::Device& dev, const MatrixView& a, const MatrixView& b, const MatrixView& c) {
   auto smaller = [&](const MatrixView& a2, const MatrixView& b2, const MatrixView& c2) {
-    multiply(a2, b2, c2, device);
+    multiply_one(dev, a2, b2, c2);
   };
   if (core::multiply_broadcast(a, b, c, smaller)) return;
-  constexpr std::int64_t kMaxDim = 2147483647;  // the GPU kernels index with 32-bit sizes
   if (a.rows > kMaxDim || a.cols > kMaxDim || b.cols > kMaxDim)
     throw std::invalid_argument("matmul: a has shape " + a.shape_str() + ", b has shape " +
                                 b.shape_str() + "; dimensions above 2**31 - 1 are not supported");
-  if (a.dtype == DType::f64 && !dev->info().supports_f64)
-    throw DeviceError("matmul: device " + dev->info().id() + " (" + dev->info().name +
-                      ") does not support float64");
   std::vector<unsigned char> a_packed, b_packed;
   const core::HostMatrix ha = core::as_dense(a, a_packed);
   const core::HostMatrix hb = core::as_dense(b, b_packed);
-  dev->matmul_host(ha, hb, c);
+  dev.matmul_host(ha, hb, c);
+}
+
+// Whether every matrix of a stack is a kernel-readable dense matrix in place.
+bool dense_stack(const MatrixView& v) { return v.row_stride != 0 && v.col_stride != 0 && core::dense_in_place(v); }
+
+// A batch in a dtype the device computes.
+void multiply_computed(core::Device& dev, const core::Batch& p) {
+  const std::int64_t M = p.a.rows, N = p.b.cols, K = p.a.cols;
+  if (p.count == 1) return multiply_one(dev, p.a, p.b, p.c);
+  // One b for every matrix of a, and a's and c's matrices stacked row after row: one product
+  // of count * M rows (x @ W over a batch: the common case, and the fastest).
+  const bool a_rows_stack = p.a.col_stride == 1 && p.a.row_stride >= K && p.a_step == M * p.a.row_stride;
+  const bool c_rows_stack = p.c_step == M * p.c.row_stride;
+  if (p.b_step == 0 && a_rows_stack && c_rows_stack) {
+    MatrixView a = p.a, c = p.c;
+    a.rows = c.rows = M * p.count;
+    return multiply_one(dev, a, p.b, c);
+  }
+  if (!dense_stack(p.a) || !dense_stack(p.b) || M > kMaxDim || N > kMaxDim || K > kMaxDim) {
+    for (std::int64_t i = 0; i < p.count; ++i)
+      multiply_one(dev, core::nth(p.a, p.a_step, i), core::nth(p.b, p.b_step, i), core::nth(p.c, p.c_step, i));
+    return;
+  }
+  dev.matmul_batch_host(*core::dense_in_place(p.a), p.a_step, *core::dense_in_place(p.b), p.b_step, p.c,
+                        p.c_step, p.count);
+}
+
+// The product through float64 when that is exact: integer operands whose every partial sum
+// stays below 2^53 in magnitude (K * max|a| * max|b|), for devices without integer kernels.
+bool exact_in_f64(const core::Batch& p) {
+  const double bound = static_cast<double>(p.a.cols) * core::max_abs(p.a, p.a_step, p.count) *
+                       core::max_abs(p.b, p.b_step, p.count);
+  return bound < 9007199254740992.0;  // 2^53
+}
+
+// c gets the products of the converted operands, computed in `compute`.
+void through(core::Device& dev, const core::Batch& p, DType compute, const std::string& device);
+
+void route(core::Device& dev, const core::Batch& p, const std::string& device) {
+  const DType t = p.c.dtype;
+  switch (t) {
+    case DType::f32:
+    case DType::f64:
+      if (!dev.computes(t))
+        throw DeviceError("matmul: device " + dev.info().id() + " (" + dev.info().name +
+                          ") does not support " + dtype_name(t));
+      return multiply_computed(dev, p);
+    case DType::f16:  // accumulates in float32, as NumPy's float16 loop does
+      return through(dev, p, DType::f32, device);
+    case DType::c64:
+    case DType::c128: {
+      const DType real = t == DType::c64 ? DType::f32 : DType::f64;
+      // a and c as real matrices of interleaved parts where they are (a packed first if its
+      // complex elements are not contiguous along k); b rewritten (dtypes.cpp, complex_b).
+      core::Converted a_packed;
+      MatrixView a = p.a;
+      std::int64_t a_step = p.a_step;
+      if (a.col_stride != 1 && a.cols > 1) {
+        a_packed = core::convert_stack(p.a, p.a_step, p.count, t);
+        a = a_packed.view, a_step = a_packed.step;
+      }
+      const core::Converted b2 = core::complex_b(p.b, p.b_step, p.count);
+      core::Batch r;
+      r.a = {a.data, a.rows, 2 * a.cols, 2 * a.row_stride, 1, real};
+      r.b = b2.view;
+      r.c = {p.c.data, p.c.rows, 2 * p.c.cols, 2 * p.c.row_stride, 1, real};
+      r.count = p.count, r.a_step = 2 * a_step, r.b_step = b2.step, r.c_step = 2 * p.c_step;
+      return route(dev, r, device);
+    }
+    case DType::i32:
+    case DType::u32:
+    case DType::i64:
+    case DType::u64: {
+      const DType bits = dtype_size(t) == 4 ? DType::u32 : DType::u64;
+      if (dev.computes(bits)) {  // the same bits, wrapping: signedness does not matter
+        core::Batch u = p;
+        u.a.dtype = u.b.dtype = u.c.dtype = bits;
+        return multiply_computed(dev, u);
+      }
+      if (dev.computes(DType::f64) && exact_in_f64(p)) return through(dev, p, DType::f64, device);
+      // No exact way on this device: the native CPU backend's integer kernels.
+      auto cpu = core::open_device("cpu");
+      if (!cpu->computes(bits))
+        throw DeviceError(std::string("matmul: no device here multiplies ") + dtype_name(t) + " exactly");
+      return route(*cpu, p, device);
+    }
+    default:  // boolean and 8/16-bit integers: through uint32 (or float64, exact, on the device)
+      if (!dev.computes(DType::u32) && dev.computes(DType::f64) && exact_in_f64(p))
+        return through(dev, p, DType::f64, device);
+      return through(dev, p, DType::u32, device);
+  }
+}
+
+void through(core::Device& dev, const core::Batch& p, DType compute, const std::string& device) {
+  const core::Converted a = core::convert_stack(p.a, p.a_step, p.count, compute);
+  const core::Converted b = core::convert_stack(p.b, p.b_step, p.count, compute);
+  const std::int64_t M = p.c.rows, N = p.c.cols;
+  std::unique_ptr<unsigned char[]> c(new unsigned char[static_cast<std::size_t>(p.count * M * N) * dtype_size(compute)]);
+  core::Batch q;
+  q.a = a.view, q.b = b.view, q.c = {c.get(), M, N, N, 1, compute};
+  q.count = p.count, q.a_step = a.step, q.b_step = b.step, q.c_step = M * N;
+  route(dev, q, device);
+  core::store_stack(c.get(), compute, p.c, p.c_step, p.count);
 }
 
 }  // namespace
 
+namespace core {
+
+void multiply_batch(const Batch& p, const std::string& device) {
+  const std::int64_t M = p.a.rows, N = p.b.cols, K = p.a.cols;
+  // Resolve even for empty work: bad specs always raise.
+  auto dev = open_device_for(device, M * std::max<std::int64_t>(p.count, 1), N, K);
+  if (M == 0 || N == 0 || p.count == 0) return;
+  if (K == 0) {  // the empty sum
+    const std::size_t es = dtype_size(p.c.dtype);
+    for (std::int64_t b = 0; b < p.count; ++b) {
+      const MatrixView c = nth(p.c, p.c_step, b);
+      for (std::int64_t i = 0; i < M; ++i)
+        std::memset(static_cast<char*>(c.data) + i * c.row_stride * static_cast<std::int64_t>(es), 0, N * es);
+    }
+    return;
+  }
+  route(*dev, p, device);
+}
+
+}  // namespace core
+
 void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
             const std::string& device) {
-  check_arguments(a, b, c);
-  core::with_enough_stack([&] { multiply(a, b, c, device); });
+  core::check_views(a, b, c);
+  core::with_enough_stack([&] { core::multiply_batch({a, b, c}, device); });
 }
 
 std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,

@@ -6,6 +6,10 @@
 // from CPUID (or /proc/cpuinfo), system RAM, the thread count, and a float32 peak measured with a
 // sub-millisecond FMA loop on one core times the thread count.
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <stdexcept>
+#include <type_traits>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -97,7 +101,8 @@ class CpuDevice final : public core::Device {
     info_.index = 0;
     cpu_names(info_.name, info_.vendor);
     info_.driver_version = std::string("portmat native, ") + kernels_.isa + " (" +
-                           kernels_.f32.kernel + ", " + kernels_.f64.kernel + ")";
+                           kernels_.f32.kernel + ", " + kernels_.f64.kernel + ", " +
+                           kernels_.u32.kernel + ", " + kernels_.u64.kernel + ")";
     info_.kind = DeviceKind::cpu;
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     info_.memory_bytes = pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
@@ -150,16 +155,66 @@ class CpuDevice final : public core::Device {
     return result_pool_->get(bytes, reuse_only);
   }
 
+  bool computes(DType t) const override {
+    return t == DType::f32 || t == DType::f64 || t == DType::u32 || t == DType::u64;
+  }
+
   void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
                    const MatrixView& c) override {
+    with_config(c.dtype, [&](const auto& cfg) {
+      using T = typename std::decay_t<decltype(cfg)>::Element;
+      cpu::gemm(cfg, a, b, static_cast<T*>(c.data), c.row_stride, configured_threads());
+    });
+  }
+
+  // A stack of products each too small to keep every thread busy (below kMinFlopsPerThread per
+  // thread) runs one product per thread at a time, each on a single thread without the pool's
+  // coordination, threads claiming the next product from a counter; larger ones run one after
+  // another, each on every thread.
+  void matmul_batch_host(const core::HostMatrix& a, std::int64_t a_step, const core::HostMatrix& b,
+                         std::int64_t b_step, const MatrixView& c, std::int64_t c_step,
+                         std::int64_t count) override {
     const int threads = configured_threads();
-    if (c.dtype == DType::f32)
-      cpu::gemm(kernels_.f32, a, b, static_cast<float*>(c.data), c.row_stride, threads);
-    else
-      cpu::gemm(kernels_.f64, a, b, static_cast<double*>(c.data), c.row_stride, threads);
+    const double flops = 2.0 * c.rows * c.cols * a.cols;
+    if (threads == 1 || count < 2 || flops >= cpu::kMinFlopsPerThread * threads)
+      return core::Device::matmul_batch_host(a, a_step, b, b_step, c, c_step, count);
+    with_config(c.dtype, [&](const auto& cfg) {
+      using T = typename std::decay_t<decltype(cfg)>::Element;
+      struct Job {
+        const GemmConfig<T>& cfg;
+        core::HostMatrix a, b;
+        MatrixView c;
+        std::int64_t a_step, b_step, c_step, count;
+        std::atomic<std::int64_t> next{0};
+      } job{cfg, a, b, c, a_step, b_step, c_step, count};
+      auto run = [](void* ctx, int) {
+        auto& j = *static_cast<Job*>(ctx);
+        for (std::int64_t i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < j.count;) {
+          core::HostMatrix ai = j.a, bi = j.b;
+          ai.data = static_cast<const T*>(j.a.data) + i * j.a_step;
+          bi.data = static_cast<const T*>(j.b.data) + i * j.b_step;
+          cpu::gemm(j.cfg, ai, bi, static_cast<T*>(j.c.data) + i * j.c_step, j.c.row_stride, 1);
+        }
+      };
+      ThreadPool& pool = ThreadPool::instance();
+      std::lock_guard<std::mutex> lock(pool.lock());
+      pool.run(static_cast<int>(std::min<std::int64_t>(threads, count)), run, &job);
+    });
   }
 
  private:
+  // f(config) with the kernel configuration of a computed dtype (its Element: the C++ type).
+  template <class F>
+  void with_config(DType t, F&& f) const {
+    switch (t) {
+      case DType::f32: return f(kernels_.f32);
+      case DType::f64: return f(kernels_.f64);
+      case DType::u32: return f(kernels_.u32);
+      case DType::u64: return f(kernels_.u64);
+      default: throw std::logic_error(std::string("cpu:0 does not compute ") + dtype_name(t));
+    }
+  }
+
   const KernelSet& kernels_;
   DeviceInfo info_;
   std::shared_ptr<core::HostBlockPool> result_pool_;

@@ -355,6 +355,10 @@ template void gemm<float>(const GemmConfig<float>&, const core::HostMatrix&,
                           const core::HostMatrix&, float*, std::int64_t, int, double);
 template void gemm<double>(const GemmConfig<double>&, const core::HostMatrix&,
                            const core::HostMatrix&, double*, std::int64_t, int, double);
+template void gemm<std::uint32_t>(const GemmConfig<std::uint32_t>&, const core::HostMatrix&,
+                                  const core::HostMatrix&, std::uint32_t*, std::int64_t, int, double);
+template void gemm<std::uint64_t>(const GemmConfig<std::uint64_t>&, const core::HostMatrix&,
+                                  const core::HostMatrix&, std::uint64_t*, std::int64_t, int, double);
 
 // The packers of the tile shapes in kernel_table.cpp.
 template void pack_a_panels<float, 14>(const core::HostMatrix&, std::int64_t, std::int64_t,
@@ -389,5 +393,30 @@ template void pack_b_panels<float, 12>(const core::HostMatrix&, std::int64_t, st
                                        std::int64_t, std::int64_t, float*);
 template void pack_b_panels<double, 6>(const core::HostMatrix&, std::int64_t, std::int64_t,
                                        std::int64_t, std::int64_t, double*);
+// The integer products' (u32 as f32's shapes, u64 as f64's).
+template void pack_a_panels<std::uint32_t, 14>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                               std::int64_t, std::int64_t, std::uint32_t*);
+template void pack_b_panels<std::uint32_t, 32>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                               std::int64_t, std::int64_t, std::uint32_t*);
+template void pack_a_panels<std::uint64_t, 14>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                               std::int64_t, std::int64_t, std::uint64_t*);
+template void pack_b_panels<std::uint64_t, 16>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                               std::int64_t, std::int64_t, std::uint64_t*);
+template void pack_a_panels<std::uint32_t, 6>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                              std::int64_t, std::int64_t, std::uint32_t*);
+template void pack_b_panels<std::uint32_t, 16>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                               std::int64_t, std::int64_t, std::uint32_t*);
+template void pack_a_panels<std::uint64_t, 6>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                              std::int64_t, std::int64_t, std::uint64_t*);
+template void pack_b_panels<std::uint64_t, 8>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                              std::int64_t, std::int64_t, std::uint64_t*);
+template void pack_a_panels<std::uint32_t, 4>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                              std::int64_t, std::int64_t, std::uint32_t*);
+template void pack_b_panels<std::uint32_t, 8>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                              std::int64_t, std::int64_t, std::uint32_t*);
+template void pack_a_panels<std::uint64_t, 4>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                              std::int64_t, std::int64_t, std::uint64_t*);
+template void pack_b_panels<std::uint64_t, 4>(const core::HostMatrix&, std::int64_t, std::int64_t,
+                                              std::int64_t, std::int64_t, std::uint64_t*);
 
 }  // namespace portmat::cpu

@@ -32,6 +32,7 @@ using PackFn = void (*)(const core::HostMatrix& src, std::int64_t r0, std::int64
 // One micro-kernel with the block sizes and packers that go with it: a row of the per-ISA table.
 template <class T>
 struct GemmConfig {
+  using Element = T;
   const char* kernel = "";  // the micro-kernel's name, e.g. "gemm_avx512_f32_14x32"
   int mr = 0, nr = 0;       // its tile
   std::int64_t mc = 0, kc = 0, nc = 0;  // cache blocks (mc a multiple of mr, nc of nr)

@@ -68,6 +68,29 @@ void pack_a_avx512_f32(const core::HostMatrix& a, std::int64_t i0, std::int64_t 
     pack_a_avx512_f32_14(origin, a.ld, a.col_major, rows, k, dst);
   }
 }
+// The same packer for uint32 panels: it only moves 32-bit lanes, whatever they hold.
+void pack_a_avx512_u32(const core::HostMatrix& a, std::int64_t i0, std::int64_t m,
+                       std::int64_t p0, std::int64_t k, std::uint32_t* dst) {
+  pack_a_avx512_f32(a, i0, m, p0, k, reinterpret_cast<float*>(dst));
+}
+#endif
+
+// Integer products for every set: the portable scalar kernels (x86 sets replace them below).
+void set_scalar_integers(KernelSet& s) {
+  s.u32 = {"gemm_ref_u32_4x8", 4, 8, 4 * 32, 256, 1024, gemm_ref_u32_4x8,
+           pack_a_panels<std::uint32_t, 4>, pack_b_panels<std::uint32_t, 8>};
+  s.u64 = {"gemm_ref_u64_4x4", 4, 4, 4 * 32, 256, 1024, gemm_ref_u64_4x4,
+           pack_a_panels<std::uint64_t, 4>, pack_b_panels<std::uint64_t, 4>};
+}
+
+#if defined(__x86_64__) || defined(_M_X64)
+// The AVX2 integer kernels, blocked as the AVX2 float ones.
+void set_avx2_integers(KernelSet& s) {
+  s.u32 = {"gemm_avx2_u32_6x16", 6, 16, 6 * 24, 256, 4096, gemm_avx2_u32_6x16,
+           pack_a_panels<std::uint32_t, 6>, pack_b_panels<std::uint32_t, 16>};
+  s.u64 = {"gemm_avx2_u64_6x8", 6, 8, 6 * 12, 256, 4096, gemm_avx2_u64_6x8,
+           pack_a_panels<std::uint64_t, 6>, pack_b_panels<std::uint64_t, 8>};
+}
 #endif
 
 std::vector<KernelSet> detect() {
@@ -82,6 +105,15 @@ std::vector<KernelSet> detect() {
              pack_a_avx512_f32, pack_b_panels<float, 32>, /*a_outer=*/true};
     s.f64 = {"gemm_avx512_f64_14x16", 14, 16, 14 * 300, 256, 256, gemm_avx512_f64_14x16,
              pack_a_panels<double, 14>, pack_b_panels<double, 16>, /*a_outer=*/true};
+    if (__builtin_cpu_supports("avx512dq")) {  // vpmullq: gemm_avx512_int.cpp's flags
+      // Blocked as the float kernels of the same widths (4- and 8-byte elements).
+      s.u32 = {"gemm_avx512_u32_14x32", 14, 32, 14 * 300, 512, 256, gemm_avx512_u32_14x32,
+               pack_a_avx512_u32, pack_b_panels<std::uint32_t, 32>, /*a_outer=*/true};
+      s.u64 = {"gemm_avx512_u64_14x16", 14, 16, 14 * 300, 256, 256, gemm_avx512_u64_14x16,
+               pack_a_panels<std::uint64_t, 14>, pack_b_panels<std::uint64_t, 16>, /*a_outer=*/true};
+    } else {
+      set_avx2_integers(s);  // every AVX-512 CPU has AVX2
+    }
     sets.push_back(s);
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -91,6 +123,7 @@ std::vector<KernelSet> detect() {
              pack_a_panels<float, 6>, pack_b_panels<float, 16>};
     s.f64 = {"gemm_avx2_f64_6x8", 6, 8, 6 * 12, 256, 4096, gemm_avx2_f64_6x8,
              pack_a_panels<double, 6>, pack_b_panels<double, 8>};
+    set_avx2_integers(s);
     sets.push_back(s);
   }
 #endif
@@ -102,6 +135,7 @@ std::vector<KernelSet> detect() {
              pack_a_panels<float, 8>, pack_b_panels<float, 12>};
     s.f64 = {"gemm_neon_f64_8x6", 8, 6, 8 * 12, 192, 1536, gemm_neon_f64_8x6,
              pack_a_panels<double, 8>, pack_b_panels<double, 6>};
+    set_scalar_integers(s);
     sets.push_back(s);
   }
 #endif
@@ -111,6 +145,7 @@ std::vector<KernelSet> detect() {
            pack_a_panels<float, 4>, pack_b_panels<float, 8>};
   s.f64 = {"gemm_ref_f64_4x4", 4, 4, 4 * 32, 256, 1024, gemm_ref_f64_4x4,
            pack_a_panels<double, 4>, pack_b_panels<double, 4>};
+  set_scalar_integers(s);
   sets.push_back(s);
   return sets;
 }

@@ -2,6 +2,7 @@
 // CPU's features (the BLIS "context" / OpenBLAS "dynamic arch" idea) so one build runs everywhere.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "cpu/gemm_driver.hpp"
@@ -12,6 +13,8 @@ struct KernelSet {
   const char* isa = "";  // "avx512", "avx2", "neon", "scalar"
   GemmConfig<float> f32;
   GemmConfig<double> f64;
+  GemmConfig<std::uint32_t> u32;  // the products of every integer dtype (core/dtypes.cpp)
+  GemmConfig<std::uint64_t> u64;
 };
 
 // Every kernel set this CPU can run, best first.

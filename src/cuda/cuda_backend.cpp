@@ -162,6 +162,63 @@ class CudaDevice final : public core::Device {
   void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
                    const MatrixView& c) override;
 
+  // A stack of products too small for a round trip each (one upload, a kernel, one download: tens
+  // of microseconds, against a 32^3 product's few): each operand stack crosses the link once, the
+  // products run back to back on one stream, one launch each, and the results come down at once.
+  // Larger products go one by one through matmul_host's pipeline, which overlaps their transfers
+  // with the kernels. (A strided-batched kernel, one launch for the stack, is the next step.)
+  void matmul_batch_host(const core::HostMatrix& a, std::int64_t a_step, const core::HostMatrix& b,
+                         std::int64_t b_step, const MatrixView& c, std::int64_t c_step,
+                         std::int64_t count) override {
+    const std::size_t es = dtype_size(c.dtype);
+    const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+    auto stack_elems = [&](std::size_t span, std::int64_t step) {
+      return step == 0 ? span : static_cast<std::size_t>((count - 1) * step) + span;
+    };
+    const std::size_t a_elems = stack_elems(a.span(), a_step), b_elems = stack_elems(b.span(), b_step);
+    const std::size_t c_elems = static_cast<std::size_t>(count * M * N);
+    if (2.0 * M * N * K > kStackMaxFlops || a_step < 0 || b_step < 0 ||
+        (a_elems + b_elems + c_elems) * es > info_.memory_bytes / 4)
+      return core::Device::matmul_batch_host(a, a_step, b, b_step, c, c_step, count);
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    Lease da = lease(a_elems * es), db = lease(b_elems * es), dc = lease(c_elems * es);
+    const CUstream s = kstream_[0];
+    struct SyncGuard {  // no copy may outlive the call: they read and write the caller's arrays
+      const CuApi& cu;
+      CUstream s;
+      ~SyncGuard() { cu.StreamSynchronize(s); }
+    } guard{cu_, s};
+    cu_check(cu_.MemcpyHtoDAsync(da->ptr(), a.data, a_elems * es, s), "cuMemcpyHtoDAsync(a stack)", where_);
+    cu_check(cu_.MemcpyHtoDAsync(db->ptr(), b.data, b_elems * es, s), "cuMemcpyHtoDAsync(b stack)", where_);
+    const core::DeviceMatrix am{nullptr, 0, M, K, a.ld, a.col_major, a.dtype};
+    const core::DeviceMatrix bm{nullptr, 0, K, N, b.ld, b.col_major, b.dtype};
+    for (std::int64_t i = 0; i < count; ++i)
+      launch(s, da->ptr() + static_cast<std::size_t>(i * a_step) * es, am,
+             db->ptr() + static_cast<std::size_t>(i * b_step) * es, bm,
+             dc->ptr() + static_cast<std::size_t>(i * M * N) * es, N, M, N, K, /*whole=*/true);
+    if (c.rows <= 1 || c.row_stride == N) {
+      if (count == 1 || c_step == M * N) {
+        cu_check(cu_.MemcpyDtoHAsync(c.data, dc->ptr(), c_elems * es, s), "cuMemcpyDtoHAsync(c stack)", where_);
+      } else {
+        for (std::int64_t i = 0; i < count; ++i)
+          cu_check(cu_.MemcpyDtoHAsync(static_cast<unsigned char*>(c.data) + i * c_step * static_cast<std::int64_t>(es),
+                                       dc->ptr() + static_cast<std::size_t>(i * M * N) * es,
+                                       static_cast<std::size_t>(M * N) * es, s),
+                   "cuMemcpyDtoHAsync(c)", where_);
+      }
+    } else {  // rows apart in c: one copy per row
+      for (std::int64_t i = 0; i < count; ++i)
+        for (std::int64_t r = 0; r < M; ++r)
+          cu_check(cu_.MemcpyDtoHAsync(static_cast<unsigned char*>(c.data) +
+                                           (i * c_step + r * c.row_stride) * static_cast<std::int64_t>(es),
+                                       dc->ptr() + static_cast<std::size_t>(i * M * N + r * N) * es,
+                                       static_cast<std::size_t>(N) * es, s),
+                   "cuMemcpyDtoHAsync(c row)", where_);
+    }
+    cu_check(cu_.StreamSynchronize(s), "cuStreamSynchronize(stack)", where_);
+  }
+
   // Results of 1 MiB and more come from the pinned pool (pinned_pool.hpp), so the copy engine
   // writes them directly; PORTMAT_CUDA_PINNED_RESULTS=0 turns this off (for measurements).
   std::shared_ptr<void> alloc_host(std::size_t bytes, bool reuse_only) override {
@@ -432,6 +489,9 @@ class CudaDevice final : public core::Device {
   std::shared_ptr<HostPins> pins_;
   static constexpr std::int64_t kMaxSkBlocks = 4096;  // stream-K blocks per launch, at most
   static constexpr std::int64_t kMinSkSlabs = 8;      // slabs per stream-K block, at least
+  // Products of up to this many flops run as stacks (matmul_batch_host): about n = 1260, past
+  // which a product's own pipeline hides its transfers better than one stack copy can.
+  static constexpr double kStackMaxFlops = 4e9;
   static constexpr std::int64_t kSkAllWaves = 7;      // launch(): every tile shared up to here
   static constexpr std::int64_t kWsSkAllWaves = 0;    // the same for _wsk: never (gemm_tiles.h)
   static constexpr long kEarlyRows = 2048;            // matmul_host: rows of a in the k-split start

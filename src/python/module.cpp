@@ -35,31 +35,46 @@ PyObject* oom_type = nullptr;         // portmat.OutOfDeviceMemory(DeviceError, 
 
 template <class Array>
 portmat::DType dtype_of(const Array& a, const char* name) {
-  if (a.dtype() == nb::dtype<float>()) return portmat::DType::f32;
-  if (a.dtype() == nb::dtype<double>()) return portmat::DType::f64;
-  throw nb::type_error((std::string(name) + ": unsupported dtype (portmat multiplies float32 and "
-                        "float64)").c_str());
+  using Code = nb::dlpack::dtype_code;
+  const nb::dlpack::dtype t = a.dtype();
+  const auto code = static_cast<Code>(t.code);
+  if (t.lanes == 1) {
+    if (code == Code::Bool && t.bits == 8) return portmat::DType::boolean;
+    if (code == Code::Float && t.bits == 16) return portmat::DType::f16;
+    if (code == Code::Float && t.bits == 32) return portmat::DType::f32;
+    if (code == Code::Float && t.bits == 64) return portmat::DType::f64;
+    if (code == Code::Complex && t.bits == 64) return portmat::DType::c64;
+    if (code == Code::Complex && t.bits == 128) return portmat::DType::c128;
+    const portmat::DType ints[] = {portmat::DType::i8, portmat::DType::i16, portmat::DType::i32, portmat::DType::i64};
+    const portmat::DType uints[] = {portmat::DType::u8, portmat::DType::u16, portmat::DType::u32, portmat::DType::u64};
+    for (int i = 0; i < 4; ++i)
+      if (t.bits == (8 << i)) {
+        if (code == Code::Int) return ints[i];
+        if (code == Code::UInt) return uints[i];
+      }
+  }
+  throw nb::type_error((std::string(name) + ": unsupported dtype (DLPack code " + std::to_string(t.code) +
+                        ", " + std::to_string(t.bits) + " bits)").c_str());
 }
 
 template <class Array>
-portmat::MatrixView view_of(const Array& a, const char* name) {
-  if (a.ndim() != 2)
-    throw nb::value_error((std::string(name) + " must be 2-D, got " + std::to_string(a.ndim()) +
-                           "-D").c_str());
-  portmat::MatrixView v;
+portmat::ArrayView array_of(const Array& a, const char* name) {
+  portmat::ArrayView v;
   v.data = const_cast<void*>(a.data());
-  v.rows = static_cast<std::int64_t>(a.shape(0));
-  v.cols = static_cast<std::int64_t>(a.shape(1));
-  v.row_stride = a.stride(0);
-  v.col_stride = a.stride(1);
   v.dtype = dtype_of(a, name);
+  for (std::size_t i = 0; i < a.ndim(); ++i) {
+    v.shape.push_back(static_cast<std::int64_t>(a.shape(i)));
+    v.strides.push_back(a.stride(i));
+  }
   return v;
 }
 
 portmat::DType parse_dtype(const std::string& s) {
-  if (s == "float32") return portmat::DType::f32;
-  if (s == "float64") return portmat::DType::f64;
-  throw nb::value_error(("unsupported dtype '" + s + "' (float32 or float64)").c_str());
+  try {
+    return portmat::dtype_from_name(s);
+  } catch (const std::invalid_argument& e) {
+    throw nb::value_error(e.what());
+  }
 }
 
 // ---- calls without the GIL, and interpreter exit ------------------------------------------------
@@ -224,16 +239,16 @@ NB_MODULE(_ext, m) {
   m.def("set_default_device", &portmat::set_default_device, "spec"_a);
 
   m.def(
-      "matmul_into",
+      "matmul_arrays",
       [](nb::ndarray<nb::ro, nb::device::cpu> a, nb::ndarray<nb::ro, nb::device::cpu> b,
          nb::ndarray<nb::device::cpu> out, const std::string& device) {
-        const portmat::MatrixView va = view_of(a, "a"), vb = view_of(b, "b");
-        const portmat::MatrixView vc = view_of(out, "out");
-        // The arrays stay alive: the caller holds them.
-        without_gil([&] { portmat::matmul(va, vb, vc, device); });
+        const portmat::ArrayView va = array_of(a, "a"), vb = array_of(b, "b"), vo = array_of(out, "out");
+        without_gil([&] { portmat::matmul(va, vb, vo, device); });
       },
       "a"_a, "b"_a, "out"_a, "device"_a,
-      "out = a @ b for 2-D float32/float64 arrays of one dtype; out row-major.");
+      "out = a @ b with np.matmul's shapes (vectors, broadcast stacks), all three of one dtype; "
+      "out's last axis contiguous, not overlapping a or b.");
+  m.def("matmul_shape", &portmat::matmul_shape, "a"_a, "b"_a, "The shape of a @ b, or ValueError");
 
   m.def(
       "empty_result",

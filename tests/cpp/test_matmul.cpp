@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
+#include <cstdint>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "core/reference.hpp"
@@ -146,4 +149,150 @@ TEST(Matmul, DimensionsBeyond32BitsAreRefusedNotWrapped) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("2**31 - 1"), std::string::npos) << e.what();
   }
+}
+
+// ---- every dtype, stacks and vectors (the np.matmul contract in C++) ------------------------------
+
+namespace {
+
+// c = a @ b for row-major contiguous operands of `T`, the way NumPy defines it: integers wrap
+// modulo 2^bits (computed in uint64, which wraps the same), booleans are OR of ANDs, floats and
+// complex numbers are summed in double / complex<double>.
+template <class T>
+std::vector<T> naive(const std::vector<T>& a, const std::vector<T>& b, std::int64_t m, std::int64_t k,
+                     std::int64_t n) {
+  std::vector<T> c(m * n);
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      if constexpr (std::is_same_v<T, bool>) {
+        bool s = false;
+        for (std::int64_t p = 0; p < k; ++p) s = s || (a[i * k + p] && b[p * n + j]);
+        c[i * n + j] = s;
+      } else if constexpr (std::is_integral_v<T>) {
+        std::uint64_t s = 0;
+        for (std::int64_t p = 0; p < k; ++p)
+          s += static_cast<std::uint64_t>(a[i * k + p]) * static_cast<std::uint64_t>(b[p * n + j]);
+        c[i * n + j] = static_cast<T>(s);
+      } else {
+        std::complex<double> s = 0;
+        for (std::int64_t p = 0; p < k; ++p) s += std::complex<double>(a[i * k + p]) * std::complex<double>(b[p * n + j]);
+        if constexpr (std::is_floating_point_v<T>) c[i * n + j] = static_cast<T>(s.real());
+        else c[i * n + j] = T(s);
+      }
+    }
+  return c;
+}
+
+template <class T>
+std::vector<T> random_of(std::size_t n, std::mt19937& rng) {
+  std::vector<T> v(n);
+  for (auto&& x : v) {
+    if constexpr (std::is_same_v<T, bool>) x = rng() & 1;
+    else if constexpr (std::is_integral_v<T>) x = static_cast<T>(rng() * 2654435761ull + rng());  // full range
+    else if constexpr (std::is_floating_point_v<T>) x = static_cast<T>(std::uniform_real_distribution<double>(-1, 1)(rng));
+    else x = T(std::uniform_real_distribution<double>(-1, 1)(rng), std::uniform_real_distribution<double>(-1, 1)(rng));
+  }
+  return v;
+}
+
+template <class T>
+void expect_dtype(const std::string& device, DType dt, std::mt19937& rng) {
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {7, 13, 5}, {33, 70, 17}, {130, 40, 65}}) {
+    auto a = random_of<T>(m * k, rng), b = random_of<T>(k * n, rng);
+    std::vector<T> c(m * n);
+    // bool vectors are bit-packed: the products run on plain byte copies.
+    std::vector<unsigned char> ab, bb, cb;
+    void *pa = nullptr, *pb = nullptr, *pc = nullptr;
+    if constexpr (std::is_same_v<T, bool>) {
+      ab.assign(a.begin(), a.end()), bb.assign(b.begin(), b.end()), cb.assign(m * n, 7);
+      pa = ab.data(), pb = bb.data(), pc = cb.data();
+    } else {
+      pa = a.data(), pb = b.data(), pc = c.data();
+    }
+    portmat::matmul({pa, m, k, k, 1, dt}, {pb, k, n, n, 1, dt}, {pc, m, n, n, 1, dt}, device);
+    const auto want = naive(a, b, m, k, n);
+    for (std::int64_t i = 0; i < m * n; ++i) {
+      if constexpr (std::is_same_v<T, bool>) {
+        ASSERT_EQ(cb[i], static_cast<unsigned char>(want[i])) << dtype_name(dt) << " entry " << i;
+      } else if constexpr (std::is_integral_v<T>) {
+        ASSERT_EQ(c[i], want[i]) << dtype_name(dt) << " entry " << i;
+      } else {
+        // |c - ref| <= K * eps * sum_p |a_ip| |b_pj| (twice that for complex: four real products)
+        const bool single = sizeof(T) == 4 || (sizeof(T) == 8 && !std::is_floating_point_v<T>);
+        const double eps = single ? 1.1920929e-7 : 2.220446e-16;
+        double mag = 0;
+        for (std::int64_t p = 0; p < k; ++p) mag += std::abs(a[(i / n) * k + p]) * std::abs(b[p * n + i % n]);
+        const double bound = (std::is_floating_point_v<T> ? 1 : 2) * k * eps * mag;
+        EXPECT_LE(std::abs(std::complex<double>(c[i]) - std::complex<double>(want[i])), bound)
+            << dtype_name(dt) << " entry " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_P(EveryDevice, EveryDtypeAsNumPyComputesIt) {
+  std::mt19937 rng(std::random_device{}());
+  const std::string d = GetParam();
+  expect_dtype<bool>(d, DType::boolean, rng);
+  expect_dtype<std::int8_t>(d, DType::i8, rng);
+  expect_dtype<std::int16_t>(d, DType::i16, rng);
+  expect_dtype<std::int32_t>(d, DType::i32, rng);
+  expect_dtype<std::int64_t>(d, DType::i64, rng);
+  expect_dtype<std::uint8_t>(d, DType::u8, rng);
+  expect_dtype<std::uint16_t>(d, DType::u16, rng);
+  expect_dtype<std::uint32_t>(d, DType::u32, rng);
+  expect_dtype<std::uint64_t>(d, DType::u64, rng);
+  expect_dtype<float>(d, DType::f32, rng);
+  expect_dtype<std::complex<float>>(d, DType::c64, rng);
+  if (portmat::find_device(d).supports_f64) {
+    expect_dtype<double>(d, DType::f64, rng);
+    expect_dtype<std::complex<double>>(d, DType::c128, rng);
+  }
+}
+
+TEST_P(EveryDevice, StacksBroadcastAndVectorsAsNumPy) {
+  // a: (3, 1, M, K), b: (1, 4, K, N) -> (3, 4, M, N): every matrix against a 2-D product.
+  std::mt19937 rng(std::random_device{}());
+  const std::int64_t M = 9, K = 17, N = 6;
+  auto a = random_vector<float>(3 * M * K, rng), b = random_vector<float>(4 * K * N, rng);
+  std::vector<float> c(3 * 4 * M * N, -1.0f);
+  portmat::ArrayView va{a.data(), DType::f32, {3, 1, M, K}, {M * K, M * K, K, 1}};
+  portmat::ArrayView vb{b.data(), DType::f32, {1, 4, K, N}, {4 * K * N, K * N, N, 1}};
+  portmat::ArrayView vc{c.data(), DType::f32, {3, 4, M, N}, {4 * M * N, M * N, N, 1}};
+  ASSERT_EQ(portmat::matmul_shape(va.shape, vb.shape), vc.shape);
+  portmat::matmul(va, vb, vc, GetParam());
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) {
+      MatrixView ma{a.data() + i * M * K, M, K, K, 1, DType::f32}, mb{b.data() + j * K * N, K, N, N, 1, DType::f32};
+      MatrixView mc{c.data() + (i * 4 + j) * M * N, M, N, N, 1, DType::f32};
+      EXPECT_LE(portmat::reference::worst_error_ratio(ma, mb, mc), 1.0) << i << ", " << j;
+    }
+  // A vector on either side, and both: the added axis is not in the result.
+  std::vector<float> y(K), out(M), dot(1);
+  for (auto& v : y) v = 0.5f;
+  portmat::ArrayView vy{y.data(), DType::f32, {K}, {1}};
+  portmat::matmul({a.data(), DType::f32, {M, K}, {K, 1}}, vy, {out.data(), DType::f32, {M}, {1}}, GetParam());
+  MatrixView col{y.data(), K, 1, 1, 1, DType::f32}, res{out.data(), M, 1, 1, 1, DType::f32};
+  EXPECT_LE(portmat::reference::worst_error_ratio({a.data(), M, K, K, 1, DType::f32}, col, res), 1.0);
+  portmat::matmul(vy, vy, {dot.data(), DType::f32, {}, {}}, GetParam());
+  EXPECT_NEAR(dot[0], 0.25 * K, 1e-5);
+}
+
+TEST(Matmul, ShapesNumPyRefusesNameBothOperands) {
+  auto message = [](std::vector<std::int64_t> a, std::vector<std::int64_t> b) {
+    try {
+      portmat::matmul_shape(a, b);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  EXPECT_NE(message({}, {2, 2}).find("at least 1 dimension"), std::string::npos);
+  EXPECT_NE(message({2, 3}, {2, 2}).find("(2, 3)"), std::string::npos);
+  EXPECT_NE(message({2, 2, 3}, {3, 3, 2}).find("do not broadcast"), std::string::npos);
+  EXPECT_EQ(portmat::matmul_shape({5, 1, 2, 3}, {4, 3, 7}), (std::vector<std::int64_t>{5, 4, 2, 7}));
+  EXPECT_EQ(portmat::matmul_shape({3}, {3}), std::vector<std::int64_t>{});
+  EXPECT_EQ(portmat::matmul_shape({2, 3}, {3}), std::vector<std::int64_t>{2});
 }

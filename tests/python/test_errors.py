@@ -14,10 +14,18 @@ def _ok(device):
     check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
-@pytest.mark.parametrize("shape_a,shape_b", [((3,), (3, 2)), ((2, 3), (3,)), ((2, 2, 2), (2, 2)), ((), (2, 2))])
-def test_ndim_other_than_2(device, shape_a, shape_b):
-    with pytest.raises(ValueError, match="must be 2-D"):
-        portmat.matmul(np.ones(shape_a, np.float32), np.ones(shape_b, np.float32), device=device)
+@pytest.mark.parametrize("shape_a,shape_b,match", [
+    ((), (2, 2), "at least 1 dimension"), ((3,), (), "at least 1 dimension"),
+    ((2, 3), (2, 2), r"inner dimensions differ.*\(2, 3\).*\(2, 2\)"),
+    ((4,), (3,), r"inner dimensions differ.*\(4,\).*\(3,\)"),
+    ((2, 2, 3), (3, 3, 2), r"stacks do not broadcast.*\(2, 2, 3\).*\(3, 3, 2\)"),
+])
+def test_shapes_numpy_refuses_raise_its_exception_naming_both(device, shape_a, shape_b, match):
+    a, b = np.ones(shape_a, np.float32), np.ones(shape_b, np.float32)
+    with pytest.raises(ValueError):
+        np.matmul(a, b)
+    with pytest.raises(ValueError, match=match):
+        portmat.matmul(a, b, device=device)
     _ok(device)
 
 
@@ -27,13 +35,14 @@ def test_inner_dimension_mismatch_shows_both_shapes(device):
     _ok(device)
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.bool_, np.float16, np.complex64,
-                                   np.complex128, object, "U3", "S3", "datetime64[s]"])
-def test_unsupported_dtypes(device, dtype):
-    a = np.ones((2, 2)).astype(dtype) if dtype not in ("U3", "S3") else np.array([["a", "b"], ["c", "d"]], dtype)
+@pytest.mark.parametrize("dtype", ["U3", "S3", "datetime64[s]", "timedelta64[s]"])
+def test_dtypes_numpy_has_no_matmul_for_raise_its_type_error(device, dtype):
+    a = np.array([["a", "b"], ["c", "d"]], dtype) if dtype[0] in "US" else np.ones((2, 2)).astype(dtype)
     b = np.ones((2, 2), np.float32)
-    with pytest.raises(TypeError, match=re.escape(str(np.dtype(dtype)))):
-        portmat.matmul(a, b, device=device)
+    with pytest.raises(TypeError):
+        np.matmul(a, a)
+    with pytest.raises(TypeError):
+        portmat.matmul(a, a, device=device)
     with pytest.raises(TypeError):
         portmat.matmul(b, a, device=device)
     _ok(device)

@@ -1,4 +1,5 @@
-// AVX2 + FMA micro-kernels: gemm_avx2_f32_6x16 and gemm_avx2_f64_6x8 (contract: ukernel.hpp).
+// AVX2 + FMA micro-kernels: gemm_avx2_f32_6x16, gemm_avx2_f64_6x8, and the integer products
+// gemm_avx2_u32_6x16 and gemm_avx2_u64_6x8 (contract: ukernel.hpp).
 //
 // Compiled with -mavx2 -mfma (cpu.cmake), called only after a run-time check. The classic
 // Haswell shape (BLIS, OpenBLAS): 6 rows x 2 ymm vectors = 12 accumulators + 2 B vectors + one
@@ -59,6 +60,43 @@ struct F64 {
   static void store_part(T* p, V v, int n) { store_part_via_stack<F64>(p, v, n); }
 };
 
+// The integer products (core/dtypes.cpp): wrap-around 32- and 64-bit multiply-adds. AVX2 has no
+// 64-bit multiply, so U64 builds one from three 32 x 32 -> 64-bit ones (the high halves' product
+// falls out modulo 2^64).
+struct U32 {
+  using T = std::uint32_t;
+  using V = __m256i;
+  static constexpr int lanes = 8;
+  static V zero() { return _mm256_setzero_si256(); }
+  static V load(const T* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static V bcast(const T* p) { return _mm256_set1_epi32(static_cast<int>(*p)); }
+  static V fma(V a, V b, V c) { return _mm256_add_epi32(_mm256_mullo_epi32(a, b), c); }
+  static V add(V a, V b) { return _mm256_add_epi32(a, b); }
+  static void store(T* p, V v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+  static V load_part(const T* p, int n) { return load_part_via_stack<U32>(p, n); }
+  static void store_part(T* p, V v, int n) { store_part_via_stack<U32>(p, v, n); }
+};
+
+struct U64 {
+  using T = std::uint64_t;
+  using V = __m256i;
+  static constexpr int lanes = 4;
+  static V zero() { return _mm256_setzero_si256(); }
+  static V load(const T* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static V bcast(const T* p) { return _mm256_set1_epi64x(static_cast<long long>(*p)); }
+  static V mul(V a, V b) {  // a * b mod 2^64 = lo*lo + ((hi_a*lo_b + lo_a*hi_b) << 32)
+    const V lo = _mm256_mul_epu32(a, b);
+    const V cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b),
+                                     _mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)));
+    return _mm256_add_epi64(lo, _mm256_slli_epi64(cross, 32));
+  }
+  static V fma(V a, V b, V c) { return _mm256_add_epi64(mul(a, b), c); }
+  static V add(V a, V b) { return _mm256_add_epi64(a, b); }
+  static void store(T* p, V v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+  static V load_part(const T* p, int n) { return load_part_via_stack<U64>(p, n); }
+  static void store_part(T* p, V v, int n) { store_part_via_stack<U64>(p, v, n); }
+};
+
 template <class S, int MR, int NV>
 [[gnu::always_inline]] inline void gemm_tile(std::int64_t k, const typename S::T* a,
                                              const typename S::T* b, typename S::T* c,
@@ -86,6 +124,16 @@ void gemm_avx2_f32_6x16(std::int64_t k, const float* a, const float* b, float* c
 void gemm_avx2_f64_6x8(std::int64_t k, const double* a, const double* b, double* c,
                        std::int64_t ldc, int m, int n, bool accumulate) {
   gemm_tile<F64, 6, 2>(k, a, b, c, ldc, m, n, accumulate);
+}
+
+void gemm_avx2_u32_6x16(std::int64_t k, const std::uint32_t* a, const std::uint32_t* b,
+                        std::uint32_t* c, std::int64_t ldc, int m, int n, bool accumulate) {
+  gemm_tile<U32, 6, 2>(k, a, b, c, ldc, m, n, accumulate);
+}
+
+void gemm_avx2_u64_6x8(std::int64_t k, const std::uint64_t* a, const std::uint64_t* b,
+                       std::uint64_t* c, std::int64_t ldc, int m, int n, bool accumulate) {
+  gemm_tile<U64, 6, 2>(k, a, b, c, ldc, m, n, accumulate);
 }
 
 float fma_loop_avx2_f32(long iters) { return fma_chains<F32>(iters); }

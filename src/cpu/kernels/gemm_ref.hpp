@@ -34,4 +34,15 @@ inline void gemm_ref_f64_4x4(std::int64_t k, const double* a, const double* b, d
   gemm_ref<double, 4, 4>(k, a, b, c, ldc, m, n, accumulate);
 }
 
+// Integer products (wrap-around): the scalar fallback's, and the NEON builds' until they have
+// SIMD ones.
+inline void gemm_ref_u32_4x8(std::int64_t k, const std::uint32_t* a, const std::uint32_t* b,
+                             std::uint32_t* c, std::int64_t ldc, int m, int n, bool accumulate) {
+  gemm_ref<std::uint32_t, 4, 8>(k, a, b, c, ldc, m, n, accumulate);
+}
+inline void gemm_ref_u64_4x4(std::int64_t k, const std::uint64_t* a, const std::uint64_t* b,
+                             std::uint64_t* c, std::int64_t ldc, int m, int n, bool accumulate) {
+  gemm_ref<std::uint64_t, 4, 4>(k, a, b, c, ldc, m, n, accumulate);
+}
+
 }  // namespace portmat::cpu

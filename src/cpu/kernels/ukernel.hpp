@@ -41,6 +41,17 @@ void gemm_avx2_f32_6x16(std::int64_t k, const float* a, const float* b, float* c
 void gemm_avx2_f64_6x8(std::int64_t k, const double* a, const double* b, double* c,
                        std::int64_t ldc, int m, int n, bool accumulate);
 
+// The integer products of every integer dtype (wrap-around uint32 / uint64 multiply-adds;
+// gemm_avx512_int.cpp needs AVX512DQ as well as AVX512F).
+void gemm_avx512_u32_14x32(std::int64_t k, const std::uint32_t* a, const std::uint32_t* b,
+                           std::uint32_t* c, std::int64_t ldc, int m, int n, bool accumulate);
+void gemm_avx512_u64_14x16(std::int64_t k, const std::uint64_t* a, const std::uint64_t* b,
+                           std::uint64_t* c, std::int64_t ldc, int m, int n, bool accumulate);
+void gemm_avx2_u32_6x16(std::int64_t k, const std::uint32_t* a, const std::uint32_t* b,
+                        std::uint32_t* c, std::int64_t ldc, int m, int n, bool accumulate);
+void gemm_avx2_u64_6x8(std::int64_t k, const std::uint64_t* a, const std::uint64_t* b,
+                       std::uint64_t* c, std::int64_t ldc, int m, int n, bool accumulate);
+
 // Packs one A micro-panel of 14 rows (rows <= 14 of them real, the rest zero-padded) and k
 // columns starting at `a` (row-major: row i at a + i*lda; col_major: column p at a + p*lda) into
 // dst, k-major as the 14-row kernels read it (ukernel contract above).

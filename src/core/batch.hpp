@@ -1,0 +1,63 @@
+// A strided batch of 2-D products, c[i] = a[i] @ b[i] for i < count: what both public matmul
+// overloads become (a 2-D product is a batch of one), and what backends run.
+//
+// Also the dtype routes: every dtype reaches one of the four the kernels compute (float32,
+// float64, and the wrap-around uint32 / uint64 products that serve every integer type), by
+// conversion where needed (dtypes.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "portmat/portmat.hpp"
+
+namespace portmat::core {
+
+struct Batch {
+  MatrixView a, b, c;  // matrix 0 of each; one dtype
+  std::int64_t count = 1;
+  // Elements from one matrix to the next; 0: the same matrix for every i (a broadcast stack).
+  std::int64_t a_step = 0, b_step = 0, c_step = 0;
+};
+
+// Matrix i of a stack whose matrix 0 is v.
+MatrixView nth(const MatrixView& v, std::int64_t step, std::int64_t i);
+
+// Throws std::invalid_argument unless c = a @ b is a product of consistent shapes and one dtype,
+// with c row-major (unit column stride) and every matrix aligned to its element size.
+void check_views(const MatrixView& a, const MatrixView& b, const MatrixView& c);
+
+// c[i] = a[i] @ b[i] on the device `device` names (matmul.cpp). Arguments already checked.
+void multiply_batch(const Batch& p, const std::string& device);
+
+// ---- dtypes (dtypes.cpp) ----------------------------------------------------------------------
+bool is_integer(DType t);  // boolean and every integer type
+bool is_signed(DType t);
+
+// The distinct matrices of a stack operand (one when step is 0, else `count`) converted to
+// `to`, row-major and contiguous, in storage: the new view of matrix 0 and its step.
+struct Converted {
+  std::unique_ptr<unsigned char[]> storage;  // uninitialised: every byte is written once
+  MatrixView view;
+  std::int64_t step = 0;
+};
+Converted convert_stack(const MatrixView& v, std::int64_t step, std::int64_t count, DType to);
+
+// Writes the contiguous row-major results `src` (count matrices of `from`, c's shape) into the
+// stack c of c.dtype, converting: float32 -> float16, uint32 -> any narrower integer or boolean
+// (the low bits; boolean: nonzero), float64 holding exact integers -> any integer type (wrapped).
+void store_stack(const void* src, DType from, const MatrixView& c, std::int64_t c_step, std::int64_t count);
+
+// Largest |x| over the distinct matrices of a stack of integers (0 for others).
+double max_abs(const MatrixView& v, std::int64_t step, std::int64_t count);
+
+// Complex products as one real product: a (M x K) and c (M x N), complex, are read as real
+// (M x 2K) and (M x 2N) matrices of interleaved parts where they are; b is rewritten as the real
+// (2K x 2N) matrix B'' with B''[2k][2n] = B''[2k+1][2n+1] = re b[k][n], B''[2k][2n+1] = im b[k][n]
+// and B''[2k+1][2n] = -im b[k][n], so that [re c, im c] interleaved = [re a, im a] interleaved @ B''.
+// Every entry is then the sum of NumPy's four real products per term: the same accuracy.
+Converted complex_b(const MatrixView& b, std::int64_t step, std::int64_t count);
+
+}  // namespace portmat::core

@@ -1,0 +1,254 @@
+// dtypes: names and sizes, and the conversions that bring every dtype to one of the four the
+// kernels compute (batch.hpp): float16 through float32, boolean and 8/16-bit integers through
+// the uint32 product, integers through float64 where that is exact (devices without integer
+// kernels), complex through one real product.
+//
+// Integer arithmetic: NumPy's integer matmul wraps around modulo 2^bits. Modular arithmetic
+// commutes with widening and narrowing, so an int8 product computed in uint32 and truncated to
+// 8 bits is NumPy's exactly, whichever way the operands were extended; unsigned types make the
+// wrap-around defined in C++.
+#include <complex>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/batch.hpp"
+
+namespace portmat {
+
+namespace {
+struct DTypeInfo {
+  DType type;
+  const char* name;
+  std::size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {
+    {DType::f32, "float32", 4},   {DType::f64, "float64", 8},     {DType::f16, "float16", 2},
+    {DType::c64, "complex64", 8}, {DType::c128, "complex128", 16}, {DType::boolean, "bool", 1},
+    {DType::i8, "int8", 1},       {DType::i16, "int16", 2},        {DType::i32, "int32", 4},
+    {DType::i64, "int64", 8},     {DType::u8, "uint8", 1},         {DType::u16, "uint16", 2},
+    {DType::u32, "uint32", 4},    {DType::u64, "uint64", 8},
+};
+const DTypeInfo& info(DType t) {
+  for (const auto& d : kDTypes)
+    if (d.type == t) return d;
+  throw std::invalid_argument("portmat: unknown dtype");
+}
+}  // namespace
+
+std::size_t dtype_size(DType t) { return info(t).size; }
+const char* dtype_name(DType t) { return info(t).name; }
+DType dtype_from_name(const std::string& name) {
+  for (const auto& d : kDTypes)
+    if (name == d.name) return d.type;
+  throw std::invalid_argument("unsupported dtype '" + name + "'");
+}
+
+}  // namespace portmat
+
+namespace portmat::core {
+
+namespace {
+
+// ---- float16, IEEE binary16, in software (round to nearest even) -----------------------------
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ffu, f;
+  if (exp == 0 && mant == 0) {
+    f = sign;
+  } else if (exp == 0) {  // subnormal: normalise
+    exp = 127 - 15 + 1;
+    while (!(mant & 0x400u)) mant <<= 1, --exp;
+    f = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+  } else if (exp == 31) {  // inf, NaN
+    f = sign | 0x7f800000u | (mant << 13);
+  } else {
+    f = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float x;
+  std::memcpy(&x, &f, 4);
+  return x;
+}
+
+std::uint16_t float_to_half(float x) {
+  std::uint32_t f;
+  std::memcpy(&f, &x, 4);
+  const std::uint32_t sign = (f >> 16) & 0x8000u, exp = (f >> 23) & 0xffu;
+  std::uint32_t mant = f & 0x7fffffu;
+  if (exp == 0xff) return static_cast<std::uint16_t>(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0));
+  const int e = static_cast<int>(exp) - 127 + 15;
+  if (e >= 31) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow: inf
+  if (e <= 0) {  // a half subnormal (or zero): m = mantissa with its implicit bit >> (14 - e)
+    if (e < -10) return static_cast<std::uint16_t>(sign);
+    mant |= 0x800000u;
+    const int shift = 14 - e;
+    std::uint32_t m = mant >> shift;
+    const std::uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (m & 1))) ++m;  // may carry into the exponent: fine
+    return static_cast<std::uint16_t>(sign | m);
+  }
+  std::uint32_t h = sign | (static_cast<std::uint32_t>(e) << 10) | (mant >> 13);
+  const std::uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;  // a carry may reach inf: right
+  return static_cast<std::uint16_t>(h);
+}
+
+// Calls f(T{}) with the C++ type that stores dtype t (float16 as its bits, boolean as a byte).
+template <class F>
+void with_type(DType t, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    case DType::f16: return f(std::uint16_t{});
+    case DType::c64: return f(std::complex<float>{});
+    case DType::c128: return f(std::complex<double>{});
+    case DType::boolean: return f(std::uint8_t{});
+    case DType::i8: return f(std::int8_t{});
+    case DType::i16: return f(std::int16_t{});
+    case DType::i32: return f(std::int32_t{});
+    case DType::i64: return f(std::int64_t{});
+    case DType::u8: return f(std::uint8_t{});
+    case DType::u16: return f(std::uint16_t{});
+    case DType::u32: return f(std::uint32_t{});
+    case DType::u64: return f(std::uint64_t{});
+  }
+}
+
+// One element from `from` to `to`, for the pairs the routes use (others are not reached).
+template <class From, class To>
+To convert(From x, DType from, DType to) {
+  if constexpr (std::is_same_v<From, To>) {
+    (void)from, (void)to;
+    return x;
+  } else if constexpr (std::is_same_v<From, std::uint16_t> && std::is_same_v<To, float>) {
+    (void)to;
+    return from == DType::f16 ? half_to_float(x) : static_cast<float>(x);
+  } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, std::uint16_t>) {
+    (void)from;
+    return to == DType::f16 ? float_to_half(x) : static_cast<std::uint16_t>(x);
+  } else if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) {
+    (void)from;
+    if (to == DType::boolean) return static_cast<To>(x != 0);
+    // Widening extends by the source's own signedness; narrowing keeps the low bits.
+    return static_cast<To>(x);
+  } else if constexpr (std::is_integral_v<From> && std::is_same_v<To, double>) {
+    (void)from, (void)to;
+    return static_cast<double>(x);
+  } else if constexpr (std::is_same_v<From, double> && std::is_integral_v<To>) {
+    (void)from;
+    // An exact integer below 2^53 in magnitude: through int64, then wrapped to the target width.
+    const std::int64_t v = static_cast<std::int64_t>(x);
+    return to == DType::boolean ? static_cast<To>(v != 0) : static_cast<To>(static_cast<std::uint64_t>(v));
+  } else {
+    (void)x, (void)from, (void)to;
+    throw std::logic_error("portmat: no conversion between these dtypes");
+  }
+}
+
+template <class From, class To>
+void copy_matrix(const MatrixView& v, DType to, To* dst) {
+  const auto* src = static_cast<const From*>(v.data);
+  for (std::int64_t i = 0; i < v.rows; ++i)
+    for (std::int64_t j = 0; j < v.cols; ++j)
+      *dst++ = convert<From, To>(src[i * v.row_stride + j * v.col_stride], v.dtype, to);
+}
+
+}  // namespace
+
+bool is_integer(DType t) {
+  return t != DType::f32 && t != DType::f64 && t != DType::f16 && t != DType::c64 && t != DType::c128;
+}
+bool is_signed(DType t) { return t == DType::i8 || t == DType::i16 || t == DType::i32 || t == DType::i64; }
+
+MatrixView nth(const MatrixView& v, std::int64_t step, std::int64_t i) {
+  MatrixView m = v;
+  m.data = static_cast<unsigned char*>(v.data) + i * step * static_cast<std::int64_t>(dtype_size(v.dtype));
+  return m;
+}
+
+Converted convert_stack(const MatrixView& v, std::int64_t step, std::int64_t count, DType to) {
+  Converted out;
+  const std::int64_t distinct = step == 0 ? 1 : count, elems = v.rows * v.cols;
+  out.storage.reset(new unsigned char[static_cast<std::size_t>(distinct * elems) * dtype_size(to)]);
+  out.view = {out.storage.get(), v.rows, v.cols, v.cols, 1, to};
+  out.step = step == 0 ? 0 : elems;
+  with_type(v.dtype, [&](auto from_t) {
+    with_type(to, [&](auto to_t) {
+      using From = decltype(from_t);
+      using To = decltype(to_t);
+      auto* dst = reinterpret_cast<To*>(out.storage.get());
+      for (std::int64_t i = 0; i < distinct; ++i) copy_matrix<From, To>(nth(v, step, i), to, dst + i * elems);
+    });
+  });
+  return out;
+}
+
+void store_stack(const void* src, DType from, const MatrixView& c, std::int64_t c_step, std::int64_t count) {
+  with_type(from, [&](auto from_t) {
+    with_type(c.dtype, [&](auto to_t) {
+      using From = decltype(from_t);
+      using To = decltype(to_t);
+      const auto* s = static_cast<const From*>(src);
+      for (std::int64_t b = 0; b < count; ++b) {
+        auto* dst = static_cast<To*>(nth(c, c_step, b).data);
+        for (std::int64_t i = 0; i < c.rows; ++i)
+          for (std::int64_t j = 0; j < c.cols; ++j)
+            dst[i * c.row_stride + j * c.col_stride] = convert<From, To>(*s++, from, c.dtype);
+      }
+    });
+  });
+}
+
+double max_abs(const MatrixView& v, std::int64_t step, std::int64_t count) {
+  double worst = 0;
+  with_type(v.dtype, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (std::is_integral_v<T>) {
+      const std::int64_t distinct = step == 0 ? 1 : count;
+      for (std::int64_t b = 0; b < distinct; ++b) {
+        const auto* src = static_cast<const T*>(nth(v, step, b).data);
+        for (std::int64_t i = 0; i < v.rows; ++i)
+          for (std::int64_t j = 0; j < v.cols; ++j) {
+            const T x = src[i * v.row_stride + j * v.col_stride];
+            const double m = std::is_signed_v<T> && x < 0 ? -static_cast<double>(x) : static_cast<double>(x);
+            worst = m > worst ? m : worst;
+          }
+      }
+    }
+  });
+  return worst;
+}
+
+Converted complex_b(const MatrixView& b, std::int64_t step, std::int64_t count) {
+  const bool single = b.dtype == DType::c64;
+  Converted out;
+  const std::int64_t distinct = step == 0 ? 1 : count, K = b.rows, N = b.cols;
+  const std::int64_t elems = 4 * K * N;  // (2K x 2N) reals per matrix
+  const std::size_t real_size = single ? 4 : 8;
+  out.storage.reset(new unsigned char[static_cast<std::size_t>(distinct * elems) * real_size]);
+  out.view = {out.storage.get(), 2 * K, 2 * N, 2 * N, 1, single ? DType::f32 : DType::f64};
+  out.step = step == 0 ? 0 : elems;
+  auto fill = [&](auto real_t) {
+    using R = decltype(real_t);
+    for (std::int64_t m = 0; m < distinct; ++m) {
+      const auto* src = static_cast<const std::complex<R>*>(nth(b, step, m).data);
+      R* dst = reinterpret_cast<R*>(out.storage.get()) + m * elems;
+      for (std::int64_t k = 0; k < K; ++k) {
+        R* even = dst + (2 * k) * (2 * N);
+        R* odd = even + 2 * N;
+        for (std::int64_t n = 0; n < N; ++n) {
+          const std::complex<R> z = src[k * b.row_stride + n * b.col_stride];
+          even[2 * n] = z.real(), even[2 * n + 1] = z.imag();
+          odd[2 * n] = -z.imag(), odd[2 * n + 1] = z.real();
+        }
+      }
+    }
+  };
+  if (single)
+    fill(float{});
+  else
+    fill(double{});
+  return out;
+}
+
+}  // namespace portmat::core

@@ -1,0 +1,232 @@
+"""portmat.matmul is np.matmul: a differential suite driven by hypothesis, on every device.
+
+Shapes come from np.matmul's own gufunc signature, (m?,n),(n,p?)->(m?,p?), with 0-3 broadcast
+batch axes and empty dimensions; dtypes from every pair of the dtypes portmat has kernels for (and
+a few it leaves to NumPy); operands as views (transposed, strided, reversed, broadcast); `out` as
+NumPy allows it (another dtype, strided, overlapping an operand). Integer and boolean results must
+equal NumPy's exactly, wrap-around included; float and complex results must be within
+K * eps * (|a| @ |b|) of a float64 (complex128) reference, entry by entry; the result's dtype,
+shape and type must be NumPy's.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import portmat
+from conftest import DEVICE_IDS
+
+pytestmark = pytest.mark.skipif(not DEVICE_IDS, reason="no device")
+
+KERNEL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "float32", "float64", "complex64", "complex128"]
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=False,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def random_values(rng, shape, dtype):
+    """Values that exercise the dtype: integers over their whole range (so products wrap), floats
+    and complex numbers in [-1, 1], booleans at random."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    x = rng.uniform(-1, 1, shape)
+    if dtype.kind == "c":
+        x = x + 1j * rng.uniform(-1, 1, shape)
+    return x.astype(dtype)
+
+
+def as_view(rng, arr, kind):
+    """arr's values as a view of the given kind (the values are what matters)."""
+    if arr.ndim < 2 or kind == "contiguous":
+        return arr
+    if kind == "transposed":  # the matrix axes stored the other way round
+        return np.swapaxes(np.ascontiguousarray(np.swapaxes(arr, -1, -2)), -1, -2)
+    if kind == "strided":  # every other element of a bigger array
+        big = np.empty(arr.shape[:-1] + (2 * arr.shape[-1],), arr.dtype)
+        big[..., ::2] = arr
+        return big[..., ::2]
+    if kind == "reversed":
+        return np.flip(np.flip(arr, -1).copy(), -1)
+    raise AssertionError(kind)
+
+
+def check_same_as_numpy(got, a, b, want_dtype=None):
+    with np.errstate(all="ignore"):
+        want = np.matmul(a, b) if want_dtype is None else np.matmul(a, b, dtype=want_dtype)
+    assert type(got) is type(want), (type(got), type(want))
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
+    if want.dtype.kind in "biu":
+        assert np.array_equal(got, want), f"integer results differ from NumPy's:\n{got}\n{want}"
+        return
+    # Float / complex: against the exact product (float64 / complex128), with the bound.
+    wide = np.complex128 if want.dtype.kind == "c" else np.float64
+    a64 = np.asarray(a).astype(wide)
+    b64 = np.asarray(b).astype(wide)
+    ref = np.matmul(a64, b64)
+    mag = np.matmul(np.abs(a64), np.abs(b64))
+    k = np.asarray(a).shape[-1]
+    # float16 accumulates in float32 and is rounded once at the end.
+    eps = np.finfo(want.dtype).eps
+    bound = max(k, 1) * eps * 2 * mag + np.finfo(want.dtype).tiny
+    err = np.abs(got.astype(wide) - ref)
+    assert np.all(err <= bound), f"error {np.max(err - bound)} over the bound"
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
+@SETTINGS
+@given(data=st.data(),
+       shapes=hnp.mutually_broadcastable_shapes(signature="(m?,n),(n,p?)->(m?,p?)", max_dims=3,
+                                                min_side=0, max_side=6),
+       dtype_a=st.sampled_from(KERNEL_DTYPES), dtype_b=st.sampled_from(KERNEL_DTYPES),
+       views=st.tuples(*[st.sampled_from(["contiguous", "transposed", "strided", "reversed"])] * 2),
+       seed=st.integers(0, 2**32 - 1))
+def test_every_shape_dtype_and_view_as_numpy(device, data, shapes, dtype_a, dtype_b, views, seed):
+    rng = np.random.default_rng(seed)
+    (sa, sb), _ = shapes
+    a = as_view(rng, random_values(rng, sa, dtype_a), views[0])
+    b = as_view(rng, random_values(rng, sb, dtype_b), views[1])
+    check_same_as_numpy(portmat.matmul(a, b, device=device), a, b)
+
+
+def close_enough(got, want, a, b, loop):
+    """got and want are the same product in `loop` (each within the bound of the exact one), each
+    then cast to out's dtype."""
+    out = np.dtype(got.dtype)
+    if loop.kind in "biu":
+        return np.array_equal(got, want)
+    if out.kind == "b":
+        return True  # nonzero tests of two close floats: no stable comparison
+    wide = np.complex128 if loop.kind == "c" else np.float64
+    exact = np.matmul(a.astype(wide), b.astype(wide))
+    mag = np.matmul(np.abs(a.astype(wide)), np.abs(b.astype(wide)))
+    if exact.ndim == 0:
+        exact, mag = exact[()], mag[()]
+    g, w = np.asarray(got).astype(np.complex128), np.asarray(want).astype(np.complex128)
+    if out.kind in "iu":  # a float rounded to an integer may land on either side of a boundary
+        return bool(np.all(np.abs(g - w) <= 1))
+    slack = 4 * max(a.shape[-1], 1) * np.finfo(loop).eps * mag + 2 * np.finfo(out).eps * np.abs(exact)
+    return bool(np.all(np.abs(g - w) <= slack + np.finfo(out).tiny))
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
+@SETTINGS
+@given(shapes=hnp.mutually_broadcastable_shapes(signature="(m?,n),(n,p?)->(m?,p?)", max_dims=3,
+                                                min_side=1, max_side=5),
+       dtype=st.sampled_from(KERNEL_DTYPES), out_dtype=st.sampled_from(KERNEL_DTYPES),
+       out_kind=st.sampled_from(["contiguous", "strided", "fortran"]),
+       casting=st.sampled_from(["same_kind", "unsafe", "safe", "no"]), seed=st.integers(0, 2**32 - 1))
+def test_out_as_numpy(device, shapes, dtype, out_dtype, out_kind, casting, seed):
+    rng = np.random.default_rng(seed)
+    (sa, sb), result = shapes
+    a, b = random_values(rng, sa, dtype), random_values(rng, sb, dtype)
+    want = np.empty(result, out_dtype)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+            np.matmul(a, b, out=want, casting=casting)
+    except TypeError as e:  # NumPy refuses the cast: so must portmat, with NumPy's exception
+        with pytest.raises(type(e)):
+            portmat.matmul(a, b, out=np.empty(result, out_dtype), casting=casting, device=device)
+        return
+    if out_kind == "strided":
+        out = np.empty(result + (2,), out_dtype)[..., 0]
+    elif out_kind == "fortran":
+        out = np.empty(result, out_dtype, order="F")
+    else:
+        out = np.empty(result, out_dtype)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        got = portmat.matmul(a, b, out=out, casting=casting, device=device)
+    assert got is out
+    loop = np.matmul.resolve_dtypes((a.dtype, b.dtype, np.dtype(out_dtype)), casting=casting)[2]
+    assert close_enough(out, want, a, b, loop)
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
+@pytest.mark.parametrize("dtype", ["float32", "int32", "complex64", "bool"])
+def test_out_overlapping_an_operand_gives_numpys_answer(device, dtype):
+    # NumPy computes as if out did not overlap the operands.
+    rng = np.random.default_rng()
+    b = random_values(rng, (6, 6), dtype)
+    for view in (lambda x: x, lambda x: x[::-1], lambda x: x.transpose(0, 2, 1)):
+        a = random_values(rng, (3, 6, 6), dtype)
+        with np.errstate(all="ignore"):
+            want = np.matmul(a.copy(), b)
+        out = view(a)
+        got = portmat.matmul(a, b, out=out, device=device)
+        assert got is out
+        if np.dtype(dtype).kind in "biu":
+            assert np.array_equal(out, want)
+        else:  # 6 terms of magnitude <= 1 (complex: <= 2 each)
+            assert np.allclose(out, want, rtol=0, atol=6 * 4 * np.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
+def test_integer_products_wrap_around_exactly(device):
+    rng = np.random.default_rng()
+    for dtype in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"):
+        info = np.iinfo(dtype)
+        a = rng.integers(info.min, info.max, (37, 131), dtype=dtype, endpoint=True)
+        b = rng.integers(info.min, info.max, (131, 29), dtype=dtype, endpoint=True)
+        assert np.array_equal(portmat.matmul(a, b, device=device), np.matmul(a, b)), dtype
+        small = (a % 7).astype(dtype), (b % 5).astype(dtype)  # exact in float64 on any device
+        assert np.array_equal(portmat.matmul(*small, device=device), np.matmul(*small)), dtype
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
+def test_dtype_argument_as_numpy(device):
+    rng = np.random.default_rng()
+    a, b = random_values(rng, (5, 8), "int16"), random_values(rng, (8, 3), "int16")
+    for dtype in ("float32", "float64", "int64", "complex64"):
+        check_same_as_numpy(portmat.matmul(a, b, dtype=dtype, device=device), a, b, want_dtype=dtype)
+    x = random_values(rng, (5, 8), "float64")
+    with pytest.raises(TypeError):
+        np.matmul(x, x.T, dtype="int32")
+    with pytest.raises(TypeError):
+        portmat.matmul(x, x.T, dtype="int32", device=device)
+
+
+def test_what_numpy_computes_itself_is_numpys():
+    rng = np.random.default_rng()
+    a = rng.uniform(-1, 1, (4, 5))
+    b = rng.uniform(-1, 1, (5, 3))
+    obj = portmat.matmul(a.astype(object), b.astype(object))
+    assert obj.dtype == object and np.allclose(obj.astype(float), a @ b)
+    ld = portmat.matmul(a.astype(np.longdouble), b.astype(np.longdouble))
+    assert ld.dtype == np.longdouble and np.allclose(ld, a @ b)
+    with warnings.catch_warnings():  # np.matrix is pending deprecation; people still use it
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        m, mb = np.matrix(a), np.matrix(b)
+    got = portmat.matmul(m, mb)
+    assert type(got) is np.matrix and np.allclose(got, a @ b)
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
+def test_array_likes_and_empty_stacks(device):
+    got = portmat.matmul([[1, 2], [3, 4]], [[5], [6]], device=device)
+    assert got.dtype == np.array([1]).dtype and np.array_equal(got, [[17], [39]])
+    for sa, sb in (((0, 3, 4), (4, 2)), ((2, 0, 4), (2, 4, 5)), ((3, 4), (0, 4, 5)), ((2, 3, 0), (0, 5))):
+        a, b = np.ones(sa, np.float32), np.ones(sb, np.float32)
+        got = portmat.matmul(a, b, device=device)
+        want = np.matmul(a, b)
+        assert got.shape == want.shape and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
+def test_broadcast_stacks_are_not_copied(device):
+    # A (1000, 64, 64) stack that broadcasts one matrix: read in place, not materialised.
+    rng = np.random.default_rng()
+    w = random_values(rng, (64, 64), "float32")
+    x = random_values(rng, (1000, 1, 64), "float32")
+    wb = np.broadcast_to(w, (1000, 64, 64))
+    check_same_as_numpy(portmat.matmul(x, wb, device=device), x, wb)
+    check_same_as_numpy(portmat.matmul(wb, x.transpose(0, 2, 1), device=device), wb, x.transpose(0, 2, 1))
