@@ -117,12 +117,13 @@ _loops: dict = {}
 
 
 def _loop_dtype(a, b, out, dtype, casting) -> _np.dtype:
+    """NumPy's loop dtype for these operands, in native byte order."""
     key = (a.dtype, b.dtype, None if out is None else out.dtype, dtype, casting)
     loop = _loops.get(key)
     if loop is None:
         # NumPy's own resolution: its promotion, its casting checks and its exceptions.
         extra = {} if dtype is None else {"signature": (None, None, _np.dtype(dtype))}
-        loop = _np.matmul.resolve_dtypes(key[:3], casting=casting, **extra)[2]
+        loop = _np.matmul.resolve_dtypes(key[:3], casting=casting, **extra)[2].newbyteorder("=")
         if len(_loops) < 1024:
             _loops[key] = loop
     return loop
@@ -156,36 +157,42 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
     if loop not in _KERNEL_DTYPES or type(a) not in _PLAIN or type(b) not in _PLAIN or (
             out is not None and type(out) not in _PLAIN):
         return _np.matmul(a, b, out=out, dtype=dtype, casting=casting)
-    shape = tuple(_ext.matmul_shape(a.shape, b.shape))  # ValueError naming both shapes
+    if a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]:  # the common case, in Python
+        shape = (a.shape[0], b.shape[1])
+    else:
+        shape = tuple(_ext.matmul_shape(a.shape, b.shape))  # ValueError naming both shapes
     if out is not None:
         if out.shape != shape:
             raise ValueError(f"matmul: out has shape {out.shape}, expected {shape} for a of shape "
                              f"{a.shape} and b of shape {b.shape}")
         if not out.flags.writeable:
             raise ValueError("matmul: out is read-only")
-    dtype = loop.newbyteorder("=")
+    dtype = loop
     a = _in_dtype(a, dtype)
     b = _in_dtype(b, dtype)
-    m = a.shape[-2] if a.ndim > 1 else 1
-    k = a.shape[-1]
-    n = b.shape[-1] if b.ndim > 1 else 1
-    stacks = 1
-    for d in shape[:len(shape) - (a.ndim > 1) - (b.ndim > 1)]:
-        stacks *= d
-    info = _ext.device_for(spec, m * stacks, n, k)
-    dev = info.id
     # Straight into out where the kernels can write it and nothing read shares its memory (NumPy
-    # computes overlapping operands as if they did not overlap); else a fresh result.
+    # computes overlapping operands as if they did not overlap); else a fresh result, from
+    # recycled memory, with operands pinned for a discrete GPU, where that pays (_host_memory:
+    # float32 / float64 results of 1 MiB and more, operands of 4 MiB).
     direct = out is not None and out.dtype == dtype and out.flags.c_contiguous and \
         out.flags.aligned and not _np.may_share_memory(out, a) and not _np.may_share_memory(out, b)
+    dev = spec
     if direct:
         target = out
-    elif m * n * k * stacks == 0 or dtype not in _POOLED:
+    elif dtype not in _POOLED or (a.nbytes < _host_memory.MIN_OPERAND_BYTES and
+                                  b.nbytes < _host_memory.MIN_OPERAND_BYTES and
+                                  _prod(shape) * dtype.itemsize < _host_memory.MIN_RESULT_BYTES):
         target = _np.empty(shape, dtype)
-    else:  # recycled result memory, pinned operands on a discrete GPU (_host_memory says when)
-        if not info.host_unified:
-            _host_memory.pin_operands(dev, a, b)
-        target = _host_memory.new_result(dev, shape, dtype)
+    else:
+        n = b.shape[-1] if b.ndim > 1 else 1
+        info = _ext.device_for(spec, _prod(shape) // n if n else 0, n, a.shape[-1])
+        dev = info.id
+        if _prod(shape) * a.shape[-1] == 0:
+            target = _np.empty(shape, dtype)
+        else:
+            if not info.host_unified:
+                _host_memory.pin_operands(dev, a, b)
+            target = _host_memory.new_result(dev, shape, dtype)
     _ext.matmul_arrays(a, b, target, dev)
     if out is not None:
         if not direct:
@@ -195,3 +202,10 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
 
 
 _PLAIN = (_np.ndarray, _np.memmap)
+
+
+def _prod(shape) -> int:
+    p = 1
+    for d in shape:
+        p *= d
+    return p

@@ -32,8 +32,8 @@ import numpy as np
 
 from . import _ext
 
-_MIN_RESULT_BYTES = 1 << 20
-_MIN_OPERAND_BYTES = 4 << 20
+MIN_RESULT_BYTES = 1 << 20  # results below this are ordinary arrays
+MIN_OPERAND_BYTES = 4 << 20  # operands below this are never pinned
 _MAX_KEYS = 256
 
 # (device, m, n, dtype) -> True once a result of that kind has died
@@ -64,7 +64,7 @@ def new_result(device: str, shape: tuple, dtype: np.dtype) -> np.ndarray:
     m = 1
     for d in shape[:-1]:
         m *= d
-    if m * n * dtype.itemsize < _MIN_RESULT_BYTES:
+    if m * n * dtype.itemsize < MIN_RESULT_BYTES:
         return np.empty(shape, dtype)
     name = _DTYPE_NAMES.get(dtype) or dtype.name
     key = (device, m, n, name)
@@ -108,7 +108,7 @@ def pin_operands(device: str, *arrays: np.ndarray) -> None:
     """Page-locks, for `device`, the memory of operands seen before (see the module's text)."""
     for arr in arrays:
         owner = _memory_owner(arr)
-        if owner is None or owner.nbytes < _MIN_OPERAND_BYTES:
+        if owner is None or owner.nbytes < MIN_OPERAND_BYTES:
             continue
         pin = _pins.get(id(owner))
         if (
