@@ -39,11 +39,14 @@ bool is_signed(DType t);
 // The distinct matrices of a stack operand (one when step is 0, else `count`) converted to
 // `to`, row-major and contiguous, in storage: the new view of matrix 0 and its step.
 struct Converted {
-  std::unique_ptr<unsigned char[]> storage;  // uninitialised: every byte is written once
+  std::shared_ptr<unsigned char> storage;  // uninitialised: every byte is written once
   MatrixView view;
   std::int64_t step = 0;
 };
 Converted convert_stack(const MatrixView& v, std::int64_t step, std::int64_t count, DType to);
+
+// Uninitialised room for `elements` of `t` (its storage only).
+Converted result_buffer(std::int64_t elements, DType t);
 
 // Writes the contiguous row-major results `src` (count matrices of `from`, c's shape) into the
 // stack c of c.dtype, converting: float32 -> float16, uint32 -> any narrower integer or boolean

@@ -165,12 +165,12 @@ void through(core::Device& dev, const core::Batch& p, DType compute, const std::
   const core::Converted a = core::convert_stack(p.a, p.a_step, p.count, compute);
   const core::Converted b = core::convert_stack(p.b, p.b_step, p.count, compute);
   const std::int64_t M = p.c.rows, N = p.c.cols;
-  std::unique_ptr<unsigned char[]> c(new unsigned char[static_cast<std::size_t>(p.count * M * N) * dtype_size(compute)]);
+  const core::Converted c = core::result_buffer(p.count * M * N, compute);
   core::Batch q;
-  q.a = a.view, q.b = b.view, q.c = {c.get(), M, N, N, 1, compute};
+  q.a = a.view, q.b = b.view, q.c = {c.storage.get(), M, N, N, 1, compute};
   q.count = p.count, q.a_step = a.step, q.b_step = b.step, q.c_step = M * N;
   route(dev, q, device);
-  core::store_stack(c.get(), compute, p.c, p.c_step, p.count);
+  core::store_stack(c.storage.get(), compute, p.c, p.c_step, p.count);
 }
 
 }  // namespace
