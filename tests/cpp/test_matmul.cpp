@@ -296,3 +296,20 @@ TEST(Matmul, ShapesNumPyRefusesNameBothOperands) {
   EXPECT_EQ(portmat::matmul_shape({3}, {3}), std::vector<std::int64_t>{});
   EXPECT_EQ(portmat::matmul_shape({2, 3}, {3}), std::vector<std::int64_t>{2});
 }
+
+TEST_P(EveryDevice, ComplexProductsWhoseBIsRewrittenOnThreads) {
+  // K x 4N reals of B'' >= 2^20: dtypes.cpp fills it on several threads (and reuses the buffer on
+  // the second call, which must not see the first call's values).
+  std::mt19937 rng(std::random_device{}());
+  const std::int64_t M = 24, K = 512, N = 600;
+  for (int call = 0; call < 2; ++call) {
+    auto a = random_of<std::complex<float>>(M * K, rng), b = random_of<std::complex<float>>(K * N, rng);
+    std::vector<std::complex<float>> c(M * N);
+    portmat::matmul({a.data(), M, K, K, 1, DType::c64}, {b.data(), K, N, N, 1, DType::c64},
+                    {c.data(), M, N, N, 1, DType::c64}, GetParam());
+    const auto want = naive(a, b, M, K, N);
+    for (std::int64_t i = 0; i < M * N; ++i)
+      ASSERT_LE(std::abs(std::complex<double>(c[i]) - std::complex<double>(want[i])), 2.0 * K * 1.2e-7 * 2 * K)
+          << "call " << call << " entry " << i;
+  }
+}
