@@ -161,6 +161,10 @@ class CpuDevice final : public core::Device {
 
   void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
                    const MatrixView& c) override {
+    if (c.dtype == DType::u64 && narrow(a) && narrow(b)) {
+      cpu::gemm(kernels_.u64_narrow, a, b, static_cast<std::uint64_t*>(c.data), c.row_stride, configured_threads());
+      return;
+    }
     with_config(c.dtype, [&](const auto& cfg) {
       using T = typename std::decay_t<decltype(cfg)>::Element;
       cpu::gemm(cfg, a, b, static_cast<T*>(c.data), c.row_stride, configured_threads());
@@ -203,6 +207,19 @@ class CpuDevice final : public core::Device {
   }
 
  private:
+  // Whether every 64-bit value of m is a sign-extended 32-bit one (kernel_table.hpp, u64_narrow):
+  // one pass over the operand, against K times as many multiply-adds.
+  static bool narrow(const core::HostMatrix& m) {
+    const auto* p = static_cast<const std::uint64_t*>(m.data) + m.offset;
+    const std::int64_t outer = m.col_major ? m.cols : m.rows, inner = m.col_major ? m.rows : m.cols;
+    for (std::int64_t i = 0; i < outer; ++i)
+      for (std::int64_t j = 0; j < inner; ++j) {
+        const std::uint64_t v = p[i * m.ld + j];
+        if (static_cast<std::int64_t>(v) != static_cast<std::int32_t>(v)) return false;
+      }
+    return true;
+  }
+
   // f(config) with the kernel configuration of a computed dtype (its Element: the C++ type).
   template <class F>
   void with_config(DType t, F&& f) const {

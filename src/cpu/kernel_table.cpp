@@ -81,6 +81,7 @@ void set_scalar_integers(KernelSet& s) {
            pack_a_panels<std::uint32_t, 4>, pack_b_panels<std::uint32_t, 8>};
   s.u64 = {"gemm_ref_u64_4x4", 4, 4, 4 * 32, 256, 1024, gemm_ref_u64_4x4,
            pack_a_panels<std::uint64_t, 4>, pack_b_panels<std::uint64_t, 4>};
+  s.u64_narrow = s.u64;
 }
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -90,6 +91,9 @@ void set_avx2_integers(KernelSet& s) {
            pack_a_panels<std::uint32_t, 6>, pack_b_panels<std::uint32_t, 16>};
   s.u64 = {"gemm_avx2_u64_6x8", 6, 8, 6 * 12, 256, 4096, gemm_avx2_u64_6x8,
            pack_a_panels<std::uint64_t, 6>, pack_b_panels<std::uint64_t, 8>};
+  s.u64_narrow = s.u64;
+  s.u64_narrow.kernel = "gemm_avx2_u64n_6x8";
+  s.u64_narrow.ukernel = gemm_avx2_u64n_6x8;
 }
 #endif
 
@@ -111,6 +115,7 @@ std::vector<KernelSet> detect() {
                pack_a_avx512_u32, pack_b_panels<std::uint32_t, 32>, /*a_outer=*/true};
       s.u64 = {"gemm_avx512_u64_14x16", 14, 16, 14 * 300, 256, 256, gemm_avx512_u64_14x16,
                pack_a_panels<std::uint64_t, 14>, pack_b_panels<std::uint64_t, 16>, /*a_outer=*/true};
+      s.u64_narrow = s.u64;  // vpmullq is one instruction already
     } else {
       set_avx2_integers(s);  // every AVX-512 CPU has AVX2
     }

@@ -15,6 +15,9 @@ struct KernelSet {
   GemmConfig<double> f64;
   GemmConfig<std::uint32_t> u32;  // the products of every integer dtype (core/dtypes.cpp)
   GemmConfig<std::uint64_t> u64;
+  // u64 for operands whose every value is a sign-extended 32-bit one: faster where the ISA has no
+  // 64-bit multiply (AVX2), the same as u64 elsewhere.
+  GemmConfig<std::uint64_t> u64_narrow;
 };
 
 // Every kernel set this CPU can run, best first.

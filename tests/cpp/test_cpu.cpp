@@ -185,6 +185,46 @@ void check_driver(GemmConfig<T> cfg) {
   }
 }
 
+// The integer products (every integer dtype's, core/dtypes.cpp) through the driver: exact,
+// wrapping modulo 2^bits, against a plain loop; `narrow` draws values that are sign-extended
+// 32-bit ones (the u64_narrow kernels' contract), else any bits.
+template <class T>
+void check_driver_integers(GemmConfig<T> cfg, bool narrow) {
+  SCOPED_TRACE(cfg.kernel);
+  cfg.mc = 2 * cfg.mr, cfg.kc = 16, cfg.nc = 2 * cfg.nr;
+  std::mt19937_64 rng(11);
+  auto draw = [&]() -> T {
+    const std::uint64_t x = rng();
+    return narrow ? static_cast<T>(static_cast<std::int64_t>(static_cast<std::int32_t>(x))) : static_cast<T>(x);
+  };
+  const T poison = static_cast<T>(0xDEADBEEFCAFEF00Dull);
+  for (bool a_outer : {false, true}) {
+    cfg.a_outer = a_outer;
+    for (auto [m, k, n] : {std::tuple{1, 1, 1}, {2 * cfg.mr + 1, 33, 3 * cfg.nr - 1}, {70, 40, 1}, {1, 50, 90}})
+      for (int threads : {1, 3})
+        for (bool a_col : {false, true}) {
+          const std::int64_t lda = (a_col ? m : k) + 3, ldc = n + 2;
+          std::vector<T> a(lda * (a_col ? k : m)), b(k * n), c(m * ldc, poison);
+          for (auto& x : a) x = draw();
+          for (auto& x : b) x = draw();
+          const auto dt = sizeof(T) == 4 ? portmat::DType::u32 : portmat::DType::u64;
+          portmat::core::HostMatrix ha{a.data(), 0, m, k, lda, a_col, dt};
+          portmat::core::HostMatrix hb{b.data(), 0, k, n, n, false, dt};
+          portmat::cpu::gemm(cfg, ha, hb, c.data(), ldc, threads, 0.0);
+          for (std::int64_t i = 0; i < m; ++i)
+            for (std::int64_t j = 0; j < ldc; ++j) {
+              T want = poison;  // the padding columns stay untouched
+              if (j < n) {
+                want = 0;
+                for (std::int64_t p = 0; p < k; ++p) want += (a_col ? a[p * lda + i] : a[i * lda + p]) * b[p * n + j];
+              }
+              ASSERT_EQ(c[i * ldc + j], want) << m << "x" << k << "x" << n << " entry " << i << "," << j
+                                              << " threads=" << threads << " a_col=" << a_col;
+            }
+        }
+  }
+}
+
 }  // namespace
 
 class KernelSets : public ::testing::TestWithParam<std::string> {
@@ -200,6 +240,12 @@ TEST_P(KernelSets, MicroKernelFloat32EveryEdgeTile) { check_micro_kernel(set().f
 TEST_P(KernelSets, MicroKernelFloat64EveryEdgeTile) { check_micro_kernel(set().f64); }
 TEST_P(KernelSets, PackAFloat32EveryEdgePanel) { check_pack_a(set().f32); }
 TEST_P(KernelSets, PackAFloat64EveryEdgePanel) { check_pack_a(set().f64); }
+TEST_P(KernelSets, DriverIntegers) {
+  check_driver_integers(set().u32, false);
+  check_driver_integers(set().u64, false);
+  check_driver_integers(set().u64, true);
+  check_driver_integers(set().u64_narrow, true);  // only for narrow operands
+}
 TEST_P(KernelSets, DriverFloat32) { check_driver(set().f32); }
 TEST_P(KernelSets, DriverFloat64) { check_driver(set().f64); }
 

@@ -178,7 +178,9 @@ def test_integer_products_wrap_around_exactly(device):
         a = rng.integers(info.min, info.max, (37, 131), dtype=dtype, endpoint=True)
         b = rng.integers(info.min, info.max, (131, 29), dtype=dtype, endpoint=True)
         assert np.array_equal(portmat.matmul(a, b, device=device), np.matmul(a, b)), dtype
-        small = (a % 7).astype(dtype), (b % 5).astype(dtype)  # exact in float64 on any device
+        # Small values, negative ones too: exact in float64 on any device, and the narrow
+        # 64-bit kernels' operands (sign-extended 32-bit values) on AVX2 CPUs.
+        small = ((a.astype(np.int64) % 201 - 100).astype(dtype), (b.astype(np.int64) % 7 - 3).astype(dtype))
         assert np.array_equal(portmat.matmul(*small, device=device), np.matmul(*small)), dtype
 
 

@@ -51,6 +51,9 @@ void gemm_avx2_u32_6x16(std::int64_t k, const std::uint32_t* a, const std::uint3
                         std::uint32_t* c, std::int64_t ldc, int m, int n, bool accumulate);
 void gemm_avx2_u64_6x8(std::int64_t k, const std::uint64_t* a, const std::uint64_t* b,
                        std::uint64_t* c, std::int64_t ldc, int m, int n, bool accumulate);
+// gemm_avx2_u64_6x8 for operands whose every value is a sign-extended 32-bit one (kernel_table.hpp).
+void gemm_avx2_u64n_6x8(std::int64_t k, const std::uint64_t* a, const std::uint64_t* b,
+                        std::uint64_t* c, std::int64_t ldc, int m, int n, bool accumulate);
 
 // Packs one A micro-panel of 14 rows (rows <= 14 of them real, the rest zero-padded) and k
 // columns starting at `a` (row-major: row i at a + i*lda; col_major: column p at a + p*lda) into
