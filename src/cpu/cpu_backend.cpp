@@ -21,6 +21,7 @@
 #include "core/host_block_pool.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernel_table.hpp"
+#include "cpu/skinny.hpp"
 #include "cpu/thread_pool.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -166,8 +167,8 @@ class CpuDevice final : public core::Device {
       return;
     }
     with_config(c.dtype, [&](const auto& cfg) {
-      using T = typename std::decay_t<decltype(cfg)>::Element;
-      cpu::gemm(cfg, a, b, static_cast<T*>(c.data), c.row_stride, configured_threads());
+      multiply(cfg, a, b, static_cast<typename std::decay_t<decltype(cfg)>::Element*>(c.data),
+               c.row_stride, configured_threads());
     });
   }
 
@@ -197,7 +198,7 @@ class CpuDevice final : public core::Device {
           core::HostMatrix ai = j.a, bi = j.b;
           ai.data = static_cast<const T*>(j.a.data) + i * j.a_step;
           bi.data = static_cast<const T*>(j.b.data) + i * j.b_step;
-          cpu::gemm(j.cfg, ai, bi, static_cast<T*>(j.c.data) + i * j.c_step, j.c.row_stride, 1);
+          multiply(j.cfg, ai, bi, static_cast<T*>(j.c.data) + i * j.c_step, j.c.row_stride, 1);
         }
       };
       ThreadPool& pool = ThreadPool::instance();
@@ -207,6 +208,16 @@ class CpuDevice final : public core::Device {
   }
 
  private:
+  // c = a @ b: products with few rows or few columns stream their long operand unpacked
+  // (skinny.hpp), the rest go through the packed GEMM.
+  template <class T>
+  static void multiply(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
+                       std::int64_t ldc, int threads) {
+    if constexpr (std::is_floating_point_v<T>)
+      if (cpu::skinny_gemm<T>(a, b, c, ldc, threads)) return;
+    cpu::gemm(cfg, a, b, c, ldc, threads);
+  }
+
   // Whether every 64-bit value of m is a sign-extended 32-bit one (kernel_table.hpp, u64_narrow):
   // one pass over the operand, against K times as many multiply-adds.
   static bool narrow(const core::HostMatrix& m) {

@@ -16,6 +16,7 @@
 #include "core/reference.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernel_table.hpp"
+#include "cpu/skinny.hpp"
 #include "cpu/kernels/gemm_ref.hpp"
 #include "portmat/cpu.hpp"
 #include "portmat/portmat.hpp"
@@ -225,7 +226,42 @@ void check_driver_integers(GemmConfig<T> cfg, bool narrow) {
   }
 }
 
+// The skinny path (skinny.hpp) on every layout case: few rows with b row- or column-major, few
+// columns with a row- or column-major; padded leading dimensions, offsets, 1-3 threads, a result
+// with padding that must stay untouched.
+template <class T>
+void check_skinny() {
+  std::mt19937 rng(5);
+  const T poison = T(-7777);
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {1, 37, 300}, {4, 1000, 9}, {3, 5, 2}, {2, 129, 1025},
+                         {300, 70, 1}, {513, 64, 4}, {1, 4099, 3}})
+    for (bool a_col : {false, true})
+      for (bool b_col : {false, true})
+        for (int threads : {1, 3}) {
+          const std::int64_t lda = (a_col ? m : k) + 2, ldb = (b_col ? k : n) + 3, ldc = n + 1, off = 3;
+          auto a = random_vector<T>(off + lda * (a_col ? k : m), rng);
+          auto b = random_vector<T>(off + ldb * (b_col ? n : k), rng);
+          std::vector<T> c(m * ldc, poison);
+          portmat::core::HostMatrix ha{a.data(), off, m, k, lda, a_col, dtype_of<T>()};
+          portmat::core::HostMatrix hb{b.data(), off, k, n, ldb, b_col, dtype_of<T>()};
+          ASSERT_TRUE(portmat::cpu::skinny_gemm<T>(ha, hb, c.data(), ldc, threads));
+          for (std::int64_t i = 0; i < m; ++i) ASSERT_EQ(c[i * ldc + n], poison) << "padding written";
+          MatrixView va{a.data() + off, m, k, a_col ? 1 : lda, a_col ? lda : 1, dtype_of<T>()};
+          MatrixView vb{b.data() + off, k, n, b_col ? 1 : ldb, b_col ? ldb : 1, dtype_of<T>()};
+          MatrixView vc{c.data(), m, n, ldc, 1, dtype_of<T>()};
+          EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0)
+              << m << "x" << k << "x" << n << " a_col=" << a_col << " b_col=" << b_col << " threads=" << threads;
+        }
+  // Past kSkinnyMax on both sides: not taken.
+  std::vector<T> x(64 * 64), y(64 * 64);
+  portmat::core::HostMatrix h{x.data(), 0, 64, 64, 64, false, dtype_of<T>()};
+  EXPECT_FALSE(portmat::cpu::skinny_gemm<T>(h, h, y.data(), 64, 1));
+}
+
 }  // namespace
+
+TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat32) { check_skinny<float>(); }
+TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat64) { check_skinny<double>(); }
 
 class KernelSets : public ::testing::TestWithParam<std::string> {
  protected:

@@ -1,0 +1,315 @@
+// See skinny.hpp. Portable C++ with GCC vector extensions; the kernels are compiled twice, for
+// AVX2 + FMA (function target attributes) and for the baseline, and the variant for the CPU at
+// hand is chosen once at run time. This file is built with -ffp-contract=fast (cpu.cmake) so that a * b + c
+// becomes one FMA where the CPU has it (more accurate, not less).
+#include "cpu/skinny.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/gemm_driver.hpp"
+#include "cpu/thread_pool.hpp"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PM_LAMBDA_ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define PM_LAMBDA_ALWAYS_INLINE
+#endif
+
+// The kernels' AVX2 + FMA variants: the same templates compiled for that target (function
+// attributes, chosen at run time; no ifunc, which runs before sanitizer runtimes are up).
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define PM_SKINNY_AVX2 1
+#define PM_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+namespace portmat::cpu {
+
+namespace {
+
+// 32-byte vectors: one ymm register on AVX2 and AVX-512 (the rows are memory-bound; wider
+// vectors would only raise register pressure), two xmm on baseline x86-64.
+template <class T>
+struct VecOf;
+template <>
+struct VecOf<float> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct VecOf<double> {
+  typedef double type __attribute__((vector_size(32)));
+};
+template <class T>
+using Vec = typename VecOf<T>::type;
+template <class T>
+constexpr int kLanes = 32 / sizeof(T);
+
+template <class T>
+[[gnu::always_inline]] inline Vec<T> load(const T* p) {
+  Vec<T> v;
+  std::memcpy(&v, p, sizeof v);  // an unaligned vector load
+  return v;
+}
+
+// out[r * ors + s * oss] = sum_k L[r * ldl + k] * S[s * K + k] for rows [r0, r1) and s < ns
+// (S holds NS >= ns rows, the extra ones zero). R rows of L at a time share each load of S, and
+// U partial sums per (row, short row) keep enough FMA chains in flight (4-cycle latency, two per
+// cycle): R * NS * U is 8.
+template <class T, int NS>
+[[gnu::always_inline]] inline void dots(const T* L, std::int64_t ldl, const T* S, std::int64_t K,
+                                        std::int64_t r0, std::int64_t r1, int ns, T* out,
+                                        std::int64_t ors, std::int64_t oss) {
+  constexpr int V = kLanes<T>;
+  constexpr int R = NS <= 2 ? 4 : 2;
+  constexpr int U = NS * R >= 8 ? 1 : 8 / (NS * R);
+  const std::int64_t kv = K / (V * U) * (V * U);
+  auto rows = [&](auto rc, std::int64_t r) PM_LAMBDA_ALWAYS_INLINE {
+    constexpr int RC = decltype(rc)::value;
+    Vec<T> acc[RC][NS][U] = {};
+    for (std::int64_t k = 0; k < kv; k += V * U)
+      for (int u = 0; u < U; ++u) {
+        Vec<T> lv[RC];
+        for (int q = 0; q < RC; ++q) lv[q] = load(L + (r + q) * ldl + k + u * V);
+        for (int s = 0; s < NS; ++s) {
+          const Vec<T> sv = load(S + s * K + k + u * V);
+          for (int q = 0; q < RC; ++q) acc[q][s][u] += lv[q] * sv;
+        }
+      }
+    for (int q = 0; q < RC; ++q)
+      for (int s = 0; s < ns; ++s) {
+        T sum = 0;
+        for (int u = 0; u < U; ++u)
+          for (int lane = 0; lane < V; ++lane) sum += acc[q][s][u][lane];
+        const T* l = L + (r + q) * ldl;
+        for (std::int64_t k = kv; k < K; ++k) sum += l[k] * S[s * K + k];
+        out[(r + q) * ors + s * oss] = sum;
+      }
+  };
+  std::int64_t r = r0;
+  for (; r + R <= r1; r += R) rows(std::integral_constant<int, R>{}, r);
+  for (; r < r1; ++r) rows(std::integral_constant<int, 1>{}, r);
+}
+
+// acc[s * W + x] += sum_{k0 <= k < k1} Sk[k * NS + s] * L[k * ldl + x] for x < W, s < NS: a
+// thread's rows of L, in blocks of kAxpyRows rows (contiguous memory, streamed in order, then
+// held in L2) swept by blocks of columns whose accumulators fit in L1. Threads take whole rows:
+// each reads its share of L front to back, the way the hardware prefetchers stream best.
+constexpr std::int64_t kAxpyRows = 64;
+constexpr std::int64_t kAxpyL1Bytes = 16 << 10;
+template <class T, int NS>
+[[gnu::always_inline]] inline void axpy(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
+                                        std::int64_t k1, std::int64_t W, T* acc) {
+  constexpr std::int64_t XB = kAxpyL1Bytes / (NS * sizeof(T));
+  for (std::int64_t kb = k0; kb < k1; kb += kAxpyRows) {
+    const std::int64_t ke = std::min(k1, kb + kAxpyRows);
+    for (std::int64_t xb = 0; xb < W; xb += XB) {
+      const std::int64_t w = std::min(XB, W - xb);
+      for (std::int64_t k = kb; k < ke; ++k) {
+        const T* l = L + k * ldl + xb;
+        for (int s = 0; s < NS; ++s) {
+          const T sv = Sk[k * NS + s];
+          T* a = acc + s * W + xb;
+          for (std::int64_t x = 0; x < w; ++x) a[x] += sv * l[x];
+        }
+      }
+    }
+  }
+}
+
+// The entry points the loader picks a clone of. NS, the padded count of short rows, is one of
+// 1, 2, 4 so that every accumulator array has a compile-time size. The switches stay in
+// the cloned functions themselves (always-inline helpers, no lambdas: a lambda is a function of
+// its own, compiled for the baseline only).
+template <class T>
+[[gnu::always_inline]] inline void dots_any(const T* L, std::int64_t ldl, const T* S, std::int64_t K,
+                                            std::int64_t r0, std::int64_t r1, int ns, int NS, T* out,
+                                            std::int64_t ors, std::int64_t oss) {
+  switch (NS) {
+    case 1: return dots<T, 1>(L, ldl, S, K, r0, r1, ns, out, ors, oss);
+    case 2: return dots<T, 2>(L, ldl, S, K, r0, r1, ns, out, ors, oss);
+    default: return dots<T, 4>(L, ldl, S, K, r0, r1, ns, out, ors, oss);
+  }
+}
+template <class T>
+[[gnu::always_inline]] inline void axpy_any(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
+                                            std::int64_t k1, std::int64_t W, int NS, T* acc) {
+  switch (NS) {
+    case 1: return axpy<T, 1>(L, ldl, Sk, k0, k1, W, acc);
+    case 2: return axpy<T, 2>(L, ldl, Sk, k0, k1, W, acc);
+    default: return axpy<T, 4>(L, ldl, Sk, k0, k1, W, acc);
+  }
+}
+
+// The entry points, one per dtype, kernel and target: the templates above inlined into each.
+void dots_f32_base(const float* L, std::int64_t ldl, const float* S, std::int64_t K, std::int64_t r0,
+                   std::int64_t r1, int ns, int NS, float* out, std::int64_t ors, std::int64_t oss) {
+  dots_any<float>(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
+}
+void dots_f64_base(const double* L, std::int64_t ldl, const double* S, std::int64_t K, std::int64_t r0,
+                   std::int64_t r1, int ns, int NS, double* out, std::int64_t ors, std::int64_t oss) {
+  dots_any<double>(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
+}
+void axpy_f32_base(const float* L, std::int64_t ldl, const float* Sk, std::int64_t k0, std::int64_t k1,
+                   std::int64_t W, int NS, float* acc) {
+  axpy_any<float>(L, ldl, Sk, k0, k1, W, NS, acc);
+}
+void axpy_f64_base(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0, std::int64_t k1,
+                   std::int64_t W, int NS, double* acc) {
+  axpy_any<double>(L, ldl, Sk, k0, k1, W, NS, acc);
+}
+#ifdef PM_SKINNY_AVX2
+PM_TARGET_AVX2 void dots_f32_avx2(const float* L, std::int64_t ldl, const float* S, std::int64_t K, std::int64_t r0,
+                                  std::int64_t r1, int ns, int NS, float* out, std::int64_t ors, std::int64_t oss) {
+  dots_any<float>(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
+}
+PM_TARGET_AVX2 void dots_f64_avx2(const double* L, std::int64_t ldl, const double* S, std::int64_t K, std::int64_t r0,
+                                  std::int64_t r1, int ns, int NS, double* out, std::int64_t ors, std::int64_t oss) {
+  dots_any<double>(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
+}
+PM_TARGET_AVX2 void axpy_f32_avx2(const float* L, std::int64_t ldl, const float* Sk, std::int64_t k0, std::int64_t k1,
+                                  std::int64_t W, int NS, float* acc) {
+  axpy_any<float>(L, ldl, Sk, k0, k1, W, NS, acc);
+}
+PM_TARGET_AVX2 void axpy_f64_avx2(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0, std::int64_t k1,
+                                  std::int64_t W, int NS, double* acc) {
+  axpy_any<double>(L, ldl, Sk, k0, k1, W, NS, acc);
+}
+#endif
+
+template <class T>
+using DotsFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int64_t, std::int64_t, int, int, T*,
+                        std::int64_t, std::int64_t);
+template <class T>
+using AxpyFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int64_t, std::int64_t, int, T*);
+
+struct SkinnyKernels {
+  DotsFn<float> dots_f32 = dots_f32_base;
+  DotsFn<double> dots_f64 = dots_f64_base;
+  AxpyFn<float> axpy_f32 = axpy_f32_base;
+  AxpyFn<double> axpy_f64 = axpy_f64_base;
+};
+
+// The variants for this CPU, chosen once.
+const SkinnyKernels& skinny_kernels() {
+  static const SkinnyKernels chosen = [] {
+    SkinnyKernels k;
+#ifdef PM_SKINNY_AVX2
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      k = {dots_f32_avx2, dots_f64_avx2, axpy_f32_avx2, axpy_f64_avx2};
+#endif
+    return k;
+  }();
+  return chosen;
+}
+
+template <class T>
+void dots_kernel(const T* L, std::int64_t ldl, const T* S, std::int64_t K, std::int64_t r0, std::int64_t r1,
+                 int ns, int NS, T* out, std::int64_t ors, std::int64_t oss) {
+  if constexpr (std::is_same_v<T, float>)
+    skinny_kernels().dots_f32(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
+  else
+    skinny_kernels().dots_f64(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
+}
+template <class T>
+void axpy_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std::int64_t k1, std::int64_t W,
+                 int NS, T* acc) {
+  if constexpr (std::is_same_v<T, float>)
+    skinny_kernels().axpy_f32(L, ldl, Sk, k0, k1, W, NS, acc);
+  else
+    skinny_kernels().axpy_f64(L, ldl, Sk, k0, k1, W, NS, acc);
+}
+
+// Runs f(part) for part < parts on up to `threads` threads of the pool (parts claimed from a
+// counter, so a descheduled thread delays nobody), or on this thread alone.
+template <class F>
+void run_parts(std::int64_t parts, int threads, F&& f) {
+  if (threads <= 1 || parts <= 1) {
+    for (std::int64_t p = 0; p < parts; ++p) f(p);
+    return;
+  }
+  struct Job {
+    F& f;
+    std::int64_t parts;
+    std::atomic<std::int64_t> next{0};
+  } job{f, parts};
+  ThreadPool& pool = ThreadPool::instance();
+  std::lock_guard<std::mutex> lock(pool.lock());
+  pool.run(static_cast<int>(std::min<std::int64_t>(threads, parts)), [](void* ctx, int) {
+    auto& j = *static_cast<Job*>(ctx);
+    for (std::int64_t p; (p = j.next.fetch_add(1, std::memory_order_relaxed)) < j.parts;) j.f(p);
+  }, &job);
+}
+
+template <class T>
+T at(const core::HostMatrix& m, std::int64_t i, std::int64_t j) {
+  const T* p = static_cast<const T*>(m.data) + m.offset;
+  return m.col_major ? p[j * m.ld + i] : p[i * m.ld + j];
+}
+
+}  // namespace
+
+template <class T>
+bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc,
+                 int threads) {
+  const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+  const bool few_rows = M <= kSkinnyMax;
+  if (!few_rows && N > kSkinnyMax) return false;
+  const int ns = static_cast<int>(few_rows ? M : N);
+  const int NS = ns <= 1 ? 1 : ns <= 2 ? 2 : 4;
+  // The long operand L is read where it is, row by row: b (few rows of a) or a (few columns of
+  // b), transposed where its storage is. The kernel follows from L's layout:
+  //   few rows, b row-major:      axpy, L = b,   S = a,   out (s = i, x = j)
+  //   few rows, b column-major:   dots, L = b^T, S = a,   out (r = j, s = i)
+  //   few columns, a row-major:   dots, L = a,   S = b^T, out (r = i, s = j)
+  //   few columns, a col-major:   axpy, L = a^T, S = b^T, out (s = j, x = i)
+  const core::HostMatrix& long_op = few_rows ? b : a;
+  const bool use_dots = few_rows ? long_op.col_major : !long_op.col_major;
+  const T* L = static_cast<const T*>(long_op.data) + long_op.offset;
+  const std::int64_t ldl = long_op.ld;
+  const std::int64_t span = few_rows ? N : M;  // the long dimension: rows (dots) or columns (axpy)
+  // The short operand, copied small and contiguous: NS x K rows for dots, K x NS (k-major) for
+  // axpy; the padding rows stay zero.
+  std::vector<T> S(static_cast<std::size_t>(NS * K), T(0));
+  for (int s = 0; s < ns; ++s)
+    for (std::int64_t k = 0; k < K; ++k) {
+      const T v = few_rows ? at<T>(a, s, k) : at<T>(b, k, s);
+      S[use_dots ? s * K + k : k * NS + s] = v;
+    }
+  // Output strides: along the long dimension, and along the short one.
+  const std::int64_t o_long = few_rows ? 1 : ldc, o_short = few_rows ? ldc : 1;
+  // Threads: enough work for each (kMinFlopsPerThread), no more than asked.
+  const double flops = 2.0 * M * N * K;
+  const int use = static_cast<int>(std::max<double>(1, std::min<double>(threads, flops / kMinFlopsPerThread)));
+  if (use_dots) {  // pieces of 64 rows of L
+    const std::int64_t piece = 64;
+    run_parts((span + piece - 1) / piece, use, [&](std::int64_t p) {
+      dots_kernel<T>(L, ldl, S.data(), K, p * piece, std::min(span, (p + 1) * piece), ns, NS, c, o_long, o_short);
+    });
+    return true;
+  }
+  // axpy: each thread a contiguous share of L's K rows into partial sums of its own, added up
+  // here (NS x span each: small beside L).
+  const std::int64_t share = (K + use - 1) / use;
+  std::vector<T> partial(static_cast<std::size_t>(use * NS * span), T(0));
+  run_parts(use, use, [&](std::int64_t p) {
+    const std::int64_t k0 = p * share, k1 = std::min(K, k0 + share);
+    if (k0 < k1) axpy_kernel<T>(L, ldl, S.data(), k0, k1, span, NS, partial.data() + p * NS * span);
+  });
+  for (int s = 0; s < ns; ++s)
+    for (std::int64_t x = 0; x < span; ++x) {
+      T sum = partial[s * span + x];
+      for (int p = 1; p < use; ++p) sum += partial[(p * NS + s) * span + x];
+      c[s * o_short + x * o_long] = sum;
+    }
+  return true;
+}
+
+template bool skinny_gemm<float>(const core::HostMatrix&, const core::HostMatrix&, float*, std::int64_t, int);
+template bool skinny_gemm<double>(const core::HostMatrix&, const core::HostMatrix&, double*, std::int64_t, int);
+
+}  // namespace portmat::cpu

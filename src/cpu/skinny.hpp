@@ -1,0 +1,37 @@
+// Products with few rows or few columns (matrix-vector products among them): c = a @ b where
+// M <= kSkinnyMax or N <= kSkinnyMax (4), computed by streaming the long operand once, unpacked.
+//
+// Why: the packed GEMM (gemm_driver.hpp) packs the long operand before it multiplies, a second
+// pass over the data that dominates when each element is used only M (or N) times: a
+// (1 x 4096) @ (4096 x 4096) product ran at 0.16x NumPy, a (3200 x 3200) @ (3200 x 8) at 0.37x.
+// Here the short operand is copied into a small contiguous panel and the long one is read where
+// it is, in the order it is stored, by one of two kernels:
+//   dots: out[r][s] = sum_k L[r][k] * S[s][k], L's rows contiguous (a row-major a with few
+//         columns of b; a column-major b with few rows of a, as c^T = b^T a^T);
+//   axpy: out[s][x] = sum_k S[s][k] * L[k][x], L's rows contiguous (a row-major b with few rows
+//         of a; a column-major a with few columns of b).
+// Threads split the long dimension. The kernels are compiled for AVX2 + FMA and for baseline
+// x86-64 and chosen at run time, so one build runs everywhere (memory-bound: AVX-512 would add
+// little).
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend.hpp"
+
+namespace portmat::cpu {
+
+// A product with at most this many rows or columns takes the skinny path. Past it the packed GEMM
+// reuses each loaded element enough to win: on the 2-core machine (AMD EPYC, AVX2), float32 with
+// a 4096 x 4096 long operand, against NumPy, skinny / packed GEMM: 2 rows 1.27x / 0.79x, 4 rows
+// 0.80x / 0.79x, 8 rows 0.39x / 0.54x; 2 columns 2.08x / 0.54x, 4 columns 1.13x / 0.56x,
+// 8 columns 0.55x / 0.59x.
+constexpr std::int64_t kSkinnyMax = 4;
+
+// c (row-major, ldc) = a @ b when M or N is at most kSkinnyMax and the long operand's layout suits
+// a kernel (always, for dense operands); returns false, touching nothing, otherwise.
+template <class T>
+bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc,
+                 int threads);
+
+}  // namespace portmat::cpu
