@@ -64,6 +64,29 @@ class Device {
     return s / launches;
   }
 
+  // c[i] = a[i] @ b[i] for i < count on device-resident stacks (matrix i of x starts x_step
+  // elements after matrix i - 1 of x.data, 0: the same matrix for every i), the whole stack
+  // `launches` times back to back; returns the mean seconds per stack. float32 / float64 here (one
+  // gemm per product); backends override it to run a stack as one launch, and may take complex
+  // dtypes (a and c row-major) by their own route. For benchmarks (time_gemm).
+  virtual double gemm_batch_repeated(const DeviceMatrix& a, std::int64_t a_step, const DeviceMatrix& b,
+                                     std::int64_t b_step, const DeviceMatrix& c, std::int64_t c_step,
+                                     std::int64_t count, int launches) {
+    if (a.dtype != DType::f32 && a.dtype != DType::f64)
+      throw DeviceError(std::string("device-resident ") + dtype_name(a.dtype) + " products are not implemented on " +
+                        info().id());
+    double s = 0;
+    for (int l = 0; l < launches; ++l)
+      for (std::int64_t i = 0; i < count; ++i) {
+        DeviceMatrix ai = a, bi = b, ci = c;
+        ai.offset += static_cast<std::size_t>(i * a_step);
+        bi.offset += static_cast<std::size_t>(i * b_step);
+        ci.offset += static_cast<std::size_t>(i * c_step);
+        s += gemm(ai, bi, ci);
+      }
+    return s / launches;
+  }
+
   // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0,
   // in a dtype the device computes (computes()).
   // Each backend moves data its own best way: in place on shared memory, copies on discrete

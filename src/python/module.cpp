@@ -292,14 +292,15 @@ NB_MODULE(_ext, m) {
   m.def(
       "time_gemm",
       [](const std::string& device, std::int64_t mm, std::int64_t n, std::int64_t k,
-         const std::string& dtype, int repeat, int launches, const std::string& layout) {
+         const std::string& dtype, int repeat, int launches, const std::string& layout, std::int64_t batch) {
         const portmat::DType t = parse_dtype(dtype);
-        return without_gil([&] { return portmat::time_gemm(device, mm, n, k, t, repeat, launches, layout); });
+        return without_gil([&] { return portmat::time_gemm(device, mm, n, k, t, repeat, launches, layout, batch); });
       },
-      "device"_a, "m"_a, "n"_a, "k"_a, "dtype"_a, "repeat"_a, "launches"_a = 1, "layout"_a = "rr",
+      "device"_a, "m"_a, "n"_a, "k"_a, "dtype"_a, "repeat"_a, "launches"_a = 1, "layout"_a = "rr", "batch"_a = 1,
       "Seconds of each of `repeat` kernel runs on device-resident random data (each the mean of "
       "`launches` products queued back to back; layout: a's and b's storage, 'r' row-major or "
-      "'c' column-major each)");
+      "'c' column-major each; batch: a stack of that many products, timed as one; complex "
+      "dtypes where the device multiplies them itself)");
 
   m.def(
       "_try_alloc",
