@@ -180,7 +180,8 @@ namespace core {
 void multiply_batch(const Batch& p, const std::string& device) {
   const std::int64_t M = p.a.rows, N = p.b.cols, K = p.a.cols;
   // Resolve even for empty work: bad specs always raise.
-  auto dev = open_device_for(device, M * std::max<std::int64_t>(p.count, 1), N, K);
+  auto dev = open_device_for(device, M * std::max<std::int64_t>(p.count, 1), N, K,
+                             static_cast<std::int64_t>(dtype_size(p.c.dtype)));
   if (M == 0 || N == 0 || p.count == 0) return;
   if (K == 0) {  // the empty sum
     const std::size_t es = dtype_size(p.c.dtype);

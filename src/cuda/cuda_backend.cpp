@@ -211,6 +211,30 @@ class CudaDevice final : public core::Device {
     return ms * 1e-3 / launches;
   }
 
+  // The link's host-to-device rate: 32 MiB from pinned memory, best of 3 (a few ms, once).
+  double host_bytes_per_s() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    if (link_rate_ > 0) return link_rate_;
+    constexpr std::size_t kBytes = std::size_t(32) << 20;
+    Pinned host;
+    void* src = pinned(host, kBytes);
+    std::memset(src, 0, kBytes);
+    Lease dst = lease(kBytes);
+    double best = 0;
+    for (int r = 0; r < 3; ++r) {
+      cu_check(cu_.EventRecord(t0_, in_stream_), "cuEventRecord", where_);
+      cu_check(cu_.MemcpyHtoDAsync(dst->ptr(), src, kBytes, in_stream_), "cuMemcpyHtoDAsync(link rate)", where_);
+      cu_check(cu_.EventRecord(t1_, in_stream_), "cuEventRecord", where_);
+      cu_check(cu_.EventSynchronize(t1_), "host-to-device copy (cuEventSynchronize)", where_);
+      float ms = 0.f;
+      cu_check(cu_.EventElapsedTime(&ms, t0_, t1_), "cuEventElapsedTime", where_);
+      best = std::max(best, kBytes / std::max(ms * 1e-3, 1e-9));
+    }
+    link_rate_ = best;
+    return link_rate_;
+  }
+
   // Results of 1 MiB and more come from the pinned pool (pinned_pool.hpp), so the copy engine
   // writes them directly; PORTMAT_CUDA_PINNED_RESULTS=0 turns this off (for measurements).
   std::shared_ptr<void> alloc_host(std::size_t bytes, bool reuse_only) override {
@@ -572,6 +596,7 @@ class CudaDevice final : public core::Device {
   static constexpr long kEarlyRows = 2048;            // matmul_host: rows of a in the k-split start
   static constexpr int kSkAllGroupM = 4;              // ... and the block swizzle's group then
   std::unique_ptr<CuBuffer> sk_flags_[2];             // per kernel stream (sk_flags)
+  double link_rate_ = 0;                              // host_bytes_per_s(), once measured
 };
 
 // ---- NumPy in, NumPy out ---------------------------------------------------------------------

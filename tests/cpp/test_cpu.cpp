@@ -368,3 +368,13 @@ TEST(CpuDevice, ConcurrentCallersAndTimeGemm) {
   EXPECT_EQ(portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2, 1, "cr").size(), 2u);
   EXPECT_THROW(portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2, 1, "rx"), std::invalid_argument);
 }
+
+// The copy rate that the automatic device choice weighs against a GPU's link: measured once,
+// then the same figure.
+TEST(CpuDevice, HostCopyRateIsMeasuredOnce) {
+  auto d = portmat::core::open_device("cpu");
+  const double rate = d->host_bytes_per_s();
+  EXPECT_GT(rate, 1e8);   // above 100 MB/s on anything that runs this test
+  EXPECT_LT(rate, 1e13);  // below 10 TB/s
+  EXPECT_EQ(d->host_bytes_per_s(), rate);
+}

@@ -364,3 +364,31 @@ TEST_P(EveryDevice, ComplexProductsWhoseBIsRewrittenOnThreads) {
           << "call " << call << " entry " << i;
   }
 }
+
+// The automatic device choice's model (registry.cpp, product_seconds), on the H200 machine's
+// figures: a 67 TFLOP/s GPU behind a 50 GB/s link, a 16-core host of 1.6 TFLOP/s copying 40 GB/s.
+TEST(DeviceChoice, TheModelSendsEachProductWhereItFinishesFirst) {
+  portmat::DeviceInfo gpu, cpu;
+  gpu.kind = portmat::DeviceKind::gpu, gpu.peak_gflops = 67000;
+  cpu.kind = portmat::DeviceKind::cpu, cpu.host_unified = true, cpu.peak_gflops = 1600;
+  auto gpu_wins = [&](double m, double n, double k, double link = 50e9, double copy = 40e9) {
+    const double flops = 2 * m * n * k, bytes = 4 * (m * k + k * n + m * n);
+    return portmat::core::product_seconds(flops, bytes, gpu, link) <
+           portmat::core::product_seconds(flops, bytes, cpu, copy);
+  };
+  EXPECT_FALSE(gpu_wins(64, 64, 64));  // the GPU's fixed cost per call dominates
+  EXPECT_FALSE(gpu_wins(256, 256, 256));
+  EXPECT_TRUE(gpu_wins(1024, 1024, 1024));
+  EXPECT_TRUE(gpu_wins(8192, 8192, 8192));
+  // Bandwidth-bound shapes: decided by the link against the host's memory, not by flops.
+  EXPECT_TRUE(gpu_wins(1, 16384, 16384, 50e9, 20e9));
+  EXPECT_FALSE(gpu_wins(1, 16384, 16384, 50e9, 100e9));
+  EXPECT_FALSE(gpu_wins(16384, 8, 16384, 10e9, 40e9));  // a slow link loses a skinny product
+  // More arithmetic per byte never moves a product from the GPU to the CPU.
+  bool was_gpu = false;
+  for (double n = 16; n <= 16384; n *= 2) {
+    const bool now = gpu_wins(n, n, n);
+    EXPECT_TRUE(now || !was_gpu) << n;
+    was_gpu = now;
+  }
+}
