@@ -23,6 +23,7 @@
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernel_table.hpp"
 #include "cpu/skinny.hpp"
+#include "cpu/small.hpp"
 #include "cpu/thread_pool.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -209,13 +210,18 @@ class CpuDevice final : public core::Device {
   }
 
  private:
-  // c = a @ b: products with few rows or few columns stream their long operand unpacked
+  // c = a @ b: small products run unpacked on one thread (small.hpp: every matrix of a stack, and
+  // single products of up to kSmallOneThread multiply-adds, below which a second thread costs more
+  // than it saves), products with few rows or few columns stream their long operand unpacked
   // (skinny.hpp), the rest go through the packed GEMM.
   template <class T>
   static void multiply(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
                        std::int64_t ldc, int threads) {
-    if constexpr (std::is_floating_point_v<T>)
+    if constexpr (std::is_floating_point_v<T>) {
+      if ((threads == 1 || a.rows * a.cols * b.cols <= kSmallOneThread) && cpu::small_gemm<T>(a, b, c, ldc))
+        return;
       if (cpu::skinny_gemm<T>(a, b, c, ldc, threads)) return;
+    }
     cpu::gemm(cfg, a, b, c, ldc, threads);
   }
 
@@ -274,6 +280,8 @@ class CpuDevice final : public core::Device {
     });
     return copy_rate_;
   }
+
+  static constexpr std::int64_t kSmallOneThread = 64 * 64 * 64;
 
   const KernelSet& kernels_;
   DeviceInfo info_;
