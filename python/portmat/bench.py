@@ -20,8 +20,9 @@ up again.
   events would also time its launch, which costs a Python library more than portmat's C++);
 - max_rel_error: max |c - ref| / (|a| @ |b|) over the checked entries: the componentwise error,
   which float32 arithmetic keeps near sqrt(n) * 6e-8 and never above n * 6e-8.
-Peers (peers.py: cuBLAS through CuPy and torch on NVIDIA GPUs) are verified and timed the same way,
-NumPy in/out and device-resident.
+Peers (peers.py: cuBLAS through CuPy and torch on NVIDIA GPUs, Intel MKL on the CPU) are verified
+against the same bound and timed the same way, NumPy in/out, and device-resident where they have a
+device (a CPU peer has only the NumPy in/out time).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import platform
 import statistics
 import time
@@ -52,11 +54,12 @@ _RESIDENT_LAUNCHES = 5  # device-resident products per timed run on a GPU (kerne
 
 
 def blas_info() -> str:
-    """Which BLAS NumPy calls, as well as it can be told."""
+    """Which BLAS NumPy calls, as well as it can be told (not a peer's, such as MKL's)."""
     try:
         import threadpoolctl
 
-        infos = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+        infos = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"
+                 and os.path.realpath(i.get("filepath", "")) not in _peers.LOADED_LIBRARIES]
         if infos:
             i = infos[0]
             return f"{i.get('internal_api')} {i.get('version')} ({i.get('threading_layer')}, {i.get('num_threads')} threads)"
@@ -104,6 +107,16 @@ def max_rel_error(a: np.ndarray, b: np.ndarray, c: np.ndarray, rng: np.random.Ge
     err = np.abs(c[rows].astype(wide) - ref) / np.maximum(mag, np.finfo(np.float64).tiny)
     worst = float(np.max(err)) if err.size else 0.0
     return float("inf") if np.isnan(worst) or not np.all(np.isfinite(c[rows])) else worst
+
+
+def error_bound(k: int, dtype) -> float:
+    """The classical bound on max_rel_error for an inner dimension k: k * eps (twice that for
+    complex numbers, NumPy's four real products per term; float16, accumulated in float32 and
+    rounded once, gets four times); 0 for integers and booleans (exact)."""
+    dt = np.dtype(dtype)
+    if dt.kind not in "fc":
+        return 0.0
+    return max(k, 1) * float(np.finfo(dt).eps) * (2 if dt.kind == "c" else 1) * (4 if dt == np.float16 else 1)
 
 
 def _time_once(fn) -> float:
@@ -162,7 +175,6 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     records = []
     kind = np.dtype(dtype).kind
-    eps = float(np.finfo(dtype).eps) if kind in "fc" else 0.0
     # Operations per multiply-add: 2 (real), 8 (complex: four real multiplies and four adds).
     ops_per_madd = 8 if kind == "c" else 2
 
@@ -182,7 +194,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
         say(f"n={n}: verifying")
         c = portmat.matmul(a, b, device=dev)
         err = max_rel_error(a, b, c, rng)
-        verified = err <= n * eps * (2 if kind == "c" else 1) * (4 if np.dtype(dtype) == np.float16 else 1)
+        verified = err <= error_bound(n, dtype)
         say(f"n={n}: warming up")
         a @ b
         portmat.matmul(a, b, device=dev)
@@ -218,13 +230,17 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
         flop = ops_per_madd * n**3 * (batch or 1)
         peer_results = {}
         for peer in (p for p in peers if p.name in contenders):
-            say(f"n={n}: {peer.name} device-resident")
             t_host = times[peer.name]
             peer_results[peer.name] = {
                 "host_s": statistics.median(t_host),
                 "host_spread_s": [min(t_host), max(t_host)],
                 "max_rel_error": peer_errors[peer.name],
+                "verified": bool(peer_errors[peer.name] <= error_bound(n, dtype)),
+                "version": getattr(peer, "version", None),
             }
+            if not hasattr(peer, "resident"):  # a CPU peer: NumPy in/out is its whole story
+                continue
+            say(f"n={n}: {peer.name} device-resident")
             try:
                 t_res = peer.resident(a, b, runs, launches)
             except Exception:  # a dtype the peer does not multiply on the device
@@ -274,6 +290,11 @@ def _runs_text(records: list[dict]) -> str:
         f"{r['size']}: {r['repeat']}" for r in records) + ")"
 
 
+def _peer_versions(records: list[dict]) -> list[str]:
+    versions = {name: p["version"] for r in records for name, p in r.get("peers", {}).items() if p.get("version")}
+    return ["peers: " + "; ".join(f"{name}: {v}" for name, v in sorted(versions.items()))] if versions else []
+
+
 def table(records: list[dict]) -> str:
     if not records:
         return "(no results)"
@@ -282,12 +303,13 @@ def table(records: list[dict]) -> str:
         f"portmat bench: {r0['dtype']} {'' if not r0.get('batch') else str(r0['batch']) + ' x '}"
         f"(n x n) @ (n x n) on {r0['device']} ({r0['device_name']})",
         f"NumPy {r0['numpy_version']} with {r0['blas']}; host {r0['host']}; {r0['date']}",
+        *_peer_versions(records),
         f"medians of {_runs_text(records)}; ratio = NumPy time / portmat time "
         "(NumPy in, NumPy out, "
         "same arrays each call); new arrays = one call on arrays portmat has not seen; "
         f"kernel = device-resident (on a GPU each run the mean of {_RESIDENT_LAUNCHES} queued products, "
         "peers alike); "
-        "peers: NumPy in/out ms and device-resident GFLOP/s",
+        "peers: NumPy in/out ms, vs peer = its time / portmat's, and device-resident GFLOP/s (GPU peers)",
         "",
     ]
     peer_names = sorted({name for r in records for name in r.get("peers", {})})
@@ -295,8 +317,9 @@ def table(records: list[dict]) -> str:
             "GFLOP/s"]
     if any("peak_gflops" in r for r in records):
         cols.append("% peak")
+    resident = {name for r in records for name, p in r.get("peers", {}).items() if "gflops_resident" in p}
     for name in peer_names:
-        cols += [f"{name} ms", f"{name} kern GF/s"]
+        cols += [f"{name} ms", f"vs {name}"] + ([f"{name} kern GF/s"] if name in resident else [])
     cols += ["ratio", "max rel err", "ok"]
     rows = [cols]
     for r in records:
@@ -307,7 +330,11 @@ def table(records: list[dict]) -> str:
             extra.append(f"{100 * best / r['peak_gflops']:.0f}%" if "peak_gflops" in r else "")
         for name in peer_names:
             p = r.get("peers", {}).get(name)
-            extra += [f"{p['host_s'] * 1e3:.3f}", f"{p['gflops_resident']:.0f}" if "gflops_resident" in p else ""] if p else ["", ""]
+            cells = [f"{p['host_s'] * 1e3:.3f}" + ("" if p.get("verified", True) else " (WRONG)"),
+                     f"{p['host_s'] / r['portmat_s']:.2f}x"] if p else ["", ""]
+            if name in resident:
+                cells.append(f"{p['gflops_resident']:.0f}" if p and "gflops_resident" in p else "")
+            extra += cells
         rows.append([
             str(r["size"]),
             f"{r['numpy_s'] * 1e3:.3f}", f"{r['gflops_numpy']:.1f}",
