@@ -70,9 +70,10 @@ def test_bench_plan_gives_small_products_more_runs(repeat, t_call):
         assert runs == repeat  # large products: exactly what was asked
 
 
-# ---- Intel MKL as the CPU's peer ---------------------------------------------------------------
+# ---- The benchmark over shapes (--shapes), the MKL peer, --plot --------------------------------
 
 CPU = next((d for d in DEVICES if d.backend == "cpu"), None)
+TINY_SHAPES = "# a comment, then a blank line\n\n5,7,-\n-,9,4   # a vector on the left\n6,1,3\n"
 
 
 def _mkl_peer():
@@ -82,6 +83,105 @@ def _mkl_peer():
         return peers.MKLPeer()
     except (ImportError, OSError, AttributeError) as e:  # no mkl wheel, or a libmkl_rt without cblas
         pytest.skip(f"MKL not loadable: {e}")
+
+
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def shapes_run(tmp_path_factory):
+    """One `bench --shapes FILE` of three tiny shapes (a matrix-vector, a vector-matrix and a K = 1
+    product) on the CPU backend, with --plot when matplotlib is here: (result, records, paths)."""
+    if CPU is None:
+        pytest.skip("no CPU backend device")
+    d = tmp_path_factory.mktemp("shapes")
+    shapes = d / "shapes.txt"
+    shapes.write_text(TINY_SHAPES)
+    out = d / "results" / "testbox-cpu-float32-shapes.json"
+    out.parent.mkdir()
+    png = d / "shapes.png"
+    args = ["bench", "--device", CPU.id, "--shapes", str(shapes), "--repeat", "2", "--json", str(out)]
+    if _has_matplotlib():
+        args += ["--plot", str(png)]
+    r = subprocess.run([sys.executable, "-m", "portmat", *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r, json.loads(out.read_text()), {"json": out, "png": png, "args": args}
+
+
+def test_bench_shapes_file_writes_verified_records(shapes_run):
+    r, records, paths = shapes_run
+    assert [(rec["a_shape"], rec["b_shape"]) for rec in records] == [([5, 7], [7]), ([9], [9, 4]), ([6, 1], [1, 3])]
+    assert [(rec["M"], rec["K"], rec["N"]) for rec in records] == [(5, 7, 1), (1, 9, 4), (6, 1, 3)]
+    for rec in records:
+        assert rec["verified"] and rec["numpy_verified"] and rec["max_rel_error"] <= rec["K"] * 1.2e-7
+        for name, p in rec["peers"].items():
+            assert p["verified"] and p["host_s"] > 0, name
+            assert rec[f"speedup_vs_{name}"] == pytest.approx(p["host_s"] / rec["portmat_s"])
+        assert rec["numpy_s"] > 0 and rec["portmat_s"] > 0 and rec["repeat"] >= 2
+        lo, hi = rec["portmat_spread_s"]
+        assert lo <= rec["portmat_quartiles_s"][0] <= rec["portmat_s"] <= rec["portmat_quartiles_s"][1] <= hi
+        assert -(-rec["repeat"] // rec["block"]) >= 3  # alternating blocks, even of tiny products
+        assert rec["speedup_vs_numpy"] == pytest.approx(rec["numpy_s"] / rec["portmat_s"])
+        assert rec["flop"] == 2 * rec["M"] * rec["K"] * rec["N"]
+        assert rec["bytes"] == 4 * (rec["M"] * rec["K"] + rec["K"] * rec["N"] + rec["M"] * rec["N"])
+        assert rec["gbps_portmat"] == pytest.approx(rec["bytes"] / rec["portmat_s"] / 1e9)
+        assert rec["vector_product"]  # a side of 1, or K = 1
+        assert rec["bandwidth_gbps"] > 0 and rec["bandwidth"]["start"]["gbps"] > 0
+        assert rec["target_vs_numpy"] in (0.8, 1.0) and rec["command"] == "python -m portmat " + " ".join(paths["args"])
+    assert "5x7 @ 7" in r.stdout and "9 @ 9x4" in r.stdout and "6x1 @ 1x3" in r.stdout
+    assert "memory bandwidth" in r.stdout and "targets:" in r.stdout
+
+
+def test_bench_shapes_plot(shapes_run):
+    if not _has_matplotlib():
+        pytest.skip("matplotlib is not installed")
+    _, _, paths = shapes_run
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_plot_without_matplotlib_says_how_to_get_it(tmp_path):
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("4,4,4\n")
+    code = ("import sys; sys.modules['matplotlib'] = None; from portmat.cli import main; "
+            f"sys.exit(main(['bench', '--shapes', {str(shapes)!r}, '--plot', {str(tmp_path / 'x.png')!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "pip install matplotlib" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("text, line", [("1,2,3\n4,5\n", 2), ("# c\n1,-,3\n", 2), ("0,2,3\n", 1),
+                                        ("a,b,c\n", 1), ("1,2,3,4\n", 1), ("\n\n2.5,1,1\n", 3)])
+def test_bench_shapes_file_errors_name_the_line(tmp_path, text, line):
+    from portmat import bench
+
+    with pytest.raises(ValueError, match=f"line {line}: .* is not M,K,N"):
+        bench.parse_shapes(text, "f")
+    f = tmp_path / "shapes.txt"
+    f.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "portmat", "bench", "--shapes", str(f)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"line {line}:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_shapes_arguments():
+    from portmat import bench
+
+    assert bench.parse_shapes(" 3 , 4 ,- # x\n-,5,-\n") == [(3, 4, None), (None, 5, None)]
+    assert 40 <= len(bench.SUITE) <= 70 and len(set(bench.SUITE)) == len(bench.SUITE)
+    assert bench.load_shapes("suite") == bench.SUITE
+    with pytest.raises(ValueError, match="no shapes"):
+        bench.parse_shapes("# nothing\n")
+    for args, message in [(["--shapes", "/nonexistent/shapes.txt"], "cannot read"),
+                          (["--shapes", "suite", "--sizes", "64"], "leave out --sizes"),
+                          (["--shapes", "suite", "--batch", "2"], "leave out --sizes")]:
+        r = subprocess.run([sys.executable, "-m", "portmat", "bench", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
 
 
 def test_mkl_peer_verifies():
