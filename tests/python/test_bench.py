@@ -155,6 +155,22 @@ def test_bench_plot_without_matplotlib_says_how_to_get_it(tmp_path):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_results_tables_render_a_shapes_file(shapes_run, tmp_path):
+    _, records, paths = shapes_run
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- figures:begin -->\n<!-- figures:end -->\n")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "results_tables.py"), "--results",
+                        str(paths["json"].parent), "--readme", str(readme)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    table = (paths["json"].parent / "README.md").read_text()
+    assert "## testbox, native CPU, float32, shapes" in table
+    for rec in records:
+        assert f"| {rec['shape']} | {rec['repeat']} | " in table
+    met = sum(rec["meets_target"] for rec in records if rec["target_vs_numpy"] == 0.8)
+    under = sum(rec["target_vs_numpy"] == 0.8 for rec in records)
+    assert f"{met} of {under} under 20 us at >= 0.8x" in table and "Shapes, testbox" in readme.read_text()
+
+
 @pytest.mark.parametrize("text, line", [("1,2,3\n4,5\n", 2), ("# c\n1,-,3\n", 2), ("0,2,3\n", 1),
                                         ("a,b,c\n", 1), ("1,2,3,4\n", 1), ("\n\n2.5,1,1\n", 3)])
 def test_bench_shapes_file_errors_name_the_line(tmp_path, text, line):
