@@ -2,10 +2,12 @@
 // function target attributes, and the baseline), the variant chosen once at run time. Built with
 // -ffp-contract=fast (cpu.cmake) so that acc + a * b becomes one FMA where the CPU has it.
 #include "cpu/small.hpp"
+#include "cpu/skinny.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define PM_SMALL_AVX2 1
@@ -33,7 +35,8 @@ constexpr int kLanes = 32 / sizeof(T);
 constexpr int kRows = 6;  // rows of c per register tile
 // Vectors of c per tile row, V: 2 (12 accumulators, 2 b loads, 1 broadcast), or 1 when c has at
 // most one vector of columns (8 floats, 4 doubles), so that a narrow b is read where it is rather
-// than copied into a padded strip.
+// than copied into a padded strip, or 8 for one or two rows (a vector times a matrix: with 2
+// vectors a row, each k step waited for the FMA latency of the last).
 
 template <class T>
 [[gnu::always_inline]] inline Vec<T> load(const T* p) {
@@ -77,12 +80,19 @@ template <class T, int V>
 [[gnu::always_inline]] inline void small_strips(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                                 std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
   constexpr int W = V * kLanes<T>;
-  alignas(32) T strip[kSmallMax * W];  // the last, narrower strip of b, zero-padded to W columns
+  constexpr std::int64_t kStackK = 128;
+  alignas(32) T stack_strip[kStackK * W];  // the last, narrower strip of b, zero-padded to W columns
+  std::vector<T> heap_strip;               // the same where K is longer
   for (std::int64_t j = 0; j < N; j += W) {
     const int cols = static_cast<int>(std::min<std::int64_t>(W, N - j));
     const T* bs = b + j;
     std::int64_t lds = ldb;
     if (cols < W) {
+      T* strip = stack_strip;
+      if (K > kStackK) {
+        heap_strip.resize(static_cast<std::size_t>(K * W));
+        strip = heap_strip.data();
+      }
       for (std::int64_t k = 0; k < K; ++k) {
         std::memcpy(strip + k * W, b + k * ldb + j, cols * sizeof(T));
         std::memset(strip + k * W + cols, 0, (W - cols) * sizeof(T));
@@ -107,6 +117,8 @@ template <class T>
                                              std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
   if (N <= kLanes<T>)
     small_strips<T, 1>(a, lda, b, ldb, c, ldc, M, N, K);
+  else if (M <= 2 && N >= 8 * kLanes<T>)  // a vector (or two) times a matrix: 8 FMA chains a row
+    small_strips<T, 8>(a, lda, b, ldb, c, ldc, M, N, K);
   else
     small_strips<T, 2>(a, lda, b, ldb, c, ldc, M, N, K);
 }
@@ -156,7 +168,8 @@ const SmallKernels& small_kernels() {
 template <class T>
 bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
-  if (M > kSmallMax || N > kSmallMax || K > kSmallMax || M <= 0 || N <= 0 || K <= 0) return false;
+  if (M <= 0 || N <= 0 || K <= 0 || M * K + K * N + M * N > kSmallElements) return false;
+  if (N <= kSkinnyMax && M > kSkinnyMax) return false;  // skinny.hpp's dots: one pass over a
   if ((a.col_major && M > 1) || (b.col_major && K > 1)) return false;
   const T* pa = static_cast<const T*>(a.data) + a.offset;
   const T* pb = static_cast<const T*>(b.data) + b.offset;

@@ -1,4 +1,4 @@
-// Small products, unpacked: c = a @ b where every dimension is small (at most kSmallMax), each
+// Small products, unpacked: c = a @ b where all three matrices are small (kSmallElements), each
 // product on one thread. The CPU backend runs single small products this way and each matrix of a
 // stack of small products (np.matmul's batches: a thread per matrix).
 //
@@ -17,10 +17,14 @@
 
 namespace portmat::cpu {
 
-constexpr std::int64_t kSmallMax = 128;  // largest M, N and K the small path takes
+// The small path takes products whose three matrices hold at most this many elements together
+// (512 KiB of float32, the L2 of the 2-core machine's cores: 3 x 128^2 squares, a 256-vector times
+// a 256 x 256 matrix), except those with at most kSkinnyMax columns and more rows, which
+// skinny.hpp's dot-product kernel reads in one pass.
+constexpr std::int64_t kSmallElements = std::int64_t(1) << 17;
 
-// c (row-major, ldc) = a @ b when a and b are row-major (their rows contiguous) and M, N, K are
-// at most kSmallMax; returns false, touching nothing, otherwise.
+// c (row-major, ldc) = a @ b when a and b are row-major (their rows contiguous) and the product is
+// small as above; returns false, touching nothing, otherwise.
 template <class T>
 bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc);
 

@@ -260,14 +260,16 @@ void check_skinny() {
 }
 
 // The small path (small.hpp): every remainder of its 6-row tiles and of its column strips (16
-// floats, 8 doubles), K from 1 to kSmallMax, padded leading dimensions and offsets, a result with
-// padding that must stay untouched; refused past kSmallMax and for column-major operands.
+// floats, 8 doubles), K from 1 to 300, padded leading dimensions and offsets, a result with
+// padding that must stay untouched; refused past kSmallElements, for few columns of many rows,
+// and for column-major operands.
 template <class T>
 void check_small() {
   std::mt19937 rng(7);
   const T poison = T(-7777);
   for (auto [m, k, n] : {std::tuple{1, 1, 1}, {2, 3, 5}, {5, 7, 15}, {6, 16, 16}, {7, 33, 17}, {13, 1, 31},
-                         {32, 32, 32}, {47, 64, 9}, {100, 128, 127}, {128, 5, 128}})
+                         {32, 32, 32}, {47, 64, 9}, {100, 128, 127}, {128, 5, 128}, {1, 256, 255},
+                         {2, 100, 200}, {3, 300, 13}, {4, 2, 4}})
     for (int pad : {0, 3}) {
       const std::int64_t lda = k + pad, ldb = n + pad, ldc = n + 1, off = pad;
       auto a = random_vector<T>(off + lda * m, rng);
@@ -282,11 +284,14 @@ void check_small() {
       MatrixView vc{c.data(), m, n, ldc, 1, dtype_of<T>()};
       EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0) << m << "x" << k << "x" << n << " pad " << pad;
     }
-  std::vector<T> x(200 * 200), y(200 * 200);
-  portmat::core::HostMatrix big{x.data(), 0, 129, 8, 8, false, dtype_of<T>()};
+  std::vector<T> x(400 * 400), y(400 * 400);
+  portmat::core::HostMatrix big{x.data(), 0, 400, 400, 400, false, dtype_of<T>()};
   portmat::core::HostMatrix sq{x.data(), 0, 8, 8, 8, false, dtype_of<T>()};
   portmat::core::HostMatrix col{x.data(), 0, 8, 8, 8, true, dtype_of<T>()};
-  EXPECT_FALSE(portmat::cpu::small_gemm<T>(big, sq, y.data(), 8));
+  portmat::core::HostMatrix tall{x.data(), 0, 64, 8, 8, false, dtype_of<T>()};
+  portmat::core::HostMatrix narrow{x.data(), 0, 8, 2, 2, false, dtype_of<T>()};
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(big, big, y.data(), 400));
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall, narrow, y.data(), 2));  // skinny's dots
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(sq, col, y.data(), 8));
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(col, sq, y.data(), 8));
 }
