@@ -503,8 +503,11 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
     """One record per shape (M, K, N) (see Shape): fresh operands, every contender's result checked
     against float64 within error_bound(K), then NumPy, portmat and each peer timed in alternating
     blocks (as run() does, in _SHAPE_MIN_BLOCKS to _SHAPE_MAX_BLOCKS blocks). Each record carries the memory
-    bandwidth of np.copyto measured at the start and at the end of the run (copy_bandwidth)."""
-    dev = portmat._ext.find_device(portmat._device_spec(device))
+    bandwidth of np.copyto measured at the start and at the end of the run (copy_bandwidth).
+    device "auto": portmat makes its automatic choice per product (no device named), each record
+    saying which device it chose; peers are those of the default device."""
+    auto = device == "auto"
+    dev = portmat._ext.find_device("" if auto else portmat._device_spec(device))
     peers = _peers.available(dev) if with_peers else []
     say = _sayer(progress)
     blas = blas_info()
@@ -522,9 +525,12 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
         rng = np.random.default_rng([i, k, m or 0, n or 0])
         a = random_operand(rng, a_shape, dtype)
         b = random_operand(rng, b_shape, dtype)
-        contenders = {"numpy": lambda: a @ b, "portmat": lambda: portmat.matmul(a, b, device=dev)}
+        contenders = {"numpy": lambda: a @ b,
+                      "portmat": (lambda: portmat.matmul(a, b)) if auto else lambda: portmat.matmul(a, b, device=dev)}
         for peer in peers:
             contenders[peer.name] = lambda peer=peer: peer.host(a, b)
+        # Where the automatic choice sends it (m rows of a, k, n columns of b; 1 for a vector).
+        chosen = portmat._ext.device_for("", m or 1, n or 1, k).id if auto else dev.id
         say(f"{label}: verifying")
         errors = {}
         for name, fn in list(contenders.items()):
@@ -555,7 +561,7 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
             "a_shape": list(a_shape), "b_shape": list(b_shape),
             "vector_product": bool(mm == 1 or nn == 1 or k == 1),
             "dtype": str(dt),
-            "device": dev.id,
+            "device": f"auto:{chosen}" if auto else dev.id,
             "device_name": dev.name,
             "flop": flop,
             "bytes": nbytes,

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--repeat", type=int, default=10,
                    help="timed runs per size, at least (default 10; small sizes get more, "
                         "0.25 s of calls for the slower of NumPy and portmat)")
-    b.add_argument("--device", default=None, help="device spec, e.g. opencl:0, gpu, cpu (default: the default device)")
+    b.add_argument("--device", default=None, help="device spec, e.g. opencl:0, gpu, cpu (default: the default device); with --shapes also auto: the automatic choice per product")
     b.add_argument("--dtype", choices=["float32", "float64", "float16", "complex64", "complex128", "bool",
                                        "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                                        "uint64"], default="float32")

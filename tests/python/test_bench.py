@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import portmat
 import pytest
 
 from conftest import DEVICES
@@ -249,3 +250,17 @@ def test_square_bench_times_mkl_beside_numpy():
         numpy_blas = ""
     if "openblas" in numpy_blas:
         assert "openblas" in records[0]["blas"].lower()
+
+
+def test_bench_shapes_auto_records_the_automatic_choice(tmp_path):
+    """--device auto: portmat chooses per product, and each record names the device it chose."""
+    if CPU is None:
+        pytest.skip("no CPU backend device")
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("3,4,5\n")
+    out = tmp_path / "auto.json"
+    r = subprocess.run([sys.executable, "-m", "portmat", "bench", "--device", "auto", "--shapes", str(shapes),
+                        "--repeat", "2", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (rec,) = json.loads(out.read_text())
+    assert rec["device"] == "auto:" + portmat._ext.device_for("", 3, 5, 4).id and rec["verified"]
