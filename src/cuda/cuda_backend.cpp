@@ -127,16 +127,22 @@ class CudaDevice final : public core::Device {
     return create_buffer(bytes);
   }
 
+  // On the kernels' stream, waited for: cuMemcpyHtoD from pageable memory returns once the data
+  // is staged, before it reaches the device, and the kernels' non-blocking streams do not wait
+  // for the legacy stream it uses, so a kernel launched next could read (or a buffer filled
+  // before it overwrite) the old contents: seen as unwritten results under load (ctest -j6).
   void upload(core::Buffer& dst, const void* src, std::size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     ready();
-    cu_check(cu_.MemcpyHtoD(ptr_of(&dst), src, bytes), "cuMemcpyHtoD", where_);
+    cu_check(cu_.MemcpyHtoDAsync(ptr_of(&dst), src, bytes, kstream_[0]), "cuMemcpyHtoDAsync", where_);
+    cu_check(cu_.StreamSynchronize(kstream_[0]), "host-to-device copy (cuStreamSynchronize)", where_);
   }
 
   void download(void* dst, const core::Buffer& src, std::size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     ready();
-    cu_check(cu_.MemcpyDtoH(dst, ptr_of(&src), bytes), "cuMemcpyDtoH", where_);
+    cu_check(cu_.MemcpyDtoHAsync(dst, ptr_of(&src), bytes, kstream_[0]), "cuMemcpyDtoHAsync", where_);
+    cu_check(cu_.StreamSynchronize(kstream_[0]), "device-to-host copy (cuStreamSynchronize)", where_);
   }
 
   double gemm(const core::DeviceMatrix& a, const core::DeviceMatrix& b,
