@@ -1,6 +1,7 @@
 # portmat quick start: `make bench` or `make test` on a fresh Debian/Ubuntu machine (as root, or
 # with sudo). Each sets up what it needs: system packages, .venv, a build of portmat in it.
-#   make bench   every device of this machine against NumPy (and its peers), written to
+#   make bench   every device of this machine against NumPy (and its peers: MKL and matplotlib are
+#                pip-installed for it when they can be), written to
 #                bench/results/$(MACHINE)-<device>-<dtype>.json and the tables of bench/results/README.md
 #                and README.md; MACHINE defaults to "<cores>core" (BENCH_ARGS="--only cpu --sizes 512,1024")
 #   make test    every test suite: C++ (GoogleTest via ctest), Python (pytest), and the installed
@@ -28,6 +29,10 @@ PIP_ARGS    ?=
 APT_PACKAGES := build-essential cmake ninja-build python3-dev python3-venv \
                 opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo libgtest-dev
 PY_PACKAGES  := "numpy>=1.24" "nanobind>=2.0" "scikit-build-core>=0.10" pytest hypothesis threadpoolctl
+# Optional peers and tools of `make bench` (pyproject.toml's `bench` extra), each installed when pip
+# can (MKL's wheel exists for x86-64 only): the vendor's gemm as the CPU peer, and matplotlib for
+# `portmat bench --plot`. portmat never needs them to build, import or test.
+BENCH_PACKAGES := mkl matplotlib
 
 ifeq ($(OFFLINE),1)
 VPY := $(PYTHON)
@@ -49,8 +54,8 @@ ASAN_ENV := ASAN_OPTIONS=fast_unwind_on_malloc=0:check_initialization_order=1:us
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: bench test test-cpp test-python test-example sanitize sanitize-asan sanitize-tsan system venv install clean
-bench: install
+.PHONY: bench bench-packages test test-cpp test-python test-example sanitize sanitize-asan sanitize-tsan system venv install clean
+bench: install bench-packages
 	$(VPY) -m portmat devices
 	$(VPY) bench/every_device.py --machine $(MACHINE) $(BENCH_ARGS)
 
@@ -107,6 +112,13 @@ venv:
 else
 venv: $(VENV)/bin/python
 	$(VPY) -m pip install -q $(PY_PACKAGES)
+endif
+
+bench-packages: install
+ifneq ($(OFFLINE),1)
+	@for p in $(BENCH_PACKAGES); do \
+	  $(VPY) -m pip install -q $$p || echo "note: $$p not installed: the benchmark goes on without it"; \
+	done
 endif
 
 install: venv

@@ -2,8 +2,9 @@
 
 One `python -m portmat bench` per device and dtype, each in its own process (a GPU peer's memory
 or NumPy's spinning threads never carry over), writing bench/results/<machine>-<device>-<dtype>.json
-(or ...-<dtype>-stack<B>.json for stacks of B matrices; overwritten: git keeps the history), then
-the tables of bench/results/README.md and README.md (bench/results_tables.py). <device> is the backend (cpu, cuda) or, for OpenCL, the backend and the
+(or ...-<dtype>-stack<B>.json for stacks of B matrices; overwritten: git keeps the history); on the
+CPU backend also issue 16's suite of shapes (`--shapes suite`), ...-<dtype>-shapes.json; then the
+tables of bench/results/README.md and README.md (bench/results_tables.py). <device> is the backend (cpu, cuda) or, for OpenCL, the backend and the
 kind (opencl-gpu, opencl-cpu); the first device of each is measured.
 
     python bench/every_device.py --machine 2core                 # what `make bench` runs
@@ -34,6 +35,9 @@ PLAN = {
                      ("int64", "512", None), ("float32", "32", 10000), ("float32", "128", 1000)],
     ("opencl", "cpu"): [("float32", "256,512,1024", None)],
 }
+# (backend, kind) -> dtypes of the built-in suite of shapes (bench.SUITE: vectors, skinny, small and
+# tall-skinny products), one file each.
+SHAPES = {("cpu", "cpu"): ["float32"]}
 
 
 def label(backend: str, kind: str) -> str:
@@ -45,7 +49,8 @@ def main() -> int:
     p.add_argument("--machine", required=True, help="short name of this machine kind: h200, 2core, ...")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="folder for the JSON files")
     p.add_argument("--only", default="", help="comma-separated devices to run (cpu, cuda, opencl-gpu, ...)")
-    p.add_argument("--sizes", default="", help="override the sizes of every run")
+    p.add_argument("--sizes", default="", help="override the sizes of every run (and leave out the stacks "
+                                                "and the shapes)")
     p.add_argument("--repeat", default="", help="passed to portmat bench")
     p.add_argument("--no-tables", action="store_true", help="leave the README tables alone")
     args = p.parse_args()
@@ -76,6 +81,17 @@ def main() -> int:
             print(f"== {name} {dtype}: {' '.join(cmd[1:])}", flush=True)
             if subprocess.run(cmd).returncode != 0:
                 failed.append(f"{name} {dtype}")
+        for dtype in SHAPES.get(key, []) if not args.sizes else []:
+            if dtype in ("float64", "complex128") and not d.supports_float64:
+                continue
+            path = os.path.join(args.out, f"{args.machine}-{name}-{dtype}-shapes.json")
+            cmd = [sys.executable, "-m", "portmat", "bench", "--device", d.id, "--dtype", dtype,
+                   "--shapes", "suite", "--json", path]
+            if args.repeat:
+                cmd += ["--repeat", args.repeat]
+            print(f"== {name} {dtype} shapes: {' '.join(cmd[1:])}", flush=True)
+            if subprocess.run(cmd).returncode != 0:
+                failed.append(f"{name} {dtype} shapes")
     if not args.no_tables:
         subprocess.run([sys.executable, os.path.join(HERE, "results_tables.py"), "--results", args.out], check=False)
     if failed:

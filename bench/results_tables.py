@@ -6,7 +6,9 @@ the numbers: bench/results/README.md (every file, every size) and the headline t
 
 A result file is what `python -m portmat bench --json FILE` writes: a list of records, one per
 size, each with its device, date, command, NumPy's and portmat's times, and the peers measured in
-the same run (cuBLAS through CuPy and PyTorch on NVIDIA GPUs).
+the same run (cuBLAS through CuPy and PyTorch on NVIDIA GPUs, Intel MKL on CPUs). A file named
+...-shapes.json holds one record per shape (`--shapes suite`): a table of its own, and a line of
+the headline counting the shapes at issue 16's targets.
 """
 
 from __future__ import annotations
@@ -33,18 +35,20 @@ HEADLINE_SIZE = 4096  # the headline row of each file, or its largest size below
 BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
 
 
-def load(results: str) -> list[tuple[str, str, str, list[dict]]]:
-    """(machine, device label, dtype, records) for every result file, in a stable order."""
+def load(results: str, shapes: bool = False) -> list[tuple[str, str, str, list[dict]]]:
+    """(machine, device label, dtype, records) for every result file of square sizes (or, with
+    `shapes`, of shapes), in a stable order."""
     out = []
     for path in sorted(glob.glob(os.path.join(results, "*.json"))):
         m = re.fullmatch(r"(.+?)-(cpu|cuda|opencl-gpu|opencl-cpu)-((?:float|complex|u?int)\d+|bool)"
-                         r"(-stack\d+)?\.json", os.path.basename(path))
-        if not m:
+                         r"(-stack\d+|-shapes)?\.json", os.path.basename(path))
+        if not m or (m[4] == "-shapes") != shapes:
             continue
         with open(path) as f:
             records = json.load(f)
         if records:
-            out.append((m[1], m[2], m[3] + (m[4] or ""), sorted(records, key=lambda r: r["size"])))
+            out.append((m[1], m[2], m[3] + ("" if shapes else m[4] or ""),
+                        records if shapes else sorted(records, key=lambda r: r["size"])))
     order = {"h200": 0, "2core": 1}
     dev_order = list(DEVICE_NAMES)
     dtypes = ["float32", "float64", "float16", "complex64", "complex128", "int32", "int64"]
@@ -62,6 +66,10 @@ def tflops(g: float | None) -> str:
 
 def ratio(x: float) -> str:
     return f"{x:.2f}x"
+
+
+def us(s: float) -> str:
+    return f"{s * 1e6:.3g}" if s < 1e-3 else f"{s * 1e6:.0f}"
 
 
 def peers_of(records: list[dict]) -> list[str]:
@@ -98,7 +106,63 @@ def file_table(records: list[dict], gpu: bool) -> list[str]:
     return rows
 
 
-def results_readme(files) -> str:
+def shapes_verdict(records: list[dict]) -> str:
+    """A sentence: how many shapes meet issue 16's targets, and the large vector products' share of
+    the copy bandwidth (python/portmat/bench.py's shapes_verdict, from the records alone)."""
+    slow = [r for r in records if r["target_vs_numpy"] == 1.0]
+    fast = [r for r in records if r["target_vs_numpy"] != 1.0]
+    text = (f"{sum(r['meets_target'] for r in slow)} of {len(slow)} shapes where NumPy takes over 20 us at "
+            f">= 1.0x NumPy, {sum(r['meets_target'] for r in fast)} of {len(fast)} under 20 us at >= 0.8x")
+    mv = [r for r in records if r["vector_product"] and r["K"] > 1 and r["M"] * r["K"] * r["N"] >= 2**22]
+    if mv:
+        fr = sorted(100 * r["bandwidth_fraction_portmat"] for r in mv)
+        text += (f"; vector products of 4M+ multiply-adds at {fr[0]:.0f}-{fr[-1]:.0f}% of the copy bandwidth "
+                 f"({records[0]['bandwidth_gbps']:.1f} GB/s)")
+    return text
+
+
+def shapes_table(records: list[dict]) -> list[str]:
+    peers = peers_of(records)
+    head = ["a @ b", "runs", "NumPy us", "portmat us", "portmat IQR", "vs NumPy", "target"]
+    for p in peers:
+        head += [f"{p} us", f"vs {p}"]
+    head += ["portmat GFLOP/s", "portmat GB/s", "% of copy", "max rel err"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in records:
+        q1, q3 = r["portmat_quartiles_s"]
+        vec = r["vector_product"]
+        cells = [r["shape"], str(r["repeat"]), us(r["numpy_s"]), us(r["portmat_s"]), f"{us(q1)}-{us(q3)}",
+                 ratio(r["speedup_vs_numpy"]), f"{r['target_vs_numpy']:.1f}" + ("" if r["meets_target"] else " **below**")]
+        for p in peers:
+            q = r["peers"].get(p)
+            cells += [us(q["host_s"]) + ("" if q["verified"] else " WRONG"), ratio(q["host_s"] / r["portmat_s"])] if q else ["", ""]
+        cells += [f"{r['gflops_portmat']:.3g}", f"{r['gbps_portmat']:.3g}" if vec else "",
+                  f"{100 * r['bandwidth_fraction_portmat']:.0f}%" if vec else "",
+                  f"{r['max_rel_error']:.1e}" + ("" if r["verified"] else " FAILED")]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def shapes_section(machine, dev, dtype, records) -> list[str]:
+    r0 = records[0]
+    bw = r0["bandwidth"]
+    versions = sorted({f"{n}: {p['version']}" for r in records for n, p in r["peers"].items() if p.get("version")})
+    return [
+        "",
+        f"## {machine}, {DEVICE_NAMES[dev]}, {dtype}, shapes (issue 16's suite)",
+        "",
+        f"{r0['device']} ({r0['device_name']}); {r0['date']}; NumPy {r0['numpy_version']} with {r0['blas']}"
+        + "".join(f"; {v}" for v in versions) + f"; `{r0.get('command', 'python -m portmat bench --shapes suite')}`",
+        "",
+        f"Copy bandwidth (np.copyto of {bw['start']['bytes'] >> 20} MiB, bytes read + written, the better of 1 "
+        f"and {bw['start']['threads']} threads): {bw['start']['gbps']:.1f} GB/s before the shapes, "
+        f"{bw['end']['gbps']:.1f} after. {shapes_verdict(records)[0].upper()}{shapes_verdict(records)[1:]}.",
+        "",
+        *shapes_table(records),
+    ]
+
+
+def results_readme(files, shape_files=()) -> str:
     lines = [
         "# Benchmark results: today's figures",
         "",
@@ -118,12 +182,21 @@ def results_readme(files) -> str:
         "are NumPy in, NumPy out,",
         "as a user calls each library; *vs X* = X's time / portmat's time (above 1: portmat faster).",
         "*kernel* columns are device-resident products (on a GPU each run the mean of 5 queued",
-        "products, peers alike); the peers are cuBLAS through CuPy and PyTorch (TF32 off).",
+        "products, peers alike); the peers are cuBLAS through CuPy and PyTorch (TF32 off) on NVIDIA",
+        "GPUs and Intel MKL's gemm (the `mkl` wheel, through ctypes: about 5 us of binding a call) on",
+        "CPUs.",
+        "",
+        "The *shapes* files (`--shapes suite`) hold one (M x K) @ (K x N) product per row, either side",
+        "possibly a 1-D vector, each contender verified the same way and timed in at least three",
+        "alternating blocks; times in microseconds, *IQR* the middle half of portmat's runs. *target* is",
+        "issue 16's: 1.0x NumPy where NumPy takes over 20 us, 0.8x where less (call overhead). *GB/s* (for",
+        "vector products: a side or K of 1) counts each operand read once and the result written once,",
+        "*% of copy* against the np.copyto bandwidth measured in the same run.",
         "",
         "## Machines",
         "",
     ]
-    for m in sorted({f[0] for f in files}, key=lambda m: (m not in MACHINES, m)):
+    for m in sorted({f[0] for f in (*files, *shape_files)}, key=lambda m: (m not in MACHINES, m)):
         desc, cmd = MACHINES.get(m, (f"machine '{m}'", "`python bench/every_device.py --machine " + m + "`"))
         lines.append(f"- **{m}**: {desc}. Canonical command: {cmd}.")
     for machine, dev, dtype, records in files:
@@ -139,26 +212,35 @@ def results_readme(files) -> str:
             "",
         ]
         lines += file_table(records, gpu)
+    for f in shape_files:
+        lines += shapes_section(*f)
     return "\n".join(lines) + "\n"
 
 
-def headline(files) -> str:
-    rows = ["| machine | device | dtype | n | portmat (NumPy in/out) | vs NumPy | vs CuPy (in/out) "
-            "| kernel TFLOP/s | vs cuBLAS through CuPy (kernel) |", "|---|---|---|---|---|---|---|---|---|"]
+def headline(files, shape_files=()) -> str:
+    rows = ["| machine | device | dtype | n | portmat (NumPy in/out) | vs NumPy | vs MKL | vs CuPy (in/out) "
+            "| kernel TFLOP/s | vs cuBLAS through CuPy (kernel) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for machine, dev, dtype, records in files:
         if dtype not in ("float32", "float64"):  # the front page: the square float products
             continue
         below = [r for r in records if r["size"] <= HEADLINE_SIZE]
         r = below[-1] if below else records[0]
         cupy = r.get("peers", {}).get("cupy")
+        mkl = r.get("peers", {}).get("mkl")
         gpu = dev in ("cuda", "opencl-gpu")
         rows.append("| " + " | ".join([
             machine, f"{DEVICE_NAMES[dev]}: {r['device_name']}", dtype, str(r["size"]),
             f"{ms(r['portmat_s'])} ms", ratio(r["numpy_s"] / r["portmat_s"]),
+            ratio(mkl["host_s"] / r["portmat_s"]) if mkl else "",
             ratio(cupy["host_s"] / r["portmat_s"]) if cupy else "",
             tflops(r.get("gflops_kernel")) if gpu else "",
             ratio(r["gflops_kernel"] / cupy["gflops_resident"]) if cupy and r.get("gflops_kernel") and cupy.get("gflops_resident") else "",
         ]) + " |")
+    if shape_files:
+        rows.append("")
+    for machine, dev, dtype, records in shape_files:
+        rows.append(f"Shapes, {machine} {DEVICE_NAMES[dev]} {dtype} ({records[0]['date'][:10]}, issue 16's suite of "
+                    f"{len(records)}): {shapes_verdict(records)}.")
     return "\n".join(rows)
 
 
@@ -168,16 +250,17 @@ def main() -> None:
     p.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
     args = p.parse_args()
     files = load(args.results)
+    shape_files = load(args.results, shapes=True)
     with open(os.path.join(args.results, "README.md"), "w") as f:
-        f.write(results_readme(files))
+        f.write(results_readme(files, shape_files))
     if os.path.exists(args.readme):
         with open(args.readme) as f:
             text = f.read()
         if BEGIN in text and END in text:
             start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
             with open(args.readme, "w") as f:
-                f.write(text[:start] + "\n" + headline(files) + "\n" + text[stop:])
-    print(f"wrote the tables of {len(files)} result files")
+                f.write(text[:start] + "\n" + headline(files, shape_files) + "\n" + text[stop:])
+    print(f"wrote the tables of {len(files) + len(shape_files)} result files")
 
 
 if __name__ == "__main__":

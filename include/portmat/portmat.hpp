@@ -125,8 +125,11 @@ std::vector<std::int64_t> matmul_shape(const std::vector<std::int64_t>& a,
 // returns each run's seconds (device event time where the backend has one). For benchmarks. With
 // launches > 1, each run is that many products queued back to back, and its time is their mean.
 // layout: a's and b's storage, 'r' row-major or 'c' column-major each ("rr": both row-major).
+// batch > 1: a strided stack of `batch` products, timed as one (its seconds are the whole
+// stack's). complex64 / complex128 where the device multiplies complex matrices itself (CUDA:
+// b rewritten as a real matrix on the device, inside the timed region; a row-major).
 std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,
                               std::int64_t k, DType dtype, int repeat, int launches = 1,
-                              const std::string& layout = "rr");
+                              const std::string& layout = "rr", std::int64_t batch = 1);
 
 }  // namespace portmat

@@ -20,8 +20,15 @@ up again.
   events would also time its launch, which costs a Python library more than portmat's C++);
 - max_rel_error: max |c - ref| / (|a| @ |b|) over the checked entries: the componentwise error,
   which float32 arithmetic keeps near sqrt(n) * 6e-8 and never above n * 6e-8.
-Peers (peers.py: cuBLAS through CuPy and torch on NVIDIA GPUs) are verified and timed the same way,
-NumPy in/out and device-resident.
+Peers (peers.py: cuBLAS through CuPy and torch on NVIDIA GPUs, Intel MKL on the CPU) are verified
+against the same bound and timed the same way, NumPy in/out, and device-resident where they have a
+device (a CPU peer has only the NumPy in/out time).
+
+run_shapes() is the benchmark over shapes (`--shapes FILE` or the built-in SUITE): one product
+(M x K) @ (K x N) per shape, either side possibly a 1-D vector, every contender (NumPy, portmat,
+each peer) verified against float64 and timed the same way, in 3 to 6 alternating blocks, with
+the memory bandwidth of a large np.copyto measured in the same run (at its start and end) as the
+yardstick of the bandwidth-bound products.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import platform
 import statistics
 import time
@@ -52,11 +60,12 @@ _RESIDENT_LAUNCHES = 5  # device-resident products per timed run on a GPU (kerne
 
 
 def blas_info() -> str:
-    """Which BLAS NumPy calls, as well as it can be told."""
+    """Which BLAS NumPy calls, as well as it can be told (not a peer's, such as MKL's)."""
     try:
         import threadpoolctl
 
-        infos = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+        infos = [i for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"
+                 and os.path.realpath(i.get("filepath", "")) not in _peers.LOADED_LIBRARIES]
         if infos:
             i = infos[0]
             return f"{i.get('internal_api')} {i.get('version')} ({i.get('threading_layer')}, {i.get('num_threads')} threads)"
@@ -104,6 +113,16 @@ def max_rel_error(a: np.ndarray, b: np.ndarray, c: np.ndarray, rng: np.random.Ge
     err = np.abs(c[rows].astype(wide) - ref) / np.maximum(mag, np.finfo(np.float64).tiny)
     worst = float(np.max(err)) if err.size else 0.0
     return float("inf") if np.isnan(worst) or not np.all(np.isfinite(c[rows])) else worst
+
+
+def error_bound(k: int, dtype) -> float:
+    """The classical bound on max_rel_error for an inner dimension k: k * eps (twice that for
+    complex numbers, NumPy's four real products per term; float16, accumulated in float32 and
+    rounded once, gets four times); 0 for integers and booleans (exact)."""
+    dt = np.dtype(dtype)
+    if dt.kind not in "fc":
+        return 0.0
+    return max(k, 1) * float(np.finfo(dt).eps) * (2 if dt.kind == "c" else 1) * (4 if dt == np.float16 else 1)
 
 
 def _time_once(fn) -> float:
@@ -162,7 +181,6 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     records = []
     kind = np.dtype(dtype).kind
-    eps = float(np.finfo(dtype).eps) if kind in "fc" else 0.0
     # Operations per multiply-add: 2 (real), 8 (complex: four real multiplies and four adds).
     ops_per_madd = 8 if kind == "c" else 2
 
@@ -182,7 +200,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
         say(f"n={n}: verifying")
         c = portmat.matmul(a, b, device=dev)
         err = max_rel_error(a, b, c, rng)
-        verified = err <= n * eps * (2 if kind == "c" else 1) * (4 if np.dtype(dtype) == np.float16 else 1)
+        verified = err <= error_bound(n, dtype)
         say(f"n={n}: warming up")
         a @ b
         portmat.matmul(a, b, device=dev)
@@ -212,19 +230,29 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
         t_np, t_pm = times["numpy"], times["portmat"]
         say(f"n={n}: kernel only")
         launches = _RESIDENT_LAUNCHES if dev.kind == "gpu" else 1
-        t_k = []  # the kernel alone on device-resident data: 2-D float32 / float64 products
-        if batch is None and dtype in ("float32", "float64"):
-            t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, runs, launches) if t >= 0]
+        t_k = []  # the kernel alone on device-resident data: float products, stacks as one
+        if dtype in ("float32", "float64", "complex64", "complex128"):
+            # A stack on a device without a batched kernel loops over its products: fewer runs.
+            runs_k = runs if batch is None else min(runs, max(3, int(_MIN_TIMED_S / max(t_call, 1e-9))))
+            try:
+                t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, runs_k, launches, "rr", batch or 1)
+                       if t >= 0]
+            except portmat.Error:  # complex products that the device does not run itself
+                t_k = []
         flop = ops_per_madd * n**3 * (batch or 1)
         peer_results = {}
         for peer in (p for p in peers if p.name in contenders):
-            say(f"n={n}: {peer.name} device-resident")
             t_host = times[peer.name]
             peer_results[peer.name] = {
                 "host_s": statistics.median(t_host),
                 "host_spread_s": [min(t_host), max(t_host)],
                 "max_rel_error": peer_errors[peer.name],
+                "verified": bool(peer_errors[peer.name] <= error_bound(n, dtype)),
+                "version": getattr(peer, "version", None),
             }
+            if not hasattr(peer, "resident"):  # a CPU peer: NumPy in/out is its whole story
+                continue
+            say(f"n={n}: {peer.name} device-resident")
             try:
                 t_res = peer.resident(a, b, runs, launches)
             except Exception:  # a dtype the peer does not multiply on the device
@@ -274,6 +302,11 @@ def _runs_text(records: list[dict]) -> str:
         f"{r['size']}: {r['repeat']}" for r in records) + ")"
 
 
+def _peer_versions(records: list[dict]) -> list[str]:
+    versions = {name: p["version"] for r in records for name, p in r.get("peers", {}).items() if p.get("version")}
+    return ["peers: " + "; ".join(f"{name}: {v}" for name, v in sorted(versions.items()))] if versions else []
+
+
 def table(records: list[dict]) -> str:
     if not records:
         return "(no results)"
@@ -282,12 +315,13 @@ def table(records: list[dict]) -> str:
         f"portmat bench: {r0['dtype']} {'' if not r0.get('batch') else str(r0['batch']) + ' x '}"
         f"(n x n) @ (n x n) on {r0['device']} ({r0['device_name']})",
         f"NumPy {r0['numpy_version']} with {r0['blas']}; host {r0['host']}; {r0['date']}",
+        *_peer_versions(records),
         f"medians of {_runs_text(records)}; ratio = NumPy time / portmat time "
         "(NumPy in, NumPy out, "
         "same arrays each call); new arrays = one call on arrays portmat has not seen; "
         f"kernel = device-resident (on a GPU each run the mean of {_RESIDENT_LAUNCHES} queued products, "
         "peers alike); "
-        "peers: NumPy in/out ms and device-resident GFLOP/s",
+        "peers: NumPy in/out ms, vs peer = its time / portmat's, and device-resident GFLOP/s (GPU peers)",
         "",
     ]
     peer_names = sorted({name for r in records for name in r.get("peers", {})})
@@ -295,8 +329,9 @@ def table(records: list[dict]) -> str:
             "GFLOP/s"]
     if any("peak_gflops" in r for r in records):
         cols.append("% peak")
+    resident = {name for r in records for name, p in r.get("peers", {}).items() if "gflops_resident" in p}
     for name in peer_names:
-        cols += [f"{name} ms", f"{name} kern GF/s"]
+        cols += [f"{name} ms", f"vs {name}"] + ([f"{name} kern GF/s"] if name in resident else [])
     cols += ["ratio", "max rel err", "ok"]
     rows = [cols]
     for r in records:
@@ -307,7 +342,11 @@ def table(records: list[dict]) -> str:
             extra.append(f"{100 * best / r['peak_gflops']:.0f}%" if "peak_gflops" in r else "")
         for name in peer_names:
             p = r.get("peers", {}).get(name)
-            extra += [f"{p['host_s'] * 1e3:.3f}", f"{p['gflops_resident']:.0f}" if "gflops_resident" in p else ""] if p else ["", ""]
+            cells = [f"{p['host_s'] * 1e3:.3f}" + ("" if p.get("verified", True) else " (WRONG)"),
+                     f"{p['host_s'] / r['portmat_s']:.2f}x"] if p else ["", ""]
+            if name in resident:
+                cells.append(f"{p['gflops_resident']:.0f}" if p and "gflops_resident" in p else "")
+            extra += cells
         rows.append([
             str(r["size"]),
             f"{r['numpy_s'] * 1e3:.3f}", f"{r['gflops_numpy']:.1f}",
@@ -327,3 +366,411 @@ def write_json(records: list[dict], path: str) -> None:
     with open(path, "w") as f:
         json.dump(records, f, indent=2)
         f.write("\n")
+
+
+# ---- The benchmark over shapes (issue 16, "every shape fast") ----------------------------------
+
+# A shape is (M, K, N): (M x K) @ (K x N); M or N None makes that side a 1-D vector of length K
+# (np.matmul's matrix-vector and vector-matrix products; both None: a dot product).
+Shape = tuple
+
+_OVERHEAD_S = 20e-6  # NumPy under this: call overhead dominates, and the target is 0.8x, else 1.0x
+# Alternating blocks per shape: at least 3, even for microsecond products (5000 runs would be one
+# block), and at most 6, larger blocks instead (run()'s plan gave a 3 ms product 10 blocks: with
+# four contenders 12 s of pauses a shape, and a suite of 56 shapes took 6.5 minutes).
+_SHAPE_MIN_BLOCKS, _SHAPE_MAX_BLOCKS = 3, 6
+_COPY_BYTES = 256 * 2**20  # the bandwidth yardstick: far beyond any last-level cache
+
+
+def _suite() -> list[Shape]:
+    v = None
+    shapes = [(4096, 4096, v), (v, 4096, 4096), (256, 256, v), (v, 256, 256), (v, 1 << 20, v)]
+    shapes += [(4096, 4096, n) for n in (1, 2, 4, 8, 16)]    # few columns: matrix-vector-like
+    shapes += [(m, 4096, 4096) for m in (1, 2, 4, 8, 16)]    # few rows
+    shapes += [(256, 256, n) for n in (1, 2, 4, 8, 16)]      # the same, in cache
+    shapes += [(m, 256, 256) for m in (1, 2, 4, 8, 16)]
+    shapes += [(2048, k, 2048) for k in (1, 8, 64)]          # short inner dimension: rank-k updates
+    shapes += [(256, k, 256) for k in (1, 8, 64)]
+    shapes += [(n, n, n) for n in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)]
+    shapes += [(65536, 16, 16), (65536, 64, 64), (16384, 256, 64),   # tall-skinny
+               (16, 65536, 16), (64, 65536, 64), (64, 16384, 256),   # short-wide: long reductions
+               (16, 16, 65536), (64, 64, 65536)]                     # wide results
+    return shapes
+
+
+# The built-in suite (`--shapes suite`): vectors on either side and a dot product; N and M in
+# {1, 2, 4, 8, 16} against 4096 x 4096 (beyond the caches) and 256 x 256 (in them); K in {1, 8, 64};
+# squares from 2 to 256; tall-skinny, short-wide and wide products. 54 shapes, a few minutes on 2 cores.
+SUITE: list[Shape] = _suite()
+
+
+def parse_shapes(text: str, source: str = "shapes") -> list[Shape]:
+    """Shapes from text: one `M,K,N` a line, positive integers, M or N `-` for a 1-D vector;
+    blank lines and `#` comments are skipped. ValueError names the line of anything else."""
+    shapes = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        try:
+            if len(fields) != 3:
+                raise ValueError
+            m, k, n = (None if f == "-" and i != 1 else int(f) for i, f in enumerate(fields))
+            if any(x is not None and x < 1 for x in (m, k, n)):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{source}, line {number}: {line!r} is not M,K,N (three positive integers; "
+                             "M or N may be '-' for a 1-D vector)") from None
+        shapes.append((m, k, n))
+    if not shapes:
+        raise ValueError(f"{source}: no shapes (one M,K,N a line)")
+    return shapes
+
+
+def load_shapes(spec: str) -> list[Shape]:
+    """`suite` (the built-in SUITE) or the path of a shapes file (parse_shapes)."""
+    if spec == "suite":
+        return list(SUITE)
+    try:
+        with open(spec) as f:
+            text = f.read()
+    except OSError as e:
+        raise ValueError(f"cannot read the shapes file {spec}: {e.strerror}") from None
+    return parse_shapes(text, spec)
+
+
+def shape_label(a_shape, b_shape) -> str:
+    """'4096x4096 @ 4096', '1x256 @ 256x256': the operands as NumPy sees them."""
+    return " @ ".join("x".join(str(d) for d in s) for s in (a_shape, b_shape))
+
+
+def copy_bandwidth(nbytes: int = _COPY_BYTES, trials: int = 5) -> dict:
+    """Memory bandwidth as a large np.copyto achieves it, in GB/s of bytes read plus bytes written
+    (the bytes the shapes count: operands read once, result written once): the median of `trials`
+    copies on one thread, and split in slices over every CPU the process may use (NumPy copies
+    without the GIL). The destination is written once untimed first, so no page is faulted in while
+    timed. `gbps` is the better of the two."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    src = np.ones(nbytes // 8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    cuts = np.linspace(0, src.size, threads + 1).astype(int)
+    slices = [slice(cuts[i], cuts[i + 1]) for i in range(threads)]
+    with ThreadPoolExecutor(threads) as pool:
+        def spread():
+            for f in [pool.submit(np.copyto, dst[s], src[s]) for s in slices]:
+                f.result()
+        spread()
+        rate = lambda fn: 2 * src.nbytes / statistics.median(_time_once(fn) for _ in range(trials)) / 1e9
+        one = rate(lambda: np.copyto(dst, src))
+        many = rate(spread)
+    return {"gbps": max(one, many), "gbps_1_thread": one, "gbps_threads": many, "threads": threads,
+            "bytes": int(src.nbytes)}
+
+
+def _shape_error(a, b, c, rng) -> float:
+    """max_rel_error of a product whose operands may be 1-D: as 2-D matrices; inf when c does not
+    have np.matmul's shape."""
+    m = a.shape[0] if a.ndim == 2 else 1
+    n = b.shape[1] if b.ndim == 2 else 1
+    expected = (a.shape[:1] if a.ndim == 2 else ()) + (b.shape[1:] if b.ndim == 2 else ())
+    if np.shape(c) != expected:
+        return float("inf")
+    return max_rel_error(a.reshape(m, -1), b.reshape(-1, n), np.asarray(c).reshape(m, n), rng)
+
+
+def _sayer(progress):
+    """say(msg) shows progress on a terminal, on one line; say(None) clears that line."""
+    if progress is not None and not (hasattr(progress, "isatty") and progress.isatty()):
+        progress = None  # a log file gets the table, not carriage-return animations
+
+    def say(msg):
+        if progress is not None:
+            progress.write("\r" + " " * 60 + "\r" if msg is None else "\r" + msg.ljust(60))
+            progress.flush()
+    return say
+
+
+def _summary(t: list[float]) -> dict:
+    q1, _, q3 = statistics.quantiles(t, n=4) if len(t) > 1 else (t[0], 0, t[0])
+    return {"s": statistics.median(t), "spread_s": [min(t), max(t)], "quartiles_s": [q1, q3]}
+
+
+def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peers=True) -> list[dict]:
+    """One record per shape (M, K, N) (see Shape): fresh operands, every contender's result checked
+    against float64 within error_bound(K), then NumPy, portmat and each peer timed in alternating
+    blocks (as run() does, in _SHAPE_MIN_BLOCKS to _SHAPE_MAX_BLOCKS blocks). Each record carries the memory
+    bandwidth of np.copyto measured at the start and at the end of the run (copy_bandwidth).
+    device "auto": portmat makes its automatic choice per product (no device named), each record
+    saying which device it chose; peers are those of the default device."""
+    auto = device == "auto"
+    dev = portmat._ext.find_device("" if auto else portmat._device_spec(device))
+    peers = _peers.available(dev) if with_peers else []
+    say = _sayer(progress)
+    blas = blas_info()
+    host = platform.node()
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    dt = np.dtype(dtype)
+    ops_per_madd = 8 if dt.kind == "c" else 2
+    say("memory bandwidth (np.copyto)")
+    bw_start = copy_bandwidth()
+    records = []
+    for i, (m, k, n) in enumerate(shapes):
+        a_shape = (k,) if m is None else (m, k)
+        b_shape = (k,) if n is None else (k, n)
+        label = shape_label(a_shape, b_shape)
+        rng = np.random.default_rng([i, k, m or 0, n or 0])
+        a = random_operand(rng, a_shape, dtype)
+        b = random_operand(rng, b_shape, dtype)
+        contenders = {"numpy": lambda: a @ b,
+                      "portmat": (lambda: portmat.matmul(a, b)) if auto else lambda: portmat.matmul(a, b, device=dev)}
+        for peer in peers:
+            contenders[peer.name] = lambda peer=peer: peer.host(a, b)
+        # Where the automatic choice sends it (m rows of a, k, n columns of b; 1 for a vector).
+        chosen = portmat._ext.device_for("", m or 1, n or 1, k).id if auto else dev.id
+        say(f"{label}: verifying")
+        errors = {}
+        for name, fn in list(contenders.items()):
+            try:
+                c = fn()
+            except Exception:
+                if name in ("numpy", "portmat"):
+                    raise
+                del contenders[name]  # a product this peer does not do (a dtype, a stack)
+                continue
+            errors[name] = _shape_error(a, b, c, rng)
+            fn()  # a second call before timing: first-call costs are not the product's
+        del c
+        bound = error_bound(k, dtype)
+        time.sleep(_PAUSE_S)
+        t_call = max(_time_typical(contenders["numpy"]), _time_typical(contenders["portmat"]))
+        runs, block = _plan(repeat, t_call)
+        block = max(min(block, math.ceil(runs / _SHAPE_MIN_BLOCKS)), math.ceil(runs / _SHAPE_MAX_BLOCKS))
+        times = _time_blocks(contenders, runs, lambda msg: say(f"{label}: {msg}"), block)
+        mm, nn = m or 1, n or 1
+        flop = ops_per_madd * mm * k * nn
+        nbytes = dt.itemsize * (mm * k + k * nn + mm * nn)
+        summary = {name: _summary(t) for name, t in times.items()}
+        rec = {
+            "bench": "shapes",
+            "shape": label,
+            "M": mm, "K": k, "N": nn,
+            "a_shape": list(a_shape), "b_shape": list(b_shape),
+            "vector_product": bool(mm == 1 or nn == 1 or k == 1),
+            "dtype": str(dt),
+            "device": f"auto:{chosen}" if auto else dev.id,
+            "device_name": dev.name,
+            "flop": flop,
+            "bytes": nbytes,
+            "numpy_s": summary["numpy"]["s"],
+            "portmat_s": summary["portmat"]["s"],
+            "numpy_spread_s": summary["numpy"]["spread_s"],
+            "portmat_spread_s": summary["portmat"]["spread_s"],
+            "numpy_quartiles_s": summary["numpy"]["quartiles_s"],
+            "portmat_quartiles_s": summary["portmat"]["quartiles_s"],
+            "numpy_max_rel_error": errors["numpy"],
+            "numpy_verified": bool(errors["numpy"] <= bound),
+            "max_rel_error": errors["portmat"],
+            "verified": bool(errors["portmat"] <= bound),
+            "repeat": runs,
+            "block": block,
+            "blas": blas,
+            "numpy_version": np.__version__,
+            "host": host,
+            "date": today,
+        }
+        for name in ("numpy", "portmat"):
+            rec[f"gflops_{name}"] = flop / rec[f"{name}_s"] / 1e9
+            rec[f"gbps_{name}"] = nbytes / rec[f"{name}_s"] / 1e9
+        rec["speedup_vs_numpy"] = rec["numpy_s"] / rec["portmat_s"]
+        rec["target_vs_numpy"] = 1.0 if rec["numpy_s"] > _OVERHEAD_S else 0.8
+        rec["meets_target"] = bool(rec["speedup_vs_numpy"] >= rec["target_vs_numpy"])
+        rec["peers"] = {}
+        for peer in (p for p in peers if p.name in contenders):
+            s = summary[peer.name]
+            rec["peers"][peer.name] = {
+                "host_s": s["s"], "host_spread_s": s["spread_s"], "host_quartiles_s": s["quartiles_s"],
+                "gflops": flop / s["s"] / 1e9, "gbps": nbytes / s["s"] / 1e9,
+                "max_rel_error": errors[peer.name], "verified": bool(errors[peer.name] <= bound),
+                "version": getattr(peer, "version", None),
+            }
+            rec[f"speedup_vs_{peer.name}"] = s["s"] / rec["portmat_s"]
+        records.append(rec)
+    say("memory bandwidth (np.copyto) again")
+    bw_end = copy_bandwidth()
+    gbps = max(bw_start["gbps"], bw_end["gbps"])
+    for rec in records:
+        rec["bandwidth_gbps"] = gbps
+        rec["bandwidth"] = {"start": bw_start, "end": bw_end,
+                            "what": "np.copyto of 256 MiB, GB/s = (bytes read + bytes written) / time, "
+                                    "the better of 1 thread and all threads, the higher of start and end"}
+        rec["bandwidth_fraction_portmat"] = rec["gbps_portmat"] / gbps
+    say(None)
+    return records
+
+
+def _us(s: float) -> str:
+    us = s * 1e6
+    return f"{us:.3g}" if us < 1000 else f"{us:.0f}"
+
+
+def _iqr(r: dict, name: str) -> str:
+    """Half the interquartile range, in % of the median: the spread of the timed runs."""
+    q = r[f"{name}_quartiles_s"] if name in ("numpy", "portmat") else r["peers"][name]["host_quartiles_s"]
+    med = r[f"{name}_s"] if name in ("numpy", "portmat") else r["peers"][name]["host_s"]
+    return f"{50 * (q[1] - q[0]) / med:.0f}%"
+
+
+def shapes_verdict(records: list[dict]) -> dict:
+    """Counts against issue 16's targets: >= 1.0x NumPy where NumPy takes over 20 us, >= 0.8x where
+    it takes less; and the matrix-vector products' share of the copy bandwidth."""
+    slow = [r for r in records if r["target_vs_numpy"] == 1.0]
+    fast = [r for r in records if r["target_vs_numpy"] != 1.0]
+    mv = [r for r in records if r["vector_product"] and r["K"] > 1 and r["M"] * r["K"] * r["N"] >= 2**22]
+    return {
+        "shapes": len(records),
+        "over_20us": len(slow), "over_20us_met": sum(r["meets_target"] for r in slow),
+        "under_20us": len(fast), "under_20us_met": sum(r["meets_target"] for r in fast),
+        "below": [(r["shape"], r["speedup_vs_numpy"], r["target_vs_numpy"]) for r in records if not r["meets_target"]],
+        "large_vector_products": [(r["shape"], r["bandwidth_fraction_portmat"]) for r in mv],
+    }
+
+
+def shapes_table(records: list[dict]) -> str:
+    if not records:
+        return "(no results)"
+    r0 = records[0]
+    bw0, bw1 = r0["bandwidth"]["start"], r0["bandwidth"]["end"]
+    runs = sorted(r["repeat"] for r in records)
+    head = [
+        f"portmat bench --shapes: {r0['dtype']} (M x K) @ (K x N) on {r0['device']} ({r0['device_name']})",
+        f"NumPy {r0['numpy_version']} with {r0['blas']}; host {r0['host']}; {r0['date']}",
+        *_peer_versions(records),
+        f"memory bandwidth (np.copyto of {bw0['bytes'] >> 20} MiB, read + write; 1 / {bw0['threads']} threads): "
+        f"{bw0['gbps_1_thread']:.1f} / {bw0['gbps_threads']:.1f} GB/s at the start, "
+        f"{bw1['gbps_1_thread']:.1f} / {bw1['gbps_threads']:.1f} at the end; reference {r0['bandwidth_gbps']:.1f} GB/s",
+        f"medians of {runs[0]}-{runs[-1]} runs, alternating blocks; +- = half the interquartile range; "
+        "vs X = X's time / portmat's (above 1: portmat faster);",
+        "target = issue 16's: 1.0x NumPy where NumPy takes over 20 us, 0.8x where less; "
+        "GB/s = (operands read once + result written once) / time, for vector products (a side or K of 1)",
+        "",
+    ]
+    peer_names = sorted({name for r in records for name in r["peers"]})
+    cols = ["a @ b", "NumPy us", "+-", "portmat us", "+-"]
+    for name in peer_names:
+        cols += [f"{name} us", "+-"]
+    cols += ["vs NumPy", "target"] + [f"vs {name}" for name in peer_names]
+    cols += ["GFLOP/s", "GB/s", "% bw", "max rel err", "ok"]
+    rows = [cols]
+    for r in records:
+        row = [r["shape"], _us(r["numpy_s"]), _iqr(r, "numpy"), _us(r["portmat_s"]), _iqr(r, "portmat")]
+        for name in peer_names:
+            p = r["peers"].get(name)
+            row += [_us(p["host_s"]) + ("" if p["verified"] else " WRONG"), _iqr(r, name)] if p else ["", ""]
+        row += [f"{r['speedup_vs_numpy']:.2f}x", f"{r['target_vs_numpy']:.1f}" + ("" if r["meets_target"] else " BELOW")]
+        row += [f"{r[f'speedup_vs_{name}']:.2f}x" if name in r["peers"] else "" for name in peer_names]
+        vec = r["vector_product"]
+        row += [f"{r['gflops_portmat']:.3g}", f"{r['gbps_portmat']:.3g}" if vec else "",
+                f"{100 * r['bandwidth_fraction_portmat']:.0f}%" if vec else "",
+                f"{r['max_rel_error']:.1e}", ("yes" if r["verified"] else "NO") + ("" if r["numpy_verified"] else " (NumPy NOT)")]
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    body = ["  ".join((c.ljust(w) if i == 0 else c.rjust(w)) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+            for row in rows]
+    v = shapes_verdict(records)
+    foot = ["", f"targets: {v['over_20us_met']} of {v['over_20us']} shapes where NumPy takes over 20 us at >= 1.0x NumPy; "
+                f"{v['under_20us_met']} of {v['under_20us']} under 20 us at >= 0.8x"]
+    if v["below"]:
+        foot.append("below target: " + ", ".join(f"{s} {x:.2f}x (< {t:.1f})" for s, x, t in v["below"]))
+    if v["large_vector_products"]:
+        foot.append("vector products of 4M+ multiply-adds, portmat at % of the copy bandwidth: " + ", ".join(
+            f"{s} {100 * f:.0f}%" for s, f in v["large_vector_products"]))
+    return "\n".join(head + body + foot)
+
+
+def plot_available() -> str | None:
+    """None when matplotlib can be imported, else the message that says how to get it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "--plot needs matplotlib, which is not installed here: pip install matplotlib"
+    return None
+
+
+def plot(records: list[dict], path: str) -> None:
+    """Draws the records into a PNG (matplotlib, Agg): for shapes, GFLOP/s of the compute-bound
+    products, GB/s of the vector products (with the copy bandwidth), and portmat's ratio to NumPy
+    and each peer against the targets; for square sizes, GFLOP/s against n."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+
+    peer_names = sorted({name for r in records for name in r.get("peers", {})})
+    names = ["numpy", "portmat"] + peer_names
+    value = lambda r, name, unit: (r[f"{unit}_{name}"] if name in ("numpy", "portmat")
+                                   else r["peers"].get(name, {}).get(unit))
+    r0 = records[0]
+    if r0.get("bench") != "shapes":
+        fig, ax = plt.subplots(figsize=(8, 5))
+        sizes = [r["size"] for r in records]
+        for name in names:  # a peer's GFLOP/s from portmat's: the same flop count
+            ys = [r[f"gflops_{name}"] if name in ("numpy", "portmat") else
+                  r["gflops_portmat"] * r["portmat_s"] / r["peers"][name]["host_s"] if name in r["peers"]
+                  else float("nan") for r in records]
+            ax.plot(sizes, ys, "o-", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("n")
+        ax.set_ylabel("GFLOP/s (NumPy in, NumPy out)")
+        ax.set_title(f"{r0['dtype']} (n x n) @ (n x n) on {r0['device_name']}, {r0['date']}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return
+    compute = [r for r in records if not r["vector_product"]]
+    vectors = [r for r in records if r["vector_product"]]
+    panels = [p for p in ((compute, "gflops", "GFLOP/s"), (vectors, "gbps", "GB/s")) if p[0]]
+    fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(max(10, 0.3 * len(records)), 5 * (len(panels) + 1)))
+    markers = "o^sDv<>"
+    for ax, (recs, unit, ylabel) in zip(axes, panels):
+        xs = range(len(recs))
+        for j, name in enumerate(names):
+            ys = [value(r, name, unit) for r in recs]
+            ax.plot(xs, [y if y is not None else float("nan") for y in ys], markers[j % len(markers)],
+                    label=name, alpha=0.8)
+        if unit == "gbps":
+            ax.axhline(r0["bandwidth_gbps"], color="gray", ls="--", label="np.copyto bandwidth")
+            ax.axhline(0.8 * r0["bandwidth_gbps"], color="gray", ls=":", label="80% of it")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(plain)
+        ax.set_ylabel(ylabel + " (NumPy in, NumPy out)")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([r["shape"] for r in recs], rotation=75, fontsize=7)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    ax = axes[-1]
+    xs = range(len(records))
+    ax.plot(xs, [r["speedup_vs_numpy"] for r in records], "o", label="NumPy time / portmat time")
+    for j, name in enumerate(peer_names):
+        ax.plot(xs, [r.get(f"speedup_vs_{name}", float("nan")) for r in records], markers[(j + 2) % len(markers)],
+                label=f"{name} time / portmat time")
+    ax.plot(xs, [r["target_vs_numpy"] for r in records], "_", color="red", ms=12, label="target vs NumPy")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(plain)
+    ax.set_ylabel("ratio (above 1: portmat faster)")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([r["shape"] for r in records], rotation=75, fontsize=7)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.suptitle(f"portmat bench --shapes: {r0['dtype']} on {r0['device_name']}, {r0['host']}, {r0['date']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,4 +1,7 @@
-"""Command line: `python -m portmat bench [...]` and `python -m portmat devices`."""
+"""Command line: `python -m portmat bench [...]` and `python -m portmat devices`.
+
+`bench` times square products at --sizes (bench.run), or one product per shape with --shapes FILE
+or --shapes suite (bench.run_shapes); --json writes the records, --plot draws them (matplotlib)."""
 
 from __future__ import annotations
 
@@ -44,34 +47,60 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("devices", help="list the devices portmat can use")
     b = sub.add_parser("bench", help="time portmat against NumPy (and peers) on one device")
     b.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")],
-                   default=[512, 1024, 2048, 4096], help="comma-separated n (default 512,1024,2048,4096)")
+                   default=None, help="comma-separated n of the square products (default 512,1024,2048,4096)")
+    b.add_argument("--shapes", metavar="FILE|suite",
+                   help="time one product per shape instead: a file of M,K,N lines (M or N '-' for a 1-D "
+                        "vector; '#' comments), or 'suite' for the built-in suite of issue 16")
     b.add_argument("--repeat", type=int, default=10,
                    help="timed runs per size, at least (default 10; small sizes get more, "
                         "0.25 s of calls for the slower of NumPy and portmat)")
-    b.add_argument("--device", default=None, help="device spec, e.g. opencl:0, gpu, cpu (default: the default device)")
+    b.add_argument("--device", default=None, help="device spec, e.g. opencl:0, gpu, cpu (default: the default device); with --shapes also auto: the automatic choice per product")
     b.add_argument("--dtype", choices=["float32", "float64", "float16", "complex64", "complex128", "bool",
                                        "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                                        "uint64"], default="float32")
     b.add_argument("--batch", type=int, default=None, metavar="B",
                    help="multiply stacks of B matrices, (B, n, n) @ (B, n, n), as one call")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON to FILE")
+    b.add_argument("--plot", metavar="FILE.png",
+                   help="draw GFLOP/s (GB/s for vector products) of portmat and each peer into FILE.png "
+                        "(needs matplotlib)")
     args = parser.parse_args(argv)
 
     if args.command == "devices":
         print(_devices_table())
         return 0
-    if args.repeat < 1 or any(n < 1 for n in args.sizes) or (args.batch is not None and args.batch < 1):
+    if args.shapes is not None and (args.sizes is not None or args.batch is not None):
+        parser.error("--shapes times its own shapes: leave out --sizes and --batch")
+    sizes = args.sizes if args.sizes is not None else [512, 1024, 2048, 4096]
+    if args.repeat < 1 or any(n < 1 for n in sizes) or (args.batch is not None and args.batch < 1):
         parser.error("--repeat, --sizes and --batch must be positive")
-    records = bench.run(args.sizes, args.repeat, args.device, args.dtype, progress=sys.stderr, batch=args.batch)
+    if args.plot and bench.plot_available():
+        parser.error(bench.plot_available())
+    shapes = None
+    if args.shapes is not None:
+        try:
+            shapes = bench.load_shapes(args.shapes)
+        except ValueError as e:
+            parser.error(str(e))
+        records = bench.run_shapes(shapes, args.repeat, args.device, args.dtype, progress=sys.stderr)
+    else:
+        records = bench.run(sizes, args.repeat, args.device, args.dtype, progress=sys.stderr, batch=args.batch)
     command = "python -m portmat " + " ".join(sys.argv[1:] if argv is None else argv)
     for r in records:
         r["command"] = command
-    print(bench.table(records))
+    print(bench.shapes_table(records) if shapes is not None else bench.table(records))
     if args.json:
         bench.write_json(records, args.json)
         print(f"wrote {args.json}")
-    bad = [r for r in records if not r["verified"]]
-    if bad:
-        print(f"FAILED verification at n = {[r['size'] for r in bad]}", file=sys.stderr)
+    if args.plot:
+        bench.plot(records, args.plot)
+        print(f"wrote {args.plot}")
+    where = (lambda r: r["shape"]) if shapes is not None else (lambda r: f"n = {r['size']}")
+    failed = [f"portmat at {where(r)}" for r in records if not r["verified"]]
+    failed += [f"numpy at {where(r)}" for r in records if not r.get("numpy_verified", True)]
+    failed += [f"{name} at {where(r)}" for r in records for name, p in r.get("peers", {}).items()
+               if not p.get("verified", True)]
+    if failed:
+        print("FAILED verification: " + ", ".join(failed), file=sys.stderr)
         return 1
     return 0

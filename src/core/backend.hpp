@@ -64,6 +64,29 @@ class Device {
     return s / launches;
   }
 
+  // c[i] = a[i] @ b[i] for i < count on device-resident stacks (matrix i of x starts x_step
+  // elements after matrix i - 1 of x.data, 0: the same matrix for every i), the whole stack
+  // `launches` times back to back; returns the mean seconds per stack. float32 / float64 here (one
+  // gemm per product); backends override it to run a stack as one launch, and may take complex
+  // dtypes (a and c row-major) by their own route. For benchmarks (time_gemm).
+  virtual double gemm_batch_repeated(const DeviceMatrix& a, std::int64_t a_step, const DeviceMatrix& b,
+                                     std::int64_t b_step, const DeviceMatrix& c, std::int64_t c_step,
+                                     std::int64_t count, int launches) {
+    if (a.dtype != DType::f32 && a.dtype != DType::f64)
+      throw DeviceError(std::string("device-resident ") + dtype_name(a.dtype) + " products are not implemented on " +
+                        info().id());
+    double s = 0;
+    for (int l = 0; l < launches; ++l)
+      for (std::int64_t i = 0; i < count; ++i) {
+        DeviceMatrix ai = a, bi = b, ci = c;
+        ai.offset += static_cast<std::size_t>(i * a_step);
+        bi.offset += static_cast<std::size_t>(i * b_step);
+        ci.offset += static_cast<std::size_t>(i * c_step);
+        s += gemm(ai, bi, ci);
+      }
+    return s / launches;
+  }
+
   // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0,
   // in a dtype the device computes (computes()).
   // Each backend moves data its own best way: in place on shared memory, copies on discrete
@@ -94,6 +117,11 @@ class Device {
   virtual bool computes(DType t) const {
     return t == DType::f32 || (t == DType::f64 && info().supports_f64);
   }
+
+  // Bytes per second at which matmul_host's operands reach the kernels and results come back:
+  // a discrete GPU's link, measured; a CPU's memory copy rate, measured; 0 where unknown. Measured
+  // once, at the first call (milliseconds), for the automatic device choice (open_device_for).
+  virtual double host_bytes_per_s() { return 0; }
 
   // Host memory of at least `bytes` that matmul_host writes results into fastest (pinned memory
   // for a discrete GPU's copy engines), held until the last copy of the pointer goes; null where
@@ -141,10 +169,19 @@ std::unique_ptr<Backend> make_opencl_backend();  // src/opencl
 // The opened device behind a spec (see portmat::find_device).
 std::shared_ptr<Device> open_device(const std::string& spec);
 
-// The device for an (m x k) @ (k x n) product: open_device(spec), except that when the choice is
-// automatic (no spec, no set_default_device, no $PORTMAT_DEVICE) and would be a GPU, problems too
-// small to pay for the trip to the GPU run on the native CPU backend when there is one.
+// The device for an (m x k) @ (k x n) product of `element_bytes` elements: open_device(spec),
+// except that when the choice is automatic (no spec, no set_default_device, no $PORTMAT_DEVICE)
+// and would be a GPU, the native CPU backend (when there is one) takes products it is expected to
+// finish sooner, by product_seconds' model ($PORTMAT_GPU_MIN_FLOP replaces the model by a flop
+// threshold).
 std::shared_ptr<Device> open_device_for(const std::string& spec, std::int64_t m, std::int64_t n,
-                                        std::int64_t k);
+                                        std::int64_t k, std::int64_t element_bytes = 4);
+
+// The model behind the automatic choice: expected seconds of one NumPy-in/NumPy-out product of
+// `flops` that moves `bytes` (operands in, result out) on a device with this float32 peak
+// (GFLOP/s) and host_bytes_per_s(). A discrete GPU moves every byte over its link and pays a
+// fixed cost per call; a CPU reads and writes them in its own memory and pays little per call;
+// each computes at a fraction of its peak. registry.cpp has the constants and where they come from.
+double product_seconds(double flops, double bytes, const DeviceInfo& device, double bytes_per_s);
 
 }  // namespace portmat::core

@@ -180,7 +180,8 @@ namespace core {
 void multiply_batch(const Batch& p, const std::string& device) {
   const std::int64_t M = p.a.rows, N = p.b.cols, K = p.a.cols;
   // Resolve even for empty work: bad specs always raise.
-  auto dev = open_device_for(device, M * std::max<std::int64_t>(p.count, 1), N, K);
+  auto dev = open_device_for(device, M * std::max<std::int64_t>(p.count, 1), N, K,
+                             static_cast<std::int64_t>(dtype_size(p.c.dtype)));
   if (M == 0 || N == 0 || p.count == 0) return;
   if (K == 0) {  // the empty sum
     const std::size_t es = dtype_size(p.c.dtype);
@@ -204,41 +205,54 @@ void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
 
 std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,
                               std::int64_t k, DType dtype, int repeat, int launches,
-                              const std::string& layout) {
-  if (m <= 0 || n <= 0 || k <= 0 || repeat <= 0 || launches <= 0)
-    throw std::invalid_argument("time_gemm: sizes, repeat and launches must be positive");
+                              const std::string& layout, std::int64_t batch) {
+  if (m <= 0 || n <= 0 || k <= 0 || repeat <= 0 || launches <= 0 || batch <= 0)
+    throw std::invalid_argument("time_gemm: sizes, repeat, launches and batch must be positive");
   auto is_layout = [](char x) { return x == 'r' || x == 'c'; };
   if (layout.size() != 2 || !is_layout(layout[0]) || !is_layout(layout[1]))
     throw std::invalid_argument("time_gemm: layout must be two of 'r' / 'c' (\"rr\", \"cr\", ...), not \"" +
                                 layout + "\"");
+  const bool complex = dtype == DType::c64 || dtype == DType::c128;
+  if (dtype != DType::f32 && dtype != DType::f64 && !complex)
+    throw std::invalid_argument(std::string("time_gemm: dtype must be float32, float64, complex64 or complex128, not ") +
+                                dtype_name(dtype));
   const bool a_col = layout[0] == 'c', b_col = layout[1] == 'c';
+  if (complex && a_col)
+    throw std::invalid_argument("time_gemm: complex products take a row-major a (layout \"rr\" or \"rc\")");
   return core::with_enough_stack([&] {
     auto dev = core::open_device(device);
-    if (dtype == DType::f64 && !dev->info().supports_f64)
-      throw DeviceError("time_gemm: device " + dev->info().id() + " does not support float64");
-    const std::size_t es = dtype_size(dtype);
-    auto upload_random = [&](std::int64_t count) {
+    const bool wide = dtype == DType::f64 || dtype == DType::c128;
+    if (wide && !dev->info().supports_f64)
+      throw DeviceError(std::string("time_gemm: device ") + dev->info().id() + " does not support " + dtype_name(dtype));
+    const std::size_t es = dtype_size(dtype), parts = complex ? 2 : 1;
+    auto upload_random = [&](std::int64_t count) {  // count elements (complex: 2 reals each)
       std::vector<unsigned char> host(static_cast<std::size_t>(count) * es);
       std::mt19937 rng(static_cast<unsigned>(count));
       std::uniform_real_distribution<double> u(-1.0, 1.0);
-      for (std::int64_t i = 0; i < count; ++i) {
-        if (dtype == DType::f32)
-          reinterpret_cast<float*>(host.data())[i] = static_cast<float>(u(rng));
-        else
+      for (std::size_t i = 0; i < static_cast<std::size_t>(count) * parts; ++i) {
+        if (wide)
           reinterpret_cast<double*>(host.data())[i] = u(rng);
+        else
+          reinterpret_cast<float*>(host.data())[i] = static_cast<float>(u(rng));
       }
       auto buf = dev->alloc(host.size());
       dev->upload(*buf, host.data(), host.size());
       return buf;
     };
-    auto a = upload_random(m * k), b = upload_random(k * n);
-    auto c = dev->alloc(static_cast<std::size_t>(m * n) * es);
+    auto a = upload_random(batch * m * k), b = upload_random(batch * k * n);
+    auto c = dev->alloc(static_cast<std::size_t>(batch * m * n) * es);
     core::DeviceMatrix da{a.get(), 0, m, k, a_col ? m : k, a_col, dtype};
     core::DeviceMatrix db{b.get(), 0, k, n, b_col ? k : n, b_col, dtype};
     core::DeviceMatrix dc{c.get(), 0, m, n, n, false, dtype};
     std::vector<double> seconds;
-    dev->gemm(da, db, dc);  // warm-up: compiles the kernel
-    for (int r = 0; r < repeat; ++r) seconds.push_back(dev->gemm_repeated(da, db, dc, launches));
+    if (batch == 1 && !complex) {
+      dev->gemm(da, db, dc);  // warm-up: compiles the kernel
+      for (int r = 0; r < repeat; ++r) seconds.push_back(dev->gemm_repeated(da, db, dc, launches));
+    } else {
+      dev->gemm_batch_repeated(da, m * k, db, k * n, dc, m * n, batch, 1);  // warm-up
+      for (int r = 0; r < repeat; ++r)
+        seconds.push_back(dev->gemm_batch_repeated(da, m * k, db, k * n, dc, m * n, batch, launches));
+    }
     return seconds;
   });
 }

@@ -263,29 +263,61 @@ Entry choose(const std::string& spec) {
 
 std::shared_ptr<Device> open_device(const std::string& spec) { return usable(choose(spec)); }
 
-// Below this many flops (2*m*n*k) a GPU loses to the host: on the H200 machine, NumPy in and out,
-// the GPU first won at n ~ 450-512, about 2.5e8 flops (docs/cuda.md, crossover).
-// $PORTMAT_GPU_MIN_FLOP overrides it (0: always the GPU).
+// $PORTMAT_GPU_MIN_FLOP: when set, products under this many flops (2*m*n*k) go to the CPU and the
+// rest to the GPU, instead of the model (0: always the GPU). -1 when unset.
 double gpu_min_flop() {
   static const double v = [] {
     const char* e = std::getenv("PORTMAT_GPU_MIN_FLOP");
     char* end = nullptr;
     const double x = e && *e ? std::strtod(e, &end) : -1.0;
-    return end && *end == '\0' && x >= 0 ? x : 2.5e8;
+    return end && *end == '\0' && x >= 0 ? x : -1.0;
   }();
   return v;
 }
 
+// The model's constants, from the H200 machine (NumPy in and out, docs/cuda.md, "Device choice"):
+//  - a GPU call costs kGpuCallS on top of its transfers: (512 x 512) @ (512 x 512) took 0.212 ms
+//    of which 0.063 ms moving 3.1 MB at 50 GB/s and 0.025 ms of kernel; 100 us also puts the
+//    crossover against the 16-core host where session 1 measured it (n ~ 450-512);
+//  - its kernels run small and mid-size products at about kGpuEfficiency of peak (28 TFLOP/s at
+//    n = 1024 of 67), the CPU backend's at about kCpuEfficiency of its measured peak;
+//  - a CPU call costs a few microseconds (the per-call path).
+constexpr double kGpuCallS = 100e-6, kCpuCallS = 5e-6;
+constexpr double kGpuEfficiency = 0.4, kCpuEfficiency = 0.8;
+
+double product_seconds(double flops, double bytes, const DeviceInfo& device, double bytes_per_s) {
+  const bool gpu = device.kind == DeviceKind::gpu && !device.host_unified;
+  const double rate = std::max(device.peak_gflops, 1.0) * 1e9 * (gpu ? kGpuEfficiency : kCpuEfficiency);
+  const double move = bytes / std::max(bytes_per_s, 1.0);
+  if (gpu) return kGpuCallS + move + flops / rate;  // the copies and the kernel, one after the other
+  return kCpuCallS + std::max(move, flops / rate);  // arithmetic or memory, whichever binds
+}
+
 std::shared_ptr<Device> open_device_for(const std::string& spec, std::int64_t m, std::int64_t n,
-                                        std::int64_t k) {
+                                        std::int64_t k, std::int64_t element_bytes) {
   if (!spec.empty()) return usable(resolve(spec));
   if (Entry d = chosen_default(); d.device) return usable(d);
   Entry best = resolve("");
-  if (best.device->info().kind == DeviceKind::gpu && 2.0 * m * n * k < gpu_min_flop()) {
-    const std::string native = "cpu";
-    if (Entry cpu = best_of(nullptr, &native); cpu.device) return usable(cpu);
-  }
-  return usable(best);
+  const DeviceInfo& info = best.device->info();
+  if (info.kind != DeviceKind::gpu) return usable(best);
+  const std::string native = "cpu";
+  Entry cpu = best_of(nullptr, &native);
+  if (!cpu.device) return usable(best);
+  const double flops = 2.0 * m * n * k;
+  const double bytes = static_cast<double>(m * k + k * n + m * n) * static_cast<double>(element_bytes);
+  const double threshold = gpu_min_flop();
+  if (threshold >= 0) return usable(flops < threshold ? cpu : best);
+  // Tiny products go to the CPU without asking the GPU anything. In a forked child the GPU's
+  // driver must not be touched: products the GPU would clearly win (session 1's crossover,
+  // 2.5e8 flops) get usable()'s error naming fork() and the cure, the rest go to the CPU.
+  if (flops < 1e6) return usable(cpu);
+  if (best.slot->generation != fork_generation()) return usable(flops < 2.5e8 ? cpu : best);
+  const double gpu_rate = best.device->host_bytes_per_s(), cpu_rate = cpu.device->host_bytes_per_s();
+  if (gpu_rate <= 0 || cpu_rate <= 0)  // a rate the device cannot tell: the crossover in flops
+    return usable(flops < 2.5e8 ? cpu : best);
+  const double gpu_s = product_seconds(flops, bytes, info, gpu_rate);
+  const double cpu_s = product_seconds(flops, bytes, cpu.device->info(), cpu_rate);
+  return usable(cpu_s <= gpu_s ? cpu : best);
 }
 
 }  // namespace portmat::core

@@ -8,8 +8,9 @@ target_sources(portmat_core PRIVATE
   ${cpu_dir}/gemm_driver.cpp
   ${cpu_dir}/kernel_table.cpp
   ${cpu_dir}/skinny.cpp
+  ${cpu_dir}/small.cpp
   ${cpu_dir}/thread_pool.cpp)
-set(cpu_hot_files ${cpu_dir}/gemm_driver.cpp ${cpu_dir}/skinny.cpp)
+set(cpu_hot_files ${cpu_dir}/gemm_driver.cpp ${cpu_dir}/skinny.cpp ${cpu_dir}/small.cpp)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   target_sources(portmat_core PRIVATE ${cpu_dir}/kernels/gemm_avx512.cpp ${cpu_dir}/kernels/gemm_avx512_int.cpp
                  ${cpu_dir}/kernels/gemm_avx2.cpp)
@@ -34,9 +35,9 @@ endif()
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   # -O3 on the hot files whatever the build type (the ISA flags above are appended, not replaced).
   set_property(SOURCE ${cpu_hot_files} APPEND PROPERTY COMPILE_OPTIONS "-O3")
-  # skinny.cpp's kernels are plain vector arithmetic: contracting a * b + c into an FMA (on the
-  # clones for CPUs that have one) is what makes them fast, and only more accurate.
-  set_property(SOURCE ${cpu_dir}/skinny.cpp APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=fast")
+  # skinny.cpp's and small.cpp's kernels are plain vector arithmetic: contracting a * b + c into
+  # an FMA (on the clones for CPUs that have one) is what makes them fast, and only more accurate.
+  set_property(SOURCE ${cpu_dir}/skinny.cpp ${cpu_dir}/small.cpp APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=fast")
 endif()
 target_compile_definitions(portmat_core PUBLIC PORTMAT_WITH_CPU)
 list(APPEND PORTMAT_CPP_TESTS tests/cpp/test_cpu.cpp)

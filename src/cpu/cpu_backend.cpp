@@ -16,12 +16,14 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/backend.hpp"
 #include "core/host_block_pool.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernel_table.hpp"
 #include "cpu/skinny.hpp"
+#include "cpu/small.hpp"
 #include "cpu/thread_pool.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -208,13 +210,18 @@ class CpuDevice final : public core::Device {
   }
 
  private:
-  // c = a @ b: products with few rows or few columns stream their long operand unpacked
+  // c = a @ b: small products run unpacked on one thread (small.hpp: every matrix of a stack, and
+  // single products of up to kSmallOneThread multiply-adds, below which a second thread costs more
+  // than it saves), products with few rows or few columns stream their long operand unpacked
   // (skinny.hpp), the rest go through the packed GEMM.
   template <class T>
   static void multiply(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
                        std::int64_t ldc, int threads) {
-    if constexpr (std::is_floating_point_v<T>)
+    if constexpr (std::is_floating_point_v<T>) {
+      if ((threads == 1 || a.rows * a.cols * b.cols <= kSmallOneThread) && cpu::small_gemm<T>(a, b, c, ldc))
+        return;
       if (cpu::skinny_gemm<T>(a, b, c, ldc, threads)) return;
+    }
     cpu::gemm(cfg, a, b, c, ldc, threads);
   }
 
@@ -243,9 +250,44 @@ class CpuDevice final : public core::Device {
     }
   }
 
+  // The memory copy rate of the backend's threads (bytes read plus bytes written per second):
+  // 32 MiB copied in 1 MiB pieces shared out over configured_threads(), best of 3 (~10 ms, once).
+  double host_bytes_per_s() override {
+    std::call_once(copy_rate_once_, [this] {
+      constexpr std::size_t kBytes = std::size_t(32) << 20, kPiece = std::size_t(1) << 20;
+      std::vector<unsigned char> src(kBytes, 1), dst(kBytes, 0);  // pages touched before timing
+      struct Job {
+        const unsigned char* src;
+        unsigned char* dst;
+        std::atomic<std::size_t> next{0};
+      } job{src.data(), dst.data()};
+      auto copy = [](void* ctx, int) {
+        auto& j = *static_cast<Job*>(ctx);
+        for (std::size_t i; (i = j.next.fetch_add(1, std::memory_order_relaxed)) < kBytes / kPiece;)
+          std::memcpy(j.dst + i * kPiece, j.src + i * kPiece, kPiece);
+      };
+      double best = 0;
+      for (int r = 0; r < 3; ++r) {
+        job.next = 0;
+        ThreadPool& pool = ThreadPool::instance();
+        std::lock_guard<std::mutex> lock(pool.lock());
+        const auto t0 = std::chrono::steady_clock::now();
+        pool.run(configured_threads(), copy, &job);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = std::max(best, 2.0 * kBytes / std::max(s, 1e-9));
+      }
+      copy_rate_ = best;
+    });
+    return copy_rate_;
+  }
+
+  static constexpr std::int64_t kSmallOneThread = 64 * 64 * 64;
+
   const KernelSet& kernels_;
   DeviceInfo info_;
   std::shared_ptr<core::HostBlockPool> result_pool_;
+  std::once_flag copy_rate_once_;
+  double copy_rate_ = 0;
 };
 
 class CpuBackend final : public core::Backend {

@@ -257,8 +257,11 @@ template <class T>
 bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc,
                  int threads) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
-  const bool few_rows = M <= kSkinnyMax;
-  if (!few_rows && N > kSkinnyMax) return false;
+  if (M > kSkinnyMax && N > kSkinnyMax) return false;
+  // Few rows, unless there are few columns too and only that view gives the dots kernel (the long
+  // operand's rows contiguous along k): a dot product of two vectors, say, as a @ b with a
+  // row-major, rather than K rows of b one element wide.
+  const bool few_rows = M <= kSkinnyMax && !(N <= kSkinnyMax && !a.col_major && !b.col_major);
   const int ns = static_cast<int>(few_rows ? M : N);
   const int NS = ns <= 1 ? 1 : ns <= 2 ? 2 : 4;
   // The long operand L is read where it is, row by row: b (few rows of a) or a (few columns of
@@ -274,12 +277,20 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
   const std::int64_t span = few_rows ? N : M;  // the long dimension: rows (dots) or columns (axpy)
   // The short operand, copied small and contiguous: NS x K rows for dots, K x NS (k-major) for
   // axpy; the padding rows stay zero.
-  std::vector<T> S(static_cast<std::size_t>(NS * K), T(0));
-  for (int s = 0; s < ns; ++s)
-    for (std::int64_t k = 0; k < K; ++k) {
-      const T v = few_rows ? at<T>(a, s, k) : at<T>(b, k, s);
-      S[use_dots ? s * K + k : k * NS + s] = v;
-    }
+  // Where the short operand already is that panel (one vector contiguous along k, as the
+  // second operand of a dot product), it is read in place.
+  const core::HostMatrix& short_op = few_rows ? a : b;
+  const bool k_unit = few_rows ? (short_op.col_major ? short_op.ld == 1 || K == 1 : true)
+                               : (short_op.col_major ? true : short_op.ld == 1 || K == 1);
+  const bool in_place = use_dots && ns == 1 && NS == 1 && k_unit;
+  std::vector<T> S(in_place ? 0 : static_cast<std::size_t>(NS * K), T(0));
+  if (!in_place)
+    for (int s = 0; s < ns; ++s)
+      for (std::int64_t k = 0; k < K; ++k) {
+        const T v = few_rows ? at<T>(a, s, k) : at<T>(b, k, s);
+        S[use_dots ? s * K + k : k * NS + s] = v;
+      }
+  const T* Sp = in_place ? static_cast<const T*>(short_op.data) + short_op.offset : S.data();
   // Output strides: along the long dimension, and along the short one.
   const std::int64_t o_long = few_rows ? 1 : ldc, o_short = few_rows ? ldc : 1;
   // Threads: enough work for each (kMinFlopsPerThread), no more than asked.
@@ -288,7 +299,7 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
   if (use_dots) {  // pieces of 64 rows of L
     const std::int64_t piece = 64;
     run_parts((span + piece - 1) / piece, use, [&](std::int64_t p) {
-      dots_kernel<T>(L, ldl, S.data(), K, p * piece, std::min(span, (p + 1) * piece), ns, NS, c, o_long, o_short);
+      dots_kernel<T>(L, ldl, Sp, K, p * piece, std::min(span, (p + 1) * piece), ns, NS, c, o_long, o_short);
     });
     return true;
   }
@@ -298,7 +309,7 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
   std::vector<T> partial(static_cast<std::size_t>(use * NS * span), T(0));
   run_parts(use, use, [&](std::int64_t p) {
     const std::int64_t k0 = p * share, k1 = std::min(K, k0 + share);
-    if (k0 < k1) axpy_kernel<T>(L, ldl, S.data(), k0, k1, span, NS, partial.data() + p * NS * span);
+    if (k0 < k1) axpy_kernel<T>(L, ldl, Sp, k0, k1, span, NS, partial.data() + p * NS * span);
   });
   for (int s = 0; s < ns; ++s)
     for (std::int64_t x = 0; x < span; ++x) {

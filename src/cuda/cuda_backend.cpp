@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -126,16 +127,22 @@ class CudaDevice final : public core::Device {
     return create_buffer(bytes);
   }
 
+  // On the kernels' stream, waited for: cuMemcpyHtoD from pageable memory returns once the data
+  // is staged, before it reaches the device, and the kernels' non-blocking streams do not wait
+  // for the legacy stream it uses, so a kernel launched next could read (or a buffer filled
+  // before it overwrite) the old contents: seen as unwritten results under load (ctest -j6).
   void upload(core::Buffer& dst, const void* src, std::size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     ready();
-    cu_check(cu_.MemcpyHtoD(ptr_of(&dst), src, bytes), "cuMemcpyHtoD", where_);
+    cu_check(cu_.MemcpyHtoDAsync(ptr_of(&dst), src, bytes, kstream_[0]), "cuMemcpyHtoDAsync", where_);
+    cu_check(cu_.StreamSynchronize(kstream_[0]), "host-to-device copy (cuStreamSynchronize)", where_);
   }
 
   void download(void* dst, const core::Buffer& src, std::size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     ready();
-    cu_check(cu_.MemcpyDtoH(dst, ptr_of(&src), bytes), "cuMemcpyDtoH", where_);
+    cu_check(cu_.MemcpyDtoHAsync(dst, ptr_of(&src), bytes, kstream_[0]), "cuMemcpyDtoHAsync", where_);
+    cu_check(cu_.StreamSynchronize(kstream_[0]), "device-to-host copy (cuStreamSynchronize)", where_);
   }
 
   double gemm(const core::DeviceMatrix& a, const core::DeviceMatrix& b,
@@ -162,61 +169,76 @@ class CudaDevice final : public core::Device {
   void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
                    const MatrixView& c) override;
 
-  // A stack of products too small for a round trip each (one upload, a kernel, one download: tens
-  // of microseconds, against a 32^3 product's few): each operand stack crosses the link once, the
-  // products run back to back on one stream, one launch each, and the results come down at once.
-  // Larger products go one by one through matmul_host's pipeline, which overlaps their transfers
-  // with the kernels. (A strided-batched kernel, one launch for the stack, is the next step.)
+  // A stack of products small enough to go through the link as stacks (kStackMaxFlops each): see
+  // the definition below. Larger products go one by one through matmul_host's pipeline.
   void matmul_batch_host(const core::HostMatrix& a, std::int64_t a_step, const core::HostMatrix& b,
                          std::int64_t b_step, const MatrixView& c, std::int64_t c_step,
-                         std::int64_t count) override {
-    const std::size_t es = dtype_size(c.dtype);
-    const std::int64_t M = a.rows, K = a.cols, N = b.cols;
-    auto stack_elems = [&](std::size_t span, std::int64_t step) {
-      return step == 0 ? span : static_cast<std::size_t>((count - 1) * step) + span;
-    };
-    const std::size_t a_elems = stack_elems(a.span(), a_step), b_elems = stack_elems(b.span(), b_step);
-    const std::size_t c_elems = static_cast<std::size_t>(count * M * N);
-    if (2.0 * M * N * K > kStackMaxFlops || a_step < 0 || b_step < 0 ||
-        (a_elems + b_elems + c_elems) * es > info_.memory_bytes / 4)
-      return core::Device::matmul_batch_host(a, a_step, b, b_step, c, c_step, count);
+                         std::int64_t count) override;
+
+  // Device-resident stacks, one launch per stack (launch_batch); complex64 / complex128 as one real
+  // product each: B'' built on the device (complex_b), then a's and c's interleaved parts read as
+  // real matrices of twice the columns (core/batch.hpp, complex_b, says why that keeps NumPy's
+  // accuracy). The timed region holds both.
+  double gemm_batch_repeated(const core::DeviceMatrix& a, std::int64_t a_step, const core::DeviceMatrix& b,
+                             std::int64_t b_step, const core::DeviceMatrix& c, std::int64_t c_step,
+                             std::int64_t count, int launches) override {
     std::lock_guard<std::mutex> lock(mu_);
     ready();
-    Lease da = lease(a_elems * es), db = lease(b_elems * es), dc = lease(c_elems * es);
+    const bool complex = a.dtype == DType::c64 || a.dtype == DType::c128;
+    const DType real = a.dtype == DType::c64 ? DType::f32 : a.dtype == DType::c128 ? DType::f64 : a.dtype;
+    if (real != DType::f32 && real != DType::f64)
+      throw DeviceError(std::string("device-resident ") + dtype_name(a.dtype) + " products are not implemented on " + where_);
+    if (complex && (a.col_major || c.col_major))
+      throw std::invalid_argument("CUDA complex gemm: a and c must be row-major");
+    const std::size_t es = dtype_size(a.dtype);
+    const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+    const std::int64_t b_count = b_step == 0 ? 1 : count;
+    std::optional<Lease> bpp;  // B'': b_count real (2K x 2N) matrices
+    if (complex) bpp.emplace(lease(static_cast<std::size_t>(b_count * 4 * K * N) * (es / 2)));
     const CUstream s = kstream_[0];
-    struct SyncGuard {  // no copy may outlive the call: they read and write the caller's arrays
-      const CuApi& cu;
-      CUstream s;
-      ~SyncGuard() { cu.StreamSynchronize(s); }
-    } guard{cu_, s};
-    cu_check(cu_.MemcpyHtoDAsync(da->ptr(), a.data, a_elems * es, s), "cuMemcpyHtoDAsync(a stack)", where_);
-    cu_check(cu_.MemcpyHtoDAsync(db->ptr(), b.data, b_elems * es, s), "cuMemcpyHtoDAsync(b stack)", where_);
-    const core::DeviceMatrix am{nullptr, 0, M, K, a.ld, a.col_major, a.dtype};
-    const core::DeviceMatrix bm{nullptr, 0, K, N, b.ld, b.col_major, b.dtype};
-    for (std::int64_t i = 0; i < count; ++i)
-      launch(s, da->ptr() + static_cast<std::size_t>(i * a_step) * es, am,
-             db->ptr() + static_cast<std::size_t>(i * b_step) * es, bm,
-             dc->ptr() + static_cast<std::size_t>(i * M * N) * es, N, M, N, K, /*whole=*/true);
-    if (c.rows <= 1 || c.row_stride == N) {
-      if (count == 1 || c_step == M * N) {
-        cu_check(cu_.MemcpyDtoHAsync(c.data, dc->ptr(), c_elems * es, s), "cuMemcpyDtoHAsync(c stack)", where_);
-      } else {
-        for (std::int64_t i = 0; i < count; ++i)
-          cu_check(cu_.MemcpyDtoHAsync(static_cast<unsigned char*>(c.data) + i * c_step * static_cast<std::int64_t>(es),
-                                       dc->ptr() + static_cast<std::size_t>(i * M * N) * es,
-                                       static_cast<std::size_t>(M * N) * es, s),
-                   "cuMemcpyDtoHAsync(c)", where_);
+    cu_check(cu_.EventRecord(t0_, s), "cuEventRecord", where_);
+    for (int l = 0; l < launches; ++l) {
+      const CUdeviceptr pa = ptr_of(a.data) + a.offset * es, pb = ptr_of(b.data) + b.offset * es,
+                        pc = ptr_of(c.data) + c.offset * es;
+      if (!complex) {
+        launch_batch(s, pa, a, a_step, pb, b, b_step, pc, c.ld, c_step, M, N, K, count, true);
+        continue;
       }
-    } else {  // rows apart in c: one copy per row
-      for (std::int64_t i = 0; i < count; ++i)
-        for (std::int64_t r = 0; r < M; ++r)
-          cu_check(cu_.MemcpyDtoHAsync(static_cast<unsigned char*>(c.data) +
-                                           (i * c_step + r * c.row_stride) * static_cast<std::int64_t>(es),
-                                       dc->ptr() + static_cast<std::size_t>(i * M * N + r * N) * es,
-                                       static_cast<std::size_t>(N) * es, s),
-                   "cuMemcpyDtoHAsync(c row)", where_);
+      complex_b(s, pb, b, b_step, b_count, (*bpp)->ptr());
+      const core::DeviceMatrix ar{nullptr, 0, M, 2 * K, 2 * a.ld, false, real};
+      const core::DeviceMatrix br{nullptr, 0, 2 * K, 2 * N, 2 * N, false, real};
+      launch_batch(s, pa, ar, 2 * a_step, (*bpp)->ptr(), br, b_step == 0 ? 0 : 4 * K * N, pc, 2 * c.ld,
+                   2 * c_step, M, 2 * N, 2 * K, count, true);
     }
-    cu_check(cu_.StreamSynchronize(s), "cuStreamSynchronize(stack)", where_);
+    cu_check(cu_.EventRecord(t1_, s), "cuEventRecord", where_);
+    cu_check(cu_.EventSynchronize(t1_), "batched gemm (cuEventSynchronize)", where_);
+    float ms = 0.f;
+    cu_check(cu_.EventElapsedTime(&ms, t0_, t1_), "cuEventElapsedTime", where_);
+    return ms * 1e-3 / launches;
+  }
+
+  // The link's host-to-device rate: 32 MiB from pinned memory, best of 3 (a few ms, once).
+  double host_bytes_per_s() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    if (link_rate_ > 0) return link_rate_;
+    constexpr std::size_t kBytes = std::size_t(32) << 20;
+    Pinned host;
+    void* src = pinned(host, kBytes);
+    std::memset(src, 0, kBytes);
+    Lease dst = lease(kBytes);
+    double best = 0;
+    for (int r = 0; r < 3; ++r) {
+      cu_check(cu_.EventRecord(t0_, in_stream_), "cuEventRecord", where_);
+      cu_check(cu_.MemcpyHtoDAsync(dst->ptr(), src, kBytes, in_stream_), "cuMemcpyHtoDAsync(link rate)", where_);
+      cu_check(cu_.EventRecord(t1_, in_stream_), "cuEventRecord", where_);
+      cu_check(cu_.EventSynchronize(t1_), "host-to-device copy (cuEventSynchronize)", where_);
+      float ms = 0.f;
+      cu_check(cu_.EventElapsedTime(&ms, t0_, t1_), "cuEventElapsedTime", where_);
+      best = std::max(best, kBytes / std::max(ms * 1e-3, 1e-9));
+    }
+    link_rate_ = best;
+    return link_rate_;
   }
 
   // Results of 1 MiB and more come from the pinned pool (pinned_pool.hpp), so the copy engine
@@ -469,6 +491,88 @@ class CudaDevice final : public core::Device {
     run(t, w, stream);
   }
 
+  // c[i] = a[i] @ b[i] for i < count, matrices x_step elements apart (0: the same matrix for
+  // every i), in as few launches as the grid allows (gemm_batched.cuh): the small kernel when c's
+  // matrices are at most kSmallMax square (one 32x32 tile per block: a 64x64 tile would idle over
+  // a 32x32 product), else the data-parallel tiles with blockIdx.y choosing the matrix; 128x256
+  // (_fpb) once the stack has two waves of them, 64x64 before. One matrix: launch().
+  void launch_batch(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, std::int64_t a_step,
+                    CUdeviceptr b, const core::DeviceMatrix& bm, std::int64_t b_step, CUdeviceptr c,
+                    std::int64_t ldc, std::int64_t c_step, std::int64_t m, std::int64_t n, std::int64_t k,
+                    std::int64_t count, bool whole) {
+    if (count == 1) return launch(stream, a, am, b, bm, c, ldc, m, n, k, whole);
+    if (count <= 0) return;
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+      throw std::invalid_argument("CUDA gemm: dimensions beyond 2^31 - 1 are not supported");
+    const bool f64 = am.dtype == DType::f64;
+    const std::size_t es = dtype_size(am.dtype);
+    const bool small = m <= kSmallMax && n <= kSmallMax;
+    const std::int64_t wide_tiles = ((m + 127) / 128) * ((n + 255) / 256);
+    const GemmTile& t = small ? (f64 ? kF64_small : kF32_small)
+                        : f64 ? kF64_64x64b
+                        : wide_tiles * count >= 2 * info_.compute_units ? kF32_128x256_fpb
+                                                                       : kF32_64x64b;
+    auto aligned = [&](CUdeviceptr p, std::int64_t ld, std::int64_t step) {
+      return p % 16 == 0 && (ld * es) % 16 == 0 && (step * es) % 16 == 0;
+    };
+    GemmArgs args{};
+    args.lda = am.ld, args.ldb = bm.ld, args.ldc = ldc;
+    args.m = static_cast<int>(m), args.n = static_cast<int>(n), args.k = static_cast<int>(k);
+    args.a_vec = aligned(a, am.ld, a_step), args.b_vec = aligned(b, bm.ld, b_step);
+    args.c_vec = aligned(c, ldc, c_step);
+    args.group_m = static_cast<int>(std::max(1L, env_long("PORTMAT_CUDA_GROUP_M", 8)));
+    args.stride_a = a_step, args.stride_b = b_step, args.stride_c = c_step;
+    const std::int64_t tiles = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn);
+    if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
+    args.sk_first = static_cast<int>(tiles);
+    // Matrices per launch: the small kernel's 1-D grid holds 2^31 - 1 blocks, gridDim.y 65535.
+    const std::int64_t per_launch = small ? INT32_MAX / tiles : 65535;
+    CUfunction f = function(t, am.col_major, bm.col_major);
+    const std::string what = where_ + " for " + std::to_string(count) + " x (" + std::to_string(m) + "x" +
+                             std::to_string(k) + ") @ (" + std::to_string(k) + "x" + std::to_string(n) +
+                             ") with ";
+    for (std::int64_t i0 = 0; i0 < count; i0 += per_launch) {
+      const std::int64_t nm = std::min(per_launch, count - i0);
+      args.a = reinterpret_cast<const void*>(a + static_cast<std::size_t>(i0 * a_step) * es);
+      args.b = reinterpret_cast<const void*>(b + static_cast<std::size_t>(i0 * b_step) * es);
+      args.c = reinterpret_cast<void*>(c + static_cast<std::size_t>(i0 * c_step) * es);
+      void* params[] = {&args};
+      cu_check(cu_.LaunchKernel(f, static_cast<unsigned>(small ? nm * tiles : tiles), small ? 1 : static_cast<unsigned>(nm), 1,
+                                t.threads(), 1, 1, t.smem_bytes(), stream, params, nullptr),
+               "cuLaunchKernel(batched gemm)", what + t.name);
+    }
+  }
+
+  // B'' (real, row-major 2K x 2N) of each of `count` complex (K x N) matrices of b, step elements
+  // apart, into out (gemm_batched.cuh, complex_b_body).
+  void complex_b(CUstream stream, CUdeviceptr b, const core::DeviceMatrix& bm, std::int64_t step,
+                 std::int64_t count, CUdeviceptr out) {
+    const bool f64 = bm.dtype == DType::c128;
+    const std::size_t es = dtype_size(bm.dtype);
+    const std::int64_t K = bm.rows, N = bm.cols;
+    if (K > INT32_MAX || N > INT32_MAX || (K * N + 255) / 256 > INT32_MAX)
+      throw std::invalid_argument("CUDA complex gemm: b is too large");
+    const char* name = f64 ? "complex_b_f64" : "complex_b_f32";
+    auto it = functions_.find(name);
+    if (it == functions_.end()) {
+      CUfunction f = nullptr;
+      cu_check(cu_.ModuleGetFunction(&f, module_, name), "cuModuleGetFunction(complex_b)", where_);
+      it = functions_.emplace(name, f).first;
+    }
+    ComplexBArgs args{};
+    args.ldb = bm.ld, args.k = static_cast<int>(K), args.n = static_cast<int>(N), args.b_col = bm.col_major;
+    args.stride_b = step, args.stride_out = 2 * K * N;  // complex elements: 4KN reals
+    for (std::int64_t i0 = 0; i0 < count; i0 += 65535) {
+      const std::int64_t nm = std::min<std::int64_t>(65535, count - i0);
+      args.b = reinterpret_cast<const void*>(b + static_cast<std::size_t>(i0 * step) * es);
+      args.out = reinterpret_cast<void*>(out + static_cast<std::size_t>(i0 * 2 * K * N) * es);
+      void* params[] = {&args};
+      cu_check(cu_.LaunchKernel(it->second, static_cast<unsigned>((K * N + 255) / 256), static_cast<unsigned>(nm), 1,
+                                256, 1, 1, 0, stream, params, nullptr),
+               "cuLaunchKernel(complex_b)", where_);
+    }
+  }
+
   const CuApi& cu_;
   CUdevice dev_;
   DeviceInfo info_;
@@ -493,10 +597,12 @@ class CudaDevice final : public core::Device {
   // which a product's own pipeline hides its transfers better than one stack copy can.
   static constexpr double kStackMaxFlops = 4e9;
   static constexpr std::int64_t kSkAllWaves = 7;      // launch(): every tile shared up to here
+  static constexpr std::int64_t kSmallMax = 64;       // launch_batch(): the small kernel up to here
   static constexpr std::int64_t kWsSkAllWaves = 0;    // the same for _wsk: never (gemm_tiles.h)
   static constexpr long kEarlyRows = 2048;            // matmul_host: rows of a in the k-split start
   static constexpr int kSkAllGroupM = 4;              // ... and the block swizzle's group then
   std::unique_ptr<CuBuffer> sk_flags_[2];             // per kernel stream (sk_flags)
+  double link_rate_ = 0;                              // host_bytes_per_s(), once measured
 };
 
 // ---- NumPy in, NumPy out ---------------------------------------------------------------------
@@ -753,6 +859,161 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
   }
 }
 
+
+// ---- stacks, NumPy in, NumPy out -------------------------------------------------------------
+// c[i] = a[i] @ b[i] for a stack of products each too small for matmul_host's own pipeline: the
+// stack is cut into chunks of whole matrices (~16 MiB of operands or results each); for each chunk
+// the host threads pack its matrices of a and b densely into a pinned staging slot (3 in a ring),
+// the copy engine moves them up (in_stream_), one launch multiplies the chunk's matrices
+// (launch_batch; kernels alternate two streams), the other copy engine brings the results down
+// into an output slot, and the host threads copy them into c. Copies both ways, the kernels and
+// the host copies of different chunks overlap, as in matmul_host. A broadcast operand (step 0)
+// goes up once, with the first chunk. Dense stacks in pinned memory (pin_host, the pinned result
+// pool) skip the host copies: the copy engines read and write them in place.
+void CudaDevice::matmul_batch_host(const core::HostMatrix& a, std::int64_t a_step, const core::HostMatrix& b,
+                                   std::int64_t b_step, const MatrixView& c, std::int64_t c_step,
+                                   std::int64_t count) {
+  const std::size_t es = dtype_size(c.dtype);
+  const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+  const std::size_t a_mat = static_cast<std::size_t>(M * K) * es, b_mat = static_cast<std::size_t>(K * N) * es,
+                    c_mat = static_cast<std::size_t>(M * N) * es;
+  const std::int64_t a_count = a_step == 0 ? 1 : count, b_count = b_step == 0 ? 1 : count;
+  if (count <= 1 || 2.0 * M * N * K > kStackMaxFlops || a_step < 0 || b_step < 0 ||
+      a_count * a_mat + b_count * b_mat + count * c_mat > info_.memory_bytes / 4)
+    return core::Device::matmul_batch_host(a, a_step, b, b_step, c, c_step, count);
+  std::lock_guard<std::mutex> lock(mu_);
+  ready();
+  Lease da = lease(a_count * a_mat), db = lease(b_count * b_mat), dc = lease(count * c_mat);
+
+  std::vector<CUevent> used;
+  struct SyncGuard {  // no copy or kernel may outlive the call (staging, operands, result)
+    CudaDevice* d;
+    std::vector<CUevent>& used;
+    ~SyncGuard() {
+      for (CUstream s : {d->in_stream_, d->kstream_[0], d->kstream_[1], d->out_stream_})
+        d->cu_.StreamSynchronize(s);
+      for (CUevent e : used) d->free_events_.push_back(e);
+    }
+  } guard{this, used};
+  auto record = [&](CUstream s) {
+    CUevent e = event();
+    used.push_back(e);
+    cu_check(cu_.EventRecord(e, s), "cuEventRecord", where_);
+    return e;
+  };
+
+  // An operand's host lines: rows of a row-major matrix, columns of a column-major one; on the
+  // device each matrix is dense in its own layout.
+  struct Side {
+    const unsigned char* p;
+    std::size_t step, ld, lines, line, mat;  // bytes, but lines
+    bool stacked, direct;
+  };
+  auto side = [&](const core::HostMatrix& x, std::int64_t step, std::size_t mat) {
+    Side sd{static_cast<const unsigned char*>(x.data), static_cast<std::size_t>(step) * es,
+            static_cast<std::size_t>(x.ld) * es, static_cast<std::size_t>(x.col_major ? x.cols : x.rows),
+            static_cast<std::size_t>(x.col_major ? x.rows : x.cols) * es, mat, step != 0, false};
+    const bool dense = sd.ld == sd.line && (!sd.stacked || sd.step == mat);
+    sd.direct = dense && is_pinned(sd.p, sd.stacked ? count * mat : mat);
+    return sd;
+  };
+  const Side sa = side(a, a_step, a_mat), sb = side(b, b_step, b_mat);
+  const bool c_direct = (M == 1 || c.row_stride == N) && (count == 1 || c_step == M * N) &&
+                        is_pinned(c.data, count * c_mat);
+  const core::DeviceMatrix am{nullptr, 0, M, K, a.col_major ? M : K, a.col_major, a.dtype};
+  const core::DeviceMatrix bm{nullptr, 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
+
+  // Chunks of whole matrices: ~16 MiB of staged operands or results each (PORTMAT_CUDA_CHUNK_MB).
+  const std::size_t chunk_bytes = static_cast<std::size_t>(std::max(1L, env_long("PORTMAT_CUDA_CHUNK_MB", 16))) << 20;
+  const std::size_t per_in = (sa.stacked ? a_mat : 0) + (sb.stacked ? b_mat : 0);
+  const std::int64_t per_chunk = std::max<std::int64_t>(
+      1, static_cast<std::int64_t>(chunk_bytes / std::max<std::size_t>({per_in, c_mat, 1})));
+  const std::int64_t chunks = (count + per_chunk - 1) / per_chunk;
+  constexpr int kSlots = 3;
+  const std::size_t in_slot = per_chunk * per_in + (sa.stacked ? 0 : a_mat) + (sb.stacked ? 0 : b_mat);
+  const std::size_t out_slot = per_chunk * c_mat;
+  unsigned char* in_base = nullptr;
+  unsigned char* out_base = nullptr;
+  std::vector<CUevent> in_free(kSlots, nullptr);
+  HostPool& pool = *pool_threads_;
+
+  // Chunk ci's matrices [i0, i0 + nm) of an operand go to its device stack: in place from pinned
+  // memory, else packed into `slot` at `at` first (a broadcast operand only with chunk 0).
+  auto upload = [&](const Side& sd, CUdeviceptr dst, std::int64_t i0, std::int64_t nm, unsigned char*& slot,
+                    std::size_t& at) {
+    if (!sd.stacked && i0 > 0) return;
+    const std::int64_t first = sd.stacked ? i0 : 0, n = sd.stacked ? nm : 1;
+    const CUdeviceptr to = dst + static_cast<std::size_t>(first) * sd.mat;
+    const std::size_t bytes = static_cast<std::size_t>(n) * sd.mat;
+    if (sd.direct) {
+      cu_check(cu_.MemcpyHtoDAsync(to, sd.p + first * sd.step, bytes, in_stream_), "cuMemcpyHtoDAsync(stack)", where_);
+      return;
+    }
+    if (!slot) {  // this chunk's staging slot, once the upload that last read it is done
+      const int si = static_cast<int>(i0 / per_chunk % kSlots);
+      if (in_free[si]) cu_check(cu_.EventSynchronize(in_free[si]), "host-to-device copy (cuEventSynchronize)", where_);
+      if (!in_base) in_base = static_cast<unsigned char*>(pinned(in_stage_, in_slot * kSlots));
+      slot = in_base + si * in_slot;
+    }
+    copy_3d(pool, slot + at, sd.mat, sd.line, sd.p + first * sd.step, sd.step, sd.ld, n, sd.lines, sd.line);
+    cu_check(cu_.MemcpyHtoDAsync(to, slot + at, bytes, in_stream_), "cuMemcpyHtoDAsync(stack)", where_);
+    at += bytes;
+  };
+
+  struct Pending {
+    std::int64_t i0, nm;
+    unsigned char* slot;
+    CUevent ready;
+  };
+  std::deque<Pending> pending;
+  auto copy_out = [&](const Pending& p) {
+    cu_check(cu_.EventSynchronize(p.ready), "batched gemm or device-to-host copy (cuEventSynchronize)", where_);
+    copy_3d(pool, static_cast<unsigned char*>(c.data) + p.i0 * c_step * static_cast<std::int64_t>(es),
+            static_cast<std::size_t>(c_step) * es, static_cast<std::size_t>(M > 1 ? c.row_stride : N) * es,
+            p.slot, c_mat, static_cast<std::size_t>(N) * es, static_cast<std::size_t>(p.nm), static_cast<std::size_t>(M),
+            static_cast<std::size_t>(N) * es);
+  };
+
+  for (std::int64_t ci = 0; ci < chunks; ++ci) {
+    const std::int64_t i0 = ci * per_chunk, nm = std::min(per_chunk, count - i0);
+    unsigned char* slot = nullptr;
+    std::size_t at = 0;
+    upload(sa, da->ptr(), i0, nm, slot, at);
+    upload(sb, db->ptr(), i0, nm, slot, at);
+    const CUevent up = record(in_stream_);
+    if (slot) in_free[ci % kSlots] = up;
+    const CUstream ks = kstream_[ci % 2];
+    cu_check(cu_.StreamWaitEvent(ks, up, 0), "cuStreamWaitEvent", where_);
+    launch_batch(ks, da->ptr() + (sa.stacked ? static_cast<std::size_t>(i0) * a_mat : 0), am, sa.stacked ? M * K : 0,
+                 db->ptr() + (sb.stacked ? static_cast<std::size_t>(i0) * b_mat : 0), bm, sb.stacked ? K * N : 0,
+                 dc->ptr() + static_cast<std::size_t>(i0) * c_mat, N, M * N, M, N, K, nm, false);
+    cu_check(cu_.StreamWaitEvent(out_stream_, record(ks), 0), "cuStreamWaitEvent", where_);
+    if (c_direct) {
+      cu_check(cu_.MemcpyDtoHAsync(static_cast<unsigned char*>(c.data) + i0 * c_mat, dc->ptr() + i0 * c_mat,
+                                   static_cast<std::size_t>(nm) * c_mat, out_stream_),
+               "cuMemcpyDtoHAsync(stack)", where_);
+      continue;
+    }
+    while (static_cast<int>(pending.size()) >= kSlots) {
+      copy_out(pending.front());
+      pending.pop_front();
+    }
+    if (!out_base) out_base = static_cast<unsigned char*>(pinned(out_stage_, out_slot * kSlots));
+    unsigned char* oslot = out_base + (ci % kSlots) * out_slot;
+    cu_check(cu_.MemcpyDtoHAsync(oslot, dc->ptr() + static_cast<std::size_t>(i0) * c_mat,
+                                 static_cast<std::size_t>(nm) * c_mat, out_stream_),
+             "cuMemcpyDtoHAsync(stack)", where_);
+    pending.push_back({i0, nm, oslot, record(out_stream_)});
+    while (!pending.empty() && cu_.EventQuery(pending.front().ready) == CUDA_SUCCESS) {
+      copy_out(pending.front());
+      pending.pop_front();
+    }
+  }
+  while (!pending.empty()) {
+    copy_out(pending.front());
+    pending.pop_front();
+  }
+}
 
 class CudaBackend final : public core::Backend {
  public:

@@ -128,4 +128,21 @@ void copy_2d(HostPool& pool, void* dst, std::size_t dst_stride, const void* src,
   });
 }
 
+void copy_3d(HostPool& pool, void* dst, std::size_t dst_step, std::size_t dst_ld, const void* src,
+             std::size_t src_step, std::size_t src_ld, std::size_t count, std::size_t lines,
+             std::size_t line_bytes) {
+  if (lines == 1 || (dst_ld == line_bytes && src_ld == line_bytes))  // each block one line
+    return copy_2d(pool, dst, dst_step, src, src_step, count, lines * line_bytes);
+  auto* d = static_cast<unsigned char*>(dst);
+  auto* s = static_cast<const unsigned char*>(src);
+  constexpr std::size_t kGrain = 256 * 1024;
+  const std::size_t grain_lines = std::max<std::size_t>(1, kGrain / std::max<std::size_t>(line_bytes, 1));
+  pool.run(count * lines, grain_lines, [&](std::size_t b, std::size_t e) {
+    for (std::size_t i = b; i < e; ++i) {
+      const std::size_t block = i / lines, l = i % lines;
+      copy_bytes(d + block * dst_step + l * dst_ld, s + block * src_step + l * src_ld, line_bytes);
+    }
+  });
+}
+
 }  // namespace portmat::cuda

@@ -47,6 +47,13 @@ class HostPool {
 void copy_2d(HostPool& pool, void* dst, std::size_t dst_stride, const void* src,
              std::size_t src_stride, std::size_t lines, std::size_t line_bytes);
 
+// A 3-D copy: `count` blocks of `lines` lines of `line_bytes`; line l of block i is at
+// src + i * src_step + l * src_ld and goes to dst + i * dst_step + l * dst_ld (bytes). Blocks of
+// whole lines become one copy_2d; the rest is split over the pool by lines.
+void copy_3d(HostPool& pool, void* dst, std::size_t dst_step, std::size_t dst_ld, const void* src,
+             std::size_t src_step, std::size_t src_ld, std::size_t count, std::size_t lines,
+             std::size_t line_bytes);
+
 // Non-temporal stores on or off (PORTMAT_CUDA_NT=0 turns them off; for measurements).
 bool nt_stores_enabled();
 

@@ -80,9 +80,15 @@ GemmParams parse_params(const std::string& text, GemmParams p) {
   return p;
 }
 
-GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n) {
+GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count) {
   GemmParams p;  // GPU float32: 128x128x16 blocks, 16x16 work-items of 8x8
-  if (dev.kind == DeviceKind::cpu) {
+  if (count > 1 && m <= 32 && n <= 32) {
+    // A stack of small matrices: a 32x32 block of 8x8 work-items of 4x4 per matrix (a 64- or
+    // 128-wide block would compute mostly padding), the stack filling the device.
+    p.mwg = p.nwg = 32;
+    p.mdimc = p.ndimc = 8;
+    p.pada = 0;
+  } else if (dev.kind == DeviceKind::cpu) {
     // CPU OpenCL (PoCL): work-groups become loops; 64x64 blocks of 8x8 keep the tile in cache.
     p.mwg = p.nwg = 64;
     p.mdimc = p.ndimc = 8;
@@ -90,7 +96,7 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n) {
     // Measured on an H200 through NVIDIA's driver (record 2026-11-29_h200_opencl_tune.txt):
     // unpadded A slices ran 32.9 -> 41.8 TFLOP/s at n = 4096.
     p.pada = 0;
-    const long blocks = ((m + p.mwg - 1) / p.mwg) * ((n + p.nwg - 1) / p.nwg);
+    const long blocks = ((m + p.mwg - 1) / p.mwg) * ((n + p.nwg - 1) / p.nwg) * count;
     if (blocks < 2L * dev.compute_units) {
       // Too few 128x128 blocks to fill the device (n <= 2048 on 132 SMs): 64x128 blocks of
       // 8x16 work-items, still 8x8 each. The sweep measured them with PADA=4 (n = 1024: 26.3 ->
@@ -99,11 +105,14 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n) {
       p.mdimc = 8;
     }
   }
-  if (dtype == DType::f64) {
+  if (dtype == DType::f64 && p.mwg > 32) {
     p.mwg = p.nwg = 64;
     if (dev.kind != DeviceKind::cpu) p.mdimc = p.ndimc = 16;  // 4x4 doubles per work-item
     p.vwm = p.vwn = 2;
     p.pada = 2;
+    p.gvw = 2;
+  } else if (dtype == DType::f64) {  // the small stack block in doubles: 16-byte local reads
+    p.vwm = p.vwn = 2;
     p.gvw = 2;
   }
   if (const char* env = std::getenv("PORTMAT_OPENCL_PARAMS")) {

@@ -34,7 +34,7 @@ struct DeviceTraits {
 };
 
 // Parameters for an (m x k) @ (k x n) product of `dtype` on a device with these traits.
-GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n);
+GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count = 1);
 
 // Applies "KEY=VALUE,..." on top of p; throws std::invalid_argument naming a bad key or value.
 GemmParams parse_params(const std::string& text, GemmParams p);

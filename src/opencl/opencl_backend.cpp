@@ -134,6 +134,118 @@ class OpenClDevice final : public core::Device {
       matmul_copying(a, b, c);
   }
 
+  // A stack as one launch (enqueue_gemm's third dimension). Shared memory: the stacks are used
+  // where they are, as in matmul_in_place (sparse stacks, whose matrices lie far apart, and
+  // negative steps go product by product). Discrete memory: each stack crosses the bus densely in
+  // one rectangular copy where its layout allows, else one per matrix.
+  void matmul_batch_host(const core::HostMatrix& a, std::int64_t a_step, const core::HostMatrix& b,
+                         std::int64_t b_step, const MatrixView& c, std::int64_t c_step,
+                         std::int64_t count) override {
+    const std::size_t es = dtype_size(c.dtype);
+    const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+    auto stack_span = [&](std::size_t one, std::int64_t step) {
+      return step == 0 ? one : static_cast<std::size_t>((count - 1) * step) + one;
+    };
+    const std::int64_t ldc = M > 1 ? c.row_stride : N;
+    const core::DeviceMatrix c_one{nullptr, 0, M, N, ldc, false, c.dtype};
+    const std::size_t a_span = stack_span(a.span(), a_step), b_span = stack_span(b.span(), b_step),
+                      c_span = stack_span(c_one.span(), c_step);
+    const std::size_t dense = static_cast<std::size_t>((a_step ? count : 1) * M * K + (b_step ? count : 1) * K * N + count * M * N);
+    const bool sparse = a_span + b_span + c_span > 2 * dense + 4096;
+    if (count <= 1 || a_step < 0 || b_step < 0 || c_step <= 0 || (info_.host_unified && sparse) ||
+        std::max({a_span, b_span, c_span}) * es > max_alloc_)
+      return core::Device::matmul_batch_host(a, a_step, b, b_step, c, c_step, count);
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    struct FinishGuard {  // no enqueued command may outlive this call: they use host memory
+      const ClApi& cl;
+      cl_command_queue q;
+      ~FinishGuard() { cl.Finish(q); }
+    } guard{cl_, queue_};
+    if (info_.host_unified) {
+      auto wrap = [&](const void* p, std::size_t bytes, cl_mem_flags flags) {
+        return create_buffer(bytes, flags | CL_MEM_USE_HOST_PTR, const_cast<void*>(p));
+      };
+      auto ab = wrap(a.data, a_span * es, CL_MEM_READ_ONLY), bb = wrap(b.data, b_span * es, CL_MEM_READ_ONLY);
+      auto cb = wrap(c.data, c_span * es, CL_MEM_WRITE_ONLY);
+      const core::DeviceMatrix da{ab.get(), 0, M, K, a.ld, a.col_major, a.dtype};
+      const core::DeviceMatrix db{bb.get(), 0, K, N, b.ld, b.col_major, b.dtype};
+      const core::DeviceMatrix dc{cb.get(), 0, M, N, ldc, false, c.dtype};
+      const std::uintptr_t vector_bytes = 8 * es;  // the widest global vector (GVW <= 8)
+      const bool aligned = reinterpret_cast<std::uintptr_t>(a.data) % vector_bytes == 0 &&
+                           reinterpret_cast<std::uintptr_t>(b.data) % vector_bytes == 0;
+      wait(enqueue_gemm(ab->mem(), da, bb->mem(), db, cb->mem(), dc, aligned, count, a_step, b_step, c_step));
+      cl_int err = CL_SUCCESS;
+      void* p = cl_.EnqueueMapBuffer(queue_, cb->mem(), CL_TRUE, CL_MAP_READ, 0, c_span * es, 0, nullptr,
+                                     nullptr, &err);
+      cl_check(err, "clEnqueueMapBuffer(result stack)", where_);
+      cl_check(cl_.EnqueueUnmapMemObject(queue_, cb->mem(), p, 0, nullptr, nullptr),
+               "clEnqueueUnmapMemObject(result stack)", where_);
+      return;
+    }
+    // Discrete: dense device stacks (one matrix for a broadcast operand). A host stack of n matrices, `outer` lines of `inner` elements each (rows, or columns of a
+    // column-major matrix), lines ld apart, matrices step apart <-> a dense device stack.
+    auto rect = [&](bool write, cl_mem buf, void* host, std::int64_t n, std::int64_t outer, std::int64_t inner,
+                    std::int64_t ld, std::int64_t step) {
+      const std::size_t line = static_cast<std::size_t>(inner) * es, mat = line * outer;
+      const std::size_t origin[3] = {0, 0, 0};
+      const std::size_t ld_b = static_cast<std::size_t>(ld) * es, step_b = static_cast<std::size_t>(step) * es;
+      const bool one_rect = n == 1 || (step_b >= ld_b * outer && step_b % ld_b == 0);
+      if (one_rect) {  // the whole stack as one 3-D rectangle
+        const std::size_t region[3] = {line, static_cast<std::size_t>(outer), static_cast<std::size_t>(n)};
+        const std::size_t host_slice = n == 1 ? ld_b * outer : step_b;
+        const cl_int err =
+            write ? cl_.EnqueueWriteBufferRect(queue_, buf, CL_FALSE, origin, origin, region, line, mat, ld_b,
+                                               host_slice, host, 0, nullptr, nullptr)
+                  : cl_.EnqueueReadBufferRect(queue_, buf, CL_FALSE, origin, origin, region, line, mat, ld_b,
+                                              host_slice, host, 0, nullptr, nullptr);
+        cl_check(err, write ? "clEnqueueWriteBufferRect(stack)" : "clEnqueueReadBufferRect(stack)", where_);
+        return;
+      }
+      for (std::int64_t i = 0; i < n; ++i) {  // matrices closer than their own lines: one by one
+        const std::size_t borigin[3] = {0, 0, static_cast<std::size_t>(i)};
+        const std::size_t region[3] = {line, static_cast<std::size_t>(outer), 1};
+        void* h = static_cast<unsigned char*>(host) + i * step_b;
+        const cl_int err =
+            write ? cl_.EnqueueWriteBufferRect(queue_, buf, CL_FALSE, borigin, origin, region, line, mat, ld_b, 0,
+                                               h, 0, nullptr, nullptr)
+                  : cl_.EnqueueReadBufferRect(queue_, buf, CL_FALSE, borigin, origin, region, line, mat, ld_b, 0,
+                                              h, 0, nullptr, nullptr);
+        cl_check(err, write ? "clEnqueueWriteBufferRect(matrix)" : "clEnqueueReadBufferRect(matrix)", where_);
+      }
+    };
+    const std::int64_t a_n = a_step ? count : 1, b_n = b_step ? count : 1;
+    Lease la = lease(static_cast<std::size_t>(a_n * M * K) * es), lb = lease(static_cast<std::size_t>(b_n * K * N) * es);
+    Lease lc = lease(static_cast<std::size_t>(count * M * N) * es);
+    rect(true, la->mem(), const_cast<void*>(a.data), a_n, a.col_major ? K : M, a.col_major ? M : K, a.ld, a_step);
+    rect(true, lb->mem(), const_cast<void*>(b.data), b_n, b.col_major ? N : K, b.col_major ? K : N, b.ld, b_step);
+    const core::DeviceMatrix da{la.get(), 0, M, K, a.col_major ? M : K, a.col_major, a.dtype};
+    const core::DeviceMatrix db{lb.get(), 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
+    const core::DeviceMatrix dc{lc.get(), 0, M, N, N, false, c.dtype};
+    cl_.ReleaseEvent(enqueue_gemm(la->mem(), da, lb->mem(), db, lc->mem(), dc, true, count, a_step ? M * K : 0,
+                                  b_step ? K * N : 0, M * N));
+    rect(false, lc->mem(), c.data, count, M, N, ldc, c_step);
+    cl_check(cl_.Finish(queue_), "clFinish(stack)", where_);
+  }
+
+  // Device-resident stacks: one launch per stack, the kernels' own (profiled) times summed.
+  double gemm_batch_repeated(const core::DeviceMatrix& a, std::int64_t a_step, const core::DeviceMatrix& b,
+                             std::int64_t b_step, const core::DeviceMatrix& c, std::int64_t c_step,
+                             std::int64_t count, int launches) override {
+    if (a.dtype != DType::f32 && a.dtype != DType::f64)
+      return core::Device::gemm_batch_repeated(a, a_step, b, b_step, c, c_step, count, launches);
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    double s = 0;
+    for (int l = 0; l < launches; ++l) {
+      const double t = wait_and_time(enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c, true,
+                                                  count, a_step, b_step, c_step));
+      if (t < 0) return -1.0;
+      s += t;
+    }
+    return s / launches;
+  }
+
  private:
   // ---- set-up, once ------------------------------------------------------------------------------
   void ready() {
@@ -207,18 +319,22 @@ class OpenClDevice final : public core::Device {
   // Enqueues c = a @ b on buffers holding the matrices; returns the kernel's event.
   // `bases_aligned`: the buffers start on a GVW-vector boundary (always true for our allocations;
   // NumPy's memory used in place may start anywhere a float may).
+  // A stack of `count` products: matrix i of each operand `x_step` elements after matrix i - 1
+  // (0: the same matrix for every i), one launch (the NDRange's third dimension).
   cl_event enqueue_gemm(cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
                         const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c,
-                        bool bases_aligned = true) {
+                        bool bases_aligned = true, std::int64_t count = 1, std::int64_t a_step = 0,
+                        std::int64_t b_step = 0, std::int64_t c_step = 0) {
     const cl_int M = static_cast<cl_int>(a.rows), N = static_cast<cl_int>(b.cols),
                  K = static_cast<cl_int>(a.cols);
-    const GemmParams p = choose_params({info_.kind, info_.vendor, info_.compute_units}, a.dtype, M, N);
+    const GemmParams p = choose_params({info_.kind, info_.vendor, info_.compute_units}, a.dtype, M, N, count);
     const bool edges = M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0;
     // Vector loads read whole aligned vectors: every row start must be a multiple of GVW.
-    auto aligned = [&](const core::DeviceMatrix& x, int w) {
-      return x.ld % w == 0 && x.offset % static_cast<std::size_t>(w) == 0;
+    auto aligned = [&](const core::DeviceMatrix& x, std::int64_t step, int w) {
+      return x.ld % w == 0 && x.offset % static_cast<std::size_t>(w) == 0 && step % w == 0;
     };
-    const int gvw = !edges && bases_aligned && aligned(a, p.gvw) && aligned(b, p.gvw) ? p.gvw : 1;
+    const int gvw =
+        !edges && bases_aligned && aligned(a, a_step, p.gvw) && aligned(b, b_step, p.gvw) ? p.gvw : 1;
     cl_kernel k = kernel_for(p, a.col_major, b.col_major, edges, gvw, a.dtype);
     const cl_long a_off = static_cast<cl_long>(a.offset), b_off = static_cast<cl_long>(b.offset),
                   c_off = static_cast<cl_long>(c.offset);
@@ -228,20 +344,24 @@ class OpenClDevice final : public core::Device {
                                     std::to_string(ld) + " elements exceeds 2**31 - 1");
     const cl_int lda = static_cast<cl_int>(a.ld), ldb = static_cast<cl_int>(b.ld),
                  ldc = static_cast<cl_int>(c.ld);
-    const void* args[] = {&M, &N, &K, &am, &a_off, &lda, &bm, &b_off, &ldb, &cm, &c_off, &ldc};
+    const cl_long a_stride = a_step, b_stride = b_step, c_stride = c_step;
+    const void* args[] = {&M, &N, &K, &am, &a_off, &lda, &bm, &b_off, &ldb, &cm, &c_off, &ldc,
+                          &a_stride, &b_stride, &c_stride};
     const std::size_t sizes[] = {sizeof M, sizeof N, sizeof K, sizeof am, sizeof a_off, sizeof lda,
                                  sizeof bm, sizeof b_off, sizeof ldb, sizeof cm, sizeof c_off,
-                                 sizeof ldc};
-    for (cl_uint i = 0; i < 12; ++i)
+                                 sizeof ldc, sizeof a_stride, sizeof b_stride, sizeof c_stride};
+    for (cl_uint i = 0; i < 15; ++i)
       cl_check(cl_.SetKernelArg(k, i, sizes[i], args[i]), "clSetKernelArg(gemm)", where_);
-    const std::size_t local[2] = {static_cast<std::size_t>(p.ndimc),
-                                  static_cast<std::size_t>(p.mdimc)};
-    const std::size_t global[2] = {static_cast<std::size_t>((N + p.nwg - 1) / p.nwg) * p.ndimc,
-                                   static_cast<std::size_t>((M + p.mwg - 1) / p.mwg) * p.mdimc};
+    const std::size_t local[3] = {static_cast<std::size_t>(p.ndimc),
+                                  static_cast<std::size_t>(p.mdimc), 1};
+    const std::size_t global[3] = {static_cast<std::size_t>((N + p.nwg - 1) / p.nwg) * p.ndimc,
+                                   static_cast<std::size_t>((M + p.mwg - 1) / p.mwg) * p.mdimc,
+                                   static_cast<std::size_t>(count)};
     cl_event ev = nullptr;
-    cl_int err = cl_.EnqueueNDRangeKernel(queue_, k, 2, nullptr, global, local, 0, nullptr, &ev);
+    cl_int err = cl_.EnqueueNDRangeKernel(queue_, k, 3, nullptr, global, local, 0, nullptr, &ev);
     cl_check(err, "clEnqueueNDRangeKernel(gemm)",
-             where_ + " for (" + std::to_string(M) + "x" + std::to_string(K) + ") @ (" +
+             where_ + " for " + (count > 1 ? std::to_string(count) + " x " : std::string()) + "(" +
+                 std::to_string(M) + "x" + std::to_string(K) + ") @ (" +
                  std::to_string(K) + "x" + std::to_string(N) + ") with " + p.str());
     return ev;
   }

@@ -87,6 +87,7 @@ portmat::DType parse_dtype(const std::string& s) {
 // its way back holds the GIL again. From then on a thread other than the one exiting that would
 // take the GIL back from portmat, or enter it, parks instead: the process is ending anyway.
 constexpr int kExitWaitSeconds = 10;
+constexpr double kKeepGilMadds = 32.0 * 32 * 32;  // matmul_arrays: products this small keep the GIL
 
 struct ExitState {
   std::mutex mu;
@@ -243,7 +244,14 @@ NB_MODULE(_ext, m) {
       [](nb::ndarray<nb::ro, nb::device::cpu> a, nb::ndarray<nb::ro, nb::device::cpu> b,
          nb::ndarray<nb::device::cpu> out, const std::string& device) {
         const portmat::ArrayView va = array_of(a, "a"), vb = array_of(b, "b"), vo = array_of(out, "out");
-        without_gil([&] { portmat::matmul(va, vb, vo, device); });
+        // Tiny products (at most 32^3 multiply-adds: about a microsecond on a CPU) keep the GIL:
+        // releasing and retaking it would cost a third of NumPy's whole call at n = 8.
+        double madds = vb.shape.empty() ? 1.0 : static_cast<double>(vb.shape.back());
+        for (std::int64_t d : va.shape) madds *= static_cast<double>(d);
+        if (madds <= kKeepGilMadds)
+          portmat::matmul(va, vb, vo, device);
+        else
+          without_gil([&] { portmat::matmul(va, vb, vo, device); });
       },
       "a"_a, "b"_a, "out"_a, "device"_a,
       "out = a @ b with np.matmul's shapes (vectors, broadcast stacks), all three of one dtype; "
@@ -292,14 +300,15 @@ NB_MODULE(_ext, m) {
   m.def(
       "time_gemm",
       [](const std::string& device, std::int64_t mm, std::int64_t n, std::int64_t k,
-         const std::string& dtype, int repeat, int launches, const std::string& layout) {
+         const std::string& dtype, int repeat, int launches, const std::string& layout, std::int64_t batch) {
         const portmat::DType t = parse_dtype(dtype);
-        return without_gil([&] { return portmat::time_gemm(device, mm, n, k, t, repeat, launches, layout); });
+        return without_gil([&] { return portmat::time_gemm(device, mm, n, k, t, repeat, launches, layout, batch); });
       },
-      "device"_a, "m"_a, "n"_a, "k"_a, "dtype"_a, "repeat"_a, "launches"_a = 1, "layout"_a = "rr",
+      "device"_a, "m"_a, "n"_a, "k"_a, "dtype"_a, "repeat"_a, "launches"_a = 1, "layout"_a = "rr", "batch"_a = 1,
       "Seconds of each of `repeat` kernel runs on device-resident random data (each the mean of "
       "`launches` products queued back to back; layout: a's and b's storage, 'r' row-major or "
-      "'c' column-major each)");
+      "'c' column-major each; batch: a stack of that many products, timed as one; complex "
+      "dtypes where the device multiplies them itself)");
 
   m.def(
       "_try_alloc",

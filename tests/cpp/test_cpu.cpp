@@ -17,6 +17,7 @@
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernel_table.hpp"
 #include "cpu/skinny.hpp"
+#include "cpu/small.hpp"
 #include "cpu/kernels/gemm_ref.hpp"
 #include "portmat/cpu.hpp"
 #include "portmat/portmat.hpp"
@@ -258,10 +259,49 @@ void check_skinny() {
   EXPECT_FALSE(portmat::cpu::skinny_gemm<T>(h, h, y.data(), 64, 1));
 }
 
+// The small path (small.hpp): every remainder of its 6-row tiles and of its column strips (16
+// floats, 8 doubles), K from 1 to 300, padded leading dimensions and offsets, a result with
+// padding that must stay untouched; refused past kSmallElements, for few columns of many rows,
+// and for column-major operands.
+template <class T>
+void check_small() {
+  std::mt19937 rng(7);
+  const T poison = T(-7777);
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {2, 3, 5}, {5, 7, 15}, {6, 16, 16}, {7, 33, 17}, {13, 1, 31},
+                         {32, 32, 32}, {47, 64, 9}, {100, 128, 127}, {128, 5, 128}, {1, 256, 255},
+                         {2, 100, 200}, {3, 300, 13}, {4, 2, 4}})
+    for (int pad : {0, 3}) {
+      const std::int64_t lda = k + pad, ldb = n + pad, ldc = n + 1, off = pad;
+      auto a = random_vector<T>(off + lda * m, rng);
+      auto b = random_vector<T>(off + ldb * k, rng);
+      std::vector<T> c(m * ldc, poison);
+      portmat::core::HostMatrix ha{a.data(), static_cast<std::size_t>(off), m, k, lda, false, dtype_of<T>()};
+      portmat::core::HostMatrix hb{b.data(), static_cast<std::size_t>(off), k, n, ldb, false, dtype_of<T>()};
+      ASSERT_TRUE(portmat::cpu::small_gemm<T>(ha, hb, c.data(), ldc));
+      for (std::int64_t i = 0; i < m; ++i) ASSERT_EQ(c[i * ldc + n], poison) << "padding written";
+      MatrixView va{a.data() + off, m, k, lda, 1, dtype_of<T>()};
+      MatrixView vb{b.data() + off, k, n, ldb, 1, dtype_of<T>()};
+      MatrixView vc{c.data(), m, n, ldc, 1, dtype_of<T>()};
+      EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0) << m << "x" << k << "x" << n << " pad " << pad;
+    }
+  std::vector<T> x(400 * 400), y(400 * 400);
+  portmat::core::HostMatrix big{x.data(), 0, 400, 400, 400, false, dtype_of<T>()};
+  portmat::core::HostMatrix sq{x.data(), 0, 8, 8, 8, false, dtype_of<T>()};
+  portmat::core::HostMatrix col{x.data(), 0, 8, 8, 8, true, dtype_of<T>()};
+  portmat::core::HostMatrix tall{x.data(), 0, 64, 8, 8, false, dtype_of<T>()};
+  portmat::core::HostMatrix narrow{x.data(), 0, 8, 2, 2, false, dtype_of<T>()};
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(big, big, y.data(), 400));
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall, narrow, y.data(), 2));  // skinny's dots
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(sq, col, y.data(), 8));
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(col, sq, y.data(), 8));
+}
+
 }  // namespace
 
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat32) { check_skinny<float>(); }
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat64) { check_skinny<double>(); }
+TEST(CpuSmall, EveryTileRemainderFloat32) { check_small<float>(); }
+TEST(CpuSmall, EveryTileRemainderFloat64) { check_small<double>(); }
 
 class KernelSets : public ::testing::TestWithParam<std::string> {
  protected:
@@ -367,4 +407,14 @@ TEST(CpuDevice, ConcurrentCallersAndTimeGemm) {
   EXPECT_THROW(portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2, 0), std::invalid_argument);
   EXPECT_EQ(portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2, 1, "cr").size(), 2u);
   EXPECT_THROW(portmat::time_gemm("cpu:0", 64, 48, 80, DType::f64, 2, 1, "rx"), std::invalid_argument);
+}
+
+// The copy rate that the automatic device choice weighs against a GPU's link: measured once,
+// then the same figure.
+TEST(CpuDevice, HostCopyRateIsMeasuredOnce) {
+  auto d = portmat::core::open_device("cpu");
+  const double rate = d->host_bytes_per_s();
+  EXPECT_GT(rate, 1e8);   // above 100 MB/s on anything that runs this test
+  EXPECT_LT(rate, 1e13);  // below 10 TB/s
+  EXPECT_EQ(d->host_bytes_per_s(), rate);
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <complex>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -236,6 +237,48 @@ TEST(CudaGemm, DeviceResidentOffsetsAlignedAndNot) {
   }
 }
 
+// complex64 stacks on the device: B'' built there (complex_b), then one real batched product.
+TEST(CudaGemm, DeviceResidentComplexStacks) {
+  REQUIRE_CUDA();
+  auto d = portmat::core::open_device(dev);
+  std::mt19937 rng(29);
+  using C = std::complex<float>;
+  for (const auto& s : std::vector<std::array<long, 4>>{{1, 33, 20, 45}, {3, 17, 40, 9}, {2, 130, 300, 70}})
+    for (bool b_col : {false, true})
+      for (bool bcast : {false, true}) {
+        const long count = s[0], m = s[1], n = s[2], k = s[3], b_count = bcast ? 1 : count;
+        auto ar = random_vector<float>(2 * count * m * k, rng), br = random_vector<float>(2 * b_count * k * n, rng);
+        std::vector<C> ch(count * m * n, C(NAN, NAN));
+        auto ab = d->alloc(ar.size() * 4), bb = d->alloc(br.size() * 4), cb = d->alloc(ch.size() * 8);
+        d->upload(*ab, ar.data(), ar.size() * 4);
+        d->upload(*bb, br.data(), br.size() * 4);
+        portmat::core::DeviceMatrix da{ab.get(), 0, m, k, k, false, DType::c64};
+        portmat::core::DeviceMatrix db{bb.get(), 0, k, n, b_col ? k : n, b_col, DType::c64};
+        portmat::core::DeviceMatrix dc{cb.get(), 0, m, n, n, false, DType::c64};
+        EXPECT_GT(d->gemm_batch_repeated(da, m * k, db, bcast ? 0 : k * n, dc, m * n, count, 2), 0.0);
+        d->download(ch.data(), *cb, ch.size() * 8);
+        const C* a = reinterpret_cast<const C*>(ar.data());
+        const C* b = reinterpret_cast<const C*>(br.data());
+        double worst = 0;
+        for (long i = 0; i < count; ++i)
+          for (long r = 0; r < m; ++r)
+            for (long j = 0; j < n; ++j) {
+              std::complex<double> ref = 0;
+              double mag = 0;
+              for (long q = 0; q < k; ++q) {
+                const std::complex<double> x = a[i * m * k + r * k + q];
+                const std::complex<double> y = b[(bcast ? 0 : i) * k * n + (b_col ? j * k + q : q * n + j)];
+                ref += x * y;
+                mag += std::abs(x) * std::abs(y);
+              }
+              const std::complex<double> got = ch[i * m * n + r * n + j];
+              worst = std::max(worst, std::abs(got - ref) / (2 * k * 1.2e-7 * mag + 1e-30));
+            }
+        EXPECT_LE(worst, 1.0) << count << " x " << m << "x" << k << " @ " << k << "x" << n << " b_col " << b_col
+                              << " broadcast " << bcast;
+      }
+}
+
 TEST(CudaGemm, OutOfMemoryIsReportedAndTheDeviceKeepsWorking) {
   REQUIRE_CUDA();
   auto d = portmat::core::open_device(dev);
@@ -260,6 +303,12 @@ TEST(CudaGemm, TimeGemmReportsKernelTimes) {
   const auto queued = portmat::time_gemm(dev, 512, 512, 512, DType::f32, 2, 4);  // 4 per run
   ASSERT_EQ(queued.size(), 2u);
   for (double s : queued) EXPECT_GT(s, 0.0);
+  for (DType dt : {DType::f32, DType::c64, DType::c128}) {  // stacks and complex, timed as one
+    const auto stack = portmat::time_gemm(dev, 32, 32, 32, dt, 2, 3, "rr", 1000);
+    ASSERT_EQ(stack.size(), 2u);
+    for (double s : stack) EXPECT_GT(s, 0.0);
+  }
+  EXPECT_THROW(portmat::time_gemm(dev, 32, 32, 32, DType::c64, 1, 1, "cr"), std::invalid_argument);
 }
 
 // Pinned host memory: results written straight into pool blocks, operands read from pinned

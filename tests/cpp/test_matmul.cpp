@@ -5,10 +5,12 @@
 #include <cmath>
 #include <complex>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <type_traits>
 #include <vector>
 
+#include "core/backend.hpp"
 #include "core/reference.hpp"
 #include "test_util.hpp"
 #include "portmat/portmat.hpp"
@@ -95,6 +97,55 @@ TEST_P(EveryDevice, BroadcastOperandsAreReducedNotPacked) {
     const double bound = big * 1.2e-7 * 0.5 * mag;
     EXPECT_NEAR(out[j], 0.5 * sum, bound);
     EXPECT_NEAR(out[(big - 1) * 2 + j], 0.5 * sum, bound);
+  }
+}
+
+// Device-resident stacks (gemm_batch_repeated: one launch per stack on CUDA and OpenCL, one gemm
+// per product elsewhere): on CUDA the small kernel (up to 64x64 results) and the batched 64x64 and
+// 128x256 tiles past it, on OpenCL the small-matrix block and the usual ones; both layouts, a
+// broadcast b.
+template <class T>
+static void check_stack(const std::string& dev, long count, long m, long n, long k, int layout, bool b_bcast,
+                        std::mt19937& rng) {
+  auto d = portmat::core::open_device(dev);
+  const DType dt = dtype_of<T>();
+  const bool a_col = layout & 1, b_col = layout & 2;
+  const long a_mat = m * k, b_mat = k * n, c_mat = m * n, b_count = b_bcast ? 1 : count;
+  auto ah = random_vector<T>(count * a_mat, rng), bh = random_vector<T>(b_count * b_mat, rng);
+  std::vector<T> ch(count * c_mat, std::numeric_limits<T>::quiet_NaN());
+  auto ab = d->alloc(ah.size() * sizeof(T)), bb = d->alloc(bh.size() * sizeof(T)), cb = d->alloc(ch.size() * sizeof(T));
+  d->upload(*ab, ah.data(), ah.size() * sizeof(T));
+  d->upload(*bb, bh.data(), bh.size() * sizeof(T));
+  d->upload(*cb, ch.data(), ch.size() * sizeof(T));
+  portmat::core::DeviceMatrix da{ab.get(), 0, m, k, a_col ? m : k, a_col, dt};
+  portmat::core::DeviceMatrix db{bb.get(), 0, k, n, b_col ? k : n, b_col, dt};
+  portmat::core::DeviceMatrix dc{cb.get(), 0, m, n, n, false, dt};
+  EXPECT_GT(d->gemm_batch_repeated(da, a_mat, db, b_bcast ? 0 : b_mat, dc, c_mat, count, 1), 0.0);
+  d->download(ch.data(), *cb, ch.size() * sizeof(T));
+  double worst = 0;
+  for (long i = 0; i < count; ++i) {
+    MatrixView a{ah.data() + i * a_mat, m, k, a_col ? 1 : k, a_col ? m : 1, dt};
+    MatrixView b{bh.data() + (b_bcast ? 0 : i) * b_mat, k, n, b_col ? 1 : n, b_col ? k : 1, dt};
+    MatrixView c{ch.data() + i * c_mat, m, n, n, 1, dt};
+    worst = std::max(worst, portmat::reference::worst_error_ratio(a, b, c));
+  }
+  EXPECT_LE(worst, 1.0) << count << " x " << m << "x" << k << " @ " << k << "x" << n << " layout "
+                        << layout << (b_bcast ? " broadcast b" : "");
+}
+
+TEST_P(EveryDevice, DeviceResidentStacks) {
+  const std::string dev = GetParam();
+  const bool f64 = portmat::core::open_device(dev)->info().supports_f64;
+  std::mt19937 rng(23);
+  const long shapes[][4] = {{3, 1, 1, 1},    {5, 31, 33, 17}, {70, 32, 32, 32}, {4, 64, 64, 64},
+                            {3, 65, 70, 40}, {2, 300, 200, 100}, {70, 256, 512, 40}};  // last: 128x256 tiles
+  for (const auto& s : shapes) {
+    if (s[1] * s[2] * s[3] > 2000000 && dev.rfind("cuda", 0) != 0) continue;  // the CUDA tile's size
+    for (int layout = 0; layout < 4; ++layout)
+      for (bool bcast : {false, true}) {
+        check_stack<float>(dev, s[0], s[1], s[2], s[3], layout, bcast, rng);
+        if (f64 && (layout == 0 || layout == 3)) check_stack<double>(dev, s[0], s[1], s[2], s[3], layout, bcast, rng);
+      }
   }
 }
 
@@ -311,5 +362,33 @@ TEST_P(EveryDevice, ComplexProductsWhoseBIsRewrittenOnThreads) {
     for (std::int64_t i = 0; i < M * N; ++i)
       ASSERT_LE(std::abs(std::complex<double>(c[i]) - std::complex<double>(want[i])), 2.0 * K * 1.2e-7 * 2 * K)
           << "call " << call << " entry " << i;
+  }
+}
+
+// The automatic device choice's model (registry.cpp, product_seconds), on the H200 machine's
+// figures: a 67 TFLOP/s GPU behind a 50 GB/s link, a 16-core host of 1.6 TFLOP/s copying 40 GB/s.
+TEST(DeviceChoice, TheModelSendsEachProductWhereItFinishesFirst) {
+  portmat::DeviceInfo gpu, cpu;
+  gpu.kind = portmat::DeviceKind::gpu, gpu.peak_gflops = 67000;
+  cpu.kind = portmat::DeviceKind::cpu, cpu.host_unified = true, cpu.peak_gflops = 1600;
+  auto gpu_wins = [&](double m, double n, double k, double link = 50e9, double copy = 40e9) {
+    const double flops = 2 * m * n * k, bytes = 4 * (m * k + k * n + m * n);
+    return portmat::core::product_seconds(flops, bytes, gpu, link) <
+           portmat::core::product_seconds(flops, bytes, cpu, copy);
+  };
+  EXPECT_FALSE(gpu_wins(64, 64, 64));  // the GPU's fixed cost per call dominates
+  EXPECT_FALSE(gpu_wins(256, 256, 256));
+  EXPECT_TRUE(gpu_wins(1024, 1024, 1024));
+  EXPECT_TRUE(gpu_wins(8192, 8192, 8192));
+  // Bandwidth-bound shapes: decided by the link against the host's memory, not by flops.
+  EXPECT_TRUE(gpu_wins(1, 16384, 16384, 50e9, 20e9));
+  EXPECT_FALSE(gpu_wins(1, 16384, 16384, 50e9, 100e9));
+  EXPECT_FALSE(gpu_wins(16384, 8, 16384, 10e9, 40e9));  // a slow link loses a skinny product
+  // More arithmetic per byte never moves a product from the GPU to the CPU.
+  bool was_gpu = false;
+  for (double n = 16; n <= 16384; n *= 2) {
+    const bool now = gpu_wins(n, n, n);
+    EXPECT_TRUE(now || !was_gpu) << n;
+    was_gpu = now;
   }
 }

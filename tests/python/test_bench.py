@@ -5,6 +5,8 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
+import portmat
 import pytest
 
 from conftest import DEVICES
@@ -67,3 +69,198 @@ def test_bench_plan_gives_small_products_more_runs(repeat, t_call):
     assert block * t_call >= bench._MIN_BLOCK_S or block in (runs, bench._BLOCK)
     if t_call * repeat >= bench._MIN_TIMED_S:
         assert runs == repeat  # large products: exactly what was asked
+
+
+# ---- The benchmark over shapes (--shapes), the MKL peer, --plot --------------------------------
+
+CPU = next((d for d in DEVICES if d.backend == "cpu"), None)
+TINY_SHAPES = "# a comment, then a blank line\n\n5,7,-\n-,9,4   # a vector on the left\n6,1,3\n"
+
+
+def _mkl_peer():
+    from portmat import peers
+
+    try:
+        return peers.MKLPeer()
+    except (ImportError, OSError, AttributeError) as e:  # no mkl wheel, or a libmkl_rt without cblas
+        pytest.skip(f"MKL not loadable: {e}")
+
+
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def shapes_run(tmp_path_factory):
+    """One `bench --shapes FILE` of three tiny shapes (a matrix-vector, a vector-matrix and a K = 1
+    product) on the CPU backend, with --plot when matplotlib is here: (result, records, paths)."""
+    if CPU is None:
+        pytest.skip("no CPU backend device")
+    d = tmp_path_factory.mktemp("shapes")
+    shapes = d / "shapes.txt"
+    shapes.write_text(TINY_SHAPES)
+    out = d / "results" / "testbox-cpu-float32-shapes.json"
+    out.parent.mkdir()
+    png = d / "shapes.png"
+    args = ["bench", "--device", CPU.id, "--shapes", str(shapes), "--repeat", "2", "--json", str(out)]
+    if _has_matplotlib():
+        args += ["--plot", str(png)]
+    r = subprocess.run([sys.executable, "-m", "portmat", *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r, json.loads(out.read_text()), {"json": out, "png": png, "args": args}
+
+
+def test_bench_shapes_file_writes_verified_records(shapes_run):
+    r, records, paths = shapes_run
+    assert [(rec["a_shape"], rec["b_shape"]) for rec in records] == [([5, 7], [7]), ([9], [9, 4]), ([6, 1], [1, 3])]
+    assert [(rec["M"], rec["K"], rec["N"]) for rec in records] == [(5, 7, 1), (1, 9, 4), (6, 1, 3)]
+    for rec in records:
+        assert rec["verified"] and rec["numpy_verified"] and rec["max_rel_error"] <= rec["K"] * 1.2e-7
+        for name, p in rec["peers"].items():
+            assert p["verified"] and p["host_s"] > 0, name
+            assert rec[f"speedup_vs_{name}"] == pytest.approx(p["host_s"] / rec["portmat_s"])
+        assert rec["numpy_s"] > 0 and rec["portmat_s"] > 0 and rec["repeat"] >= 2
+        lo, hi = rec["portmat_spread_s"]
+        assert lo <= rec["portmat_quartiles_s"][0] <= rec["portmat_s"] <= rec["portmat_quartiles_s"][1] <= hi
+        assert -(-rec["repeat"] // rec["block"]) >= 3  # alternating blocks, even of tiny products
+        assert rec["speedup_vs_numpy"] == pytest.approx(rec["numpy_s"] / rec["portmat_s"])
+        assert rec["flop"] == 2 * rec["M"] * rec["K"] * rec["N"]
+        assert rec["bytes"] == 4 * (rec["M"] * rec["K"] + rec["K"] * rec["N"] + rec["M"] * rec["N"])
+        assert rec["gbps_portmat"] == pytest.approx(rec["bytes"] / rec["portmat_s"] / 1e9)
+        assert rec["vector_product"]  # a side of 1, or K = 1
+        assert rec["bandwidth_gbps"] > 0 and rec["bandwidth"]["start"]["gbps"] > 0
+        assert rec["target_vs_numpy"] in (0.8, 1.0) and rec["command"] == "python -m portmat " + " ".join(paths["args"])
+    assert "5x7 @ 7" in r.stdout and "9 @ 9x4" in r.stdout and "6x1 @ 1x3" in r.stdout
+    assert "memory bandwidth" in r.stdout and "targets:" in r.stdout
+
+
+def test_bench_shapes_plot(shapes_run):
+    if not _has_matplotlib():
+        pytest.skip("matplotlib is not installed")
+    _, _, paths = shapes_run
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_plot_without_matplotlib_says_how_to_get_it(tmp_path):
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("4,4,4\n")
+    code = ("import sys; sys.modules['matplotlib'] = None; from portmat.cli import main; "
+            f"sys.exit(main(['bench', '--shapes', {str(shapes)!r}, '--plot', {str(tmp_path / 'x.png')!r}]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "pip install matplotlib" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_results_tables_render_a_shapes_file(shapes_run, tmp_path):
+    _, records, paths = shapes_run
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- figures:begin -->\n<!-- figures:end -->\n")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "results_tables.py"), "--results",
+                        str(paths["json"].parent), "--readme", str(readme)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    table = (paths["json"].parent / "README.md").read_text()
+    assert "## testbox, native CPU, float32, shapes" in table
+    for rec in records:
+        assert f"| {rec['shape']} | {rec['repeat']} | " in table
+    met = sum(rec["meets_target"] for rec in records if rec["target_vs_numpy"] == 0.8)
+    under = sum(rec["target_vs_numpy"] == 0.8 for rec in records)
+    assert f"{met} of {under} under 20 us at >= 0.8x" in table and "Shapes, testbox" in readme.read_text()
+
+
+@pytest.mark.parametrize("text, line", [("1,2,3\n4,5\n", 2), ("# c\n1,-,3\n", 2), ("0,2,3\n", 1),
+                                        ("a,b,c\n", 1), ("1,2,3,4\n", 1), ("\n\n2.5,1,1\n", 3)])
+def test_bench_shapes_file_errors_name_the_line(tmp_path, text, line):
+    from portmat import bench
+
+    with pytest.raises(ValueError, match=f"line {line}: .* is not M,K,N"):
+        bench.parse_shapes(text, "f")
+    f = tmp_path / "shapes.txt"
+    f.write_text(text)
+    r = subprocess.run([sys.executable, "-m", "portmat", "bench", "--shapes", str(f)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"line {line}:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_shapes_arguments():
+    from portmat import bench
+
+    assert bench.parse_shapes(" 3 , 4 ,- # x\n-,5,-\n") == [(3, 4, None), (None, 5, None)]
+    assert 40 <= len(bench.SUITE) <= 70 and len(set(bench.SUITE)) == len(bench.SUITE)
+    assert bench.load_shapes("suite") == bench.SUITE
+    with pytest.raises(ValueError, match="no shapes"):
+        bench.parse_shapes("# nothing\n")
+    for args, message in [(["--shapes", "/nonexistent/shapes.txt"], "cannot read"),
+                          (["--shapes", "suite", "--sizes", "64"], "leave out --sizes"),
+                          (["--shapes", "suite", "--batch", "2"], "leave out --sizes")]:
+        r = subprocess.run([sys.executable, "-m", "portmat", "bench", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+
+
+def test_mkl_peer_verifies():
+    from portmat import bench
+
+    mkl = _mkl_peer()
+    assert mkl.name == "mkl" and "Math Kernel Library" in mkl.version and not hasattr(mkl, "resident")
+    rng = np.random.default_rng(16)
+    cases = [((33, 17), (17, 9)), ((17,), (17, 9)), ((33, 17), (17,)), ((17,), (17,)), ((1, 1), (1, 1)),
+             ((4, 6, 5), (4, 5, 3)), ((4, 6, 5), (5, 3)), ((0, 5), (5, 3)), ((3, 0), (0, 2))]
+    for dtype in ("float32", "float64", "complex64", "complex128"):
+        for sa, sb in cases:
+            a, b = bench.random_operand(rng, sa, dtype), bench.random_operand(rng, sb, dtype)
+            c, ref = mkl.host(a, b), np.matmul(a, b)
+            assert np.shape(c) == ref.shape and np.asarray(c).dtype == ref.dtype, (dtype, sa, sb)
+            if ref.ndim == 3:
+                assert bench.max_rel_error(a if a.ndim == 3 else np.broadcast_to(a, (4,) + a.shape), b if b.ndim == 3
+                                           else np.broadcast_to(b, (4,) + b.shape), c, rng) <= bench.error_bound(5, dtype)
+            elif ref.size:  # vectors as 1-row or 1-column matrices
+                m, n = (a.shape[0] if a.ndim == 2 else 1), (b.shape[1] if b.ndim == 2 else 1)
+                err = bench.max_rel_error(a.reshape(m, -1), b.reshape(-1, n), np.asarray(c).reshape(m, n), rng)
+                assert err <= bench.error_bound(sa[-1], dtype), (dtype, sa, sb)
+        # views: transposed (read in place with CblasTrans), strided and read-only (copied)
+        a, b = bench.random_operand(rng, (20, 30), dtype), bench.random_operand(rng, (20, 12), dtype)
+        b.flags.writeable = False
+        for x, y in [(a.T, b), (a[:, ::2].T, b[::-1]), (a[::2, :12], b[:12].T.copy().T)]:
+            assert bench.max_rel_error(x, y, mkl.host(x, y), rng) <= bench.error_bound(x.shape[1], dtype)
+    for a, b in [(np.ones((2, 2), np.int32), np.ones((2, 2), np.int32)),
+                 (np.ones((2, 2), np.float32), np.ones((2, 2)))]:
+        with pytest.raises(TypeError):
+            mkl.host(a, b)
+
+
+@pytest.mark.skipif(CPU is None, reason="no CPU backend device")
+def test_square_bench_times_mkl_beside_numpy():
+    from portmat import bench, peers
+
+    _mkl_peer()
+    assert [p.name for p in peers.available(CPU)] == ["mkl"]
+    records = bench.run([48], 2, CPU.id)
+    p = records[0]["peers"]["mkl"]
+    assert p["verified"] and p["host_s"] > 0 and "resident_s" not in p and "Math Kernel" in p["version"]
+    text = bench.table(records)
+    assert "vs mkl" in text and "mkl ms" in text and "kern GF/s" not in text
+    # which BLAS NumPy calls: its own, not the peer's MKL loaded into the same process
+    try:
+        numpy_blas = str(np.show_config(mode="dicts")["Build Dependencies"]["blas"]).lower()
+    except Exception:  # NumPy before 1.25
+        numpy_blas = ""
+    if "openblas" in numpy_blas:
+        assert "openblas" in records[0]["blas"].lower()
+
+
+def test_bench_shapes_auto_records_the_automatic_choice(tmp_path):
+    """--device auto: portmat chooses per product, and each record names the device it chose."""
+    if CPU is None:
+        pytest.skip("no CPU backend device")
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("3,4,5\n")
+    out = tmp_path / "auto.json"
+    r = subprocess.run([sys.executable, "-m", "portmat", "bench", "--device", "auto", "--shapes", str(shapes),
+                        "--repeat", "2", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (rec,) = json.loads(out.read_text())
+    assert rec["device"] == "auto:" + portmat._ext.device_for("", 3, 5, 4).id and rec["verified"]

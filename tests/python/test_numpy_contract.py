@@ -232,3 +232,31 @@ def test_broadcast_stacks_are_not_copied(device):
     wb = np.broadcast_to(w, (1000, 64, 64))
     check_same_as_numpy(portmat.matmul(x, wb, device=device), x, wb)
     check_same_as_numpy(portmat.matmul(wb, x.transpose(0, 2, 1), device=device), wb, x.transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
+def test_stacks_across_the_kernels_edges(device):
+    """Stacks at the sizes where a GPU's batched kernels change: 32x32 tiles of the small kernel
+    (up to 64), the batched tiles past it, k slabs of 32; a broadcast b, transposed stacks, a
+    strided `out`, complex stacks, and stacks of several 16 MiB chunks (the NumPy-in/out pipeline's
+    ring of staging slots), each against the float64 reference on fresh random values."""
+    rng = np.random.default_rng()
+    cases = [(3, 1, 1, 1), (7, 31, 33, 17), (5, 32, 32, 32), (4, 33, 64, 65), (3, 65, 70, 40),
+             (2, 130, 300, 260), (300, 48, 64, 40)]
+    for count, m, k, n in cases:
+        for dtype in (np.float32, np.float64, np.complex64):
+            a = random_values(rng, (count, m, k), dtype)
+            b = random_values(rng, (count, k, n), dtype)
+            check_same_as_numpy(portmat.matmul(a, b, device=device), a, b)
+            check_same_as_numpy(portmat.matmul(a, b[0], device=device), a, b[0])  # broadcast b
+            at, bt = as_view(rng, a, "transposed"), as_view(rng, b, "transposed")
+            check_same_as_numpy(portmat.matmul(at, bt, device=device), at, bt)
+            big = np.full((count, m, 2 * n), np.nan, dtype)
+            out = big[..., ::2]
+            got = portmat.matmul(a, b, out=out, device=device)
+            assert got is out
+            check_same_as_numpy(out, a, b)
+            assert np.isnan(big[..., 1::2]).all(), "wrote between the columns of out"
+    a = random_values(rng, (2000, 64, 64), np.float32)  # ~32 MiB a side: 4 chunks
+    b = random_values(rng, (2000, 64, 64), np.float32)
+    check_same_as_numpy(portmat.matmul(a, b, device=device), a, b)

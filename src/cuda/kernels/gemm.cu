@@ -29,7 +29,8 @@
 //  - gemm_body.cuh     gemm_body, the plain body: 128x256, 64x64 and float64's 64x64;
 //  - gemm_body_db.cuh  gemm_body_db, fragments double-buffered in registers: _db, _ak;
 //  - gemm_body_fp.cuh  gemm_body_fp, unchecked copies inside: _fp, 128x128_fp, _fpa, stream-K _sk;
-//  - gemm_body_ws.cuh  gemm_body_ws, warp-specialized (sm_90a): _ws, stream-K _wsk.
+//  - gemm_body_ws.cuh  gemm_body_ws, warp-specialized (sm_90a): _ws, stream-K _wsk;
+//  - gemm_batched.cuh  strided batches (_fpb, 64x64b, _small) and complex_b (complex b as real).
 // This file is the one translation unit that includes them, with every kernel's entry point at its
 // end. One unit, because the host loads one module from one fatbin: kernels in several units
 // would need relocatable device code (-rdc) and a device link to become that module, another
@@ -41,12 +42,17 @@
 #include "gemm_body_db.cuh"
 #include "gemm_body_fp.cuh"
 #include "gemm_body_ws.cuh"
+#include "gemm_batched.cuh"
 
 using portmat::cuda::GemmArgs;
 using portmat::cuda::gemm_body;
 using portmat::cuda::gemm_body_db;
 using portmat::cuda::gemm_body_fp;
 using portmat::cuda::gemm_body_ws;
+using portmat::cuda::batch_member;
+using portmat::cuda::gemm_small_body;
+using portmat::cuda::complex_b_body;
+using portmat::cuda::ComplexBArgs;
 namespace tiles = portmat::cuda;
 
 // The kernels, by element type, tile and layout of a and b ('r' row-major, 'c' column-major).
@@ -108,4 +114,35 @@ __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_rr(GemmArgs p) { gemm_
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_rc(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, true, true>(p); }
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_cr(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, false, false>(p); }
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_cc(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, false, true>(p); }
+
+// Strided batches (gemm_batched.cuh): matrix blockIdx.y of the stack, or for _small a 1-D grid of
+// matrices x 32x32 tiles.
+__global__ void PM_BOUNDS(kF32_128x256_fpb) gemm_sm80_f32_128x256_fpb_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fpb, true, false, 5>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_128x256_fpb) gemm_sm80_f32_128x256_fpb_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fpb, true, true, 7>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_128x256_fpb) gemm_sm80_f32_128x256_fpb_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fpb, false, false, 7>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_128x256_fpb) gemm_sm80_f32_128x256_fpb_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fpb, false, true, 4>(batch_member<float>(p, blockIdx.y)); }
+
+__global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_rr(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, true, false>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_rc(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, true, true>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_cr(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, false, false>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_cc(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, false, true>(batch_member<float>(p, blockIdx.y)); }
+
+__global__ void PM_BOUNDS(kF64_64x64b) gemm_sm80_f64_64x64b_rr(GemmArgs p) { gemm_body<double, tiles::kF64_64x64b, true, false>(batch_member<double>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF64_64x64b) gemm_sm80_f64_64x64b_rc(GemmArgs p) { gemm_body<double, tiles::kF64_64x64b, true, true>(batch_member<double>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF64_64x64b) gemm_sm80_f64_64x64b_cr(GemmArgs p) { gemm_body<double, tiles::kF64_64x64b, false, false>(batch_member<double>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF64_64x64b) gemm_sm80_f64_64x64b_cc(GemmArgs p) { gemm_body<double, tiles::kF64_64x64b, false, true>(batch_member<double>(p, blockIdx.y)); }
+
+__global__ void PM_BOUNDS(kF32_small) gemm_sm80_f32_small_rr(GemmArgs p) { gemm_small_body<float, true, false>(p); }
+__global__ void PM_BOUNDS(kF32_small) gemm_sm80_f32_small_rc(GemmArgs p) { gemm_small_body<float, true, true>(p); }
+__global__ void PM_BOUNDS(kF32_small) gemm_sm80_f32_small_cr(GemmArgs p) { gemm_small_body<float, false, false>(p); }
+__global__ void PM_BOUNDS(kF32_small) gemm_sm80_f32_small_cc(GemmArgs p) { gemm_small_body<float, false, true>(p); }
+
+__global__ void PM_BOUNDS(kF64_small) gemm_sm80_f64_small_rr(GemmArgs p) { gemm_small_body<double, true, false>(p); }
+__global__ void PM_BOUNDS(kF64_small) gemm_sm80_f64_small_rc(GemmArgs p) { gemm_small_body<double, true, true>(p); }
+__global__ void PM_BOUNDS(kF64_small) gemm_sm80_f64_small_cr(GemmArgs p) { gemm_small_body<double, false, false>(p); }
+__global__ void PM_BOUNDS(kF64_small) gemm_sm80_f64_small_cc(GemmArgs p) { gemm_small_body<double, false, true>(p); }
+
+// complex b as the real B'' (256 threads a block, one complex element each; matrix blockIdx.y)
+__global__ void __launch_bounds__(256) complex_b_f32(ComplexBArgs p) { complex_b_body<float>(p); }
+__global__ void __launch_bounds__(256) complex_b_f64(ComplexBArgs p) { complex_b_body<double>(p); }
 }

@@ -7,6 +7,7 @@
 // local memory as VWM/VWN-wide vectors. Any M, N, K: loads outside the matrices read 0 and stores
 // outside are skipped (compiled out with EDGES = 0 when the sizes are multiples of the tiles).
 // A and B may each be row-major or column-major (a transposed view) with any leading dimension.
+// A stack of products (np.matmul's batches) is one launch: the third NDRange dimension.
 //
 // The host (opencl_backend.cpp) prepends #defines for the tunables below, chosen per device and
 // problem (gemm_params.cpp); compiled programs are cached per (device, defines).
@@ -199,7 +200,8 @@ __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
 void gemm(const int M, const int N, const int K,
           __global const real* restrict A, const long a_offset, const int lda,
           __global const real* restrict B, const long b_offset, const int ldb,
-          __global real* restrict C, const long c_offset, const int ldc) {
+          __global real* restrict C, const long c_offset, const int ldc,
+          const long a_stride, const long b_stride, const long c_stride) {
   // Aligned for the vector reads below: OpenCL only promises a float's alignment otherwise.
   __local real As[2][KWG * LDA_LOCAL] __attribute__((aligned(64)));
   __local real Bs[2][KWG * LDB_LOCAL] __attribute__((aligned(64)));
@@ -207,9 +209,12 @@ void gemm(const int M, const int N, const int K,
   const int tn = get_local_id(0), tm = get_local_id(1);
   const int tid = tm * NDIMC + tn;
   const int row0 = get_group_id(1) * MWG, col0 = get_group_id(0) * NWG;
-  A += a_offset;
-  B += b_offset;
-  C += c_offset;
+  // A stack: work-group dimension 2 is the matrix, each operand's matrices `stride` elements
+  // apart (0: one matrix for every product, a broadcast operand read in place).
+  const long matrix = get_group_id(2);
+  A += a_offset + matrix * a_stride;
+  B += b_offset + matrix * b_stride;
+  C += c_offset + matrix * c_stride;
 
   real acc[MWI][NWI];
 #pragma unroll

@@ -1,0 +1,187 @@
+// See small.hpp. Portable C++ with GCC vector extensions, compiled twice (AVX2 + FMA through
+// function target attributes, and the baseline), the variant chosen once at run time. Built with
+// -ffp-contract=fast (cpu.cmake) so that acc + a * b becomes one FMA where the CPU has it.
+#include "cpu/small.hpp"
+#include "cpu/skinny.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define PM_SMALL_AVX2 1
+#define PM_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+namespace portmat::cpu {
+
+namespace {
+
+template <class T>
+struct VecOf;
+template <>
+struct VecOf<float> {
+  typedef float type __attribute__((vector_size(32)));
+};
+template <>
+struct VecOf<double> {
+  typedef double type __attribute__((vector_size(32)));
+};
+template <class T>
+using Vec = typename VecOf<T>::type;
+template <class T>
+constexpr int kLanes = 32 / sizeof(T);
+constexpr int kRows = 6;  // rows of c per register tile
+// Vectors of c per tile row, V: 2 (12 accumulators, 2 b loads, 1 broadcast), or 1 when c has at
+// most one vector of columns (8 floats, 4 doubles), so that a narrow b is read where it is rather
+// than copied into a padded strip, or 8 for one or two rows (a vector times a matrix: with 2
+// vectors a row, each k step waited for the FMA latency of the last).
+
+template <class T>
+[[gnu::always_inline]] inline Vec<T> load(const T* p) {
+  Vec<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+[[gnu::always_inline]] inline void store(T* p, const Vec<T>& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// c[r][x] = sum_k a[r][k] * b[k][x] for r < R, x < W = V * lanes: b's rows `ldb` apart, the
+// tile's columns all inside b (the caller pads the last strip); `cols` of them stored.
+template <class T, int R, int V>
+[[gnu::always_inline]] inline void tile(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
+                                        std::int64_t ldc, std::int64_t K, int cols) {
+  constexpr int L = kLanes<T>;
+  Vec<T> acc[R][V] = {};
+  for (std::int64_t k = 0; k < K; ++k) {
+    Vec<T> bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = load(b + k * ldb + v * L);
+    for (int r = 0; r < R; ++r) {
+      const T x = a[r * lda + k];
+      for (int v = 0; v < V; ++v) acc[r][v] += x * bv[v];
+    }
+  }
+  if (cols == V * L) {
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < V; ++v) store(c + r * ldc + v * L, acc[r][v]);
+  } else {
+    for (int r = 0; r < R; ++r) {
+      T row[V * L];
+      for (int v = 0; v < V; ++v) store(row + v * L, acc[r][v]);
+      std::memcpy(c + r * ldc, row, cols * sizeof(T));
+    }
+  }
+}
+
+template <class T, int V>
+[[gnu::always_inline]] inline void small_strips(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
+                                                std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  constexpr int W = V * kLanes<T>;
+  constexpr std::int64_t kStackK = 128;
+  alignas(32) T stack_strip[kStackK * W];  // the last, narrower strip of b, zero-padded to W columns
+  std::vector<T> heap_strip;               // the same where K is longer
+  for (std::int64_t j = 0; j < N; j += W) {
+    const int cols = static_cast<int>(std::min<std::int64_t>(W, N - j));
+    const T* bs = b + j;
+    std::int64_t lds = ldb;
+    if (cols < W) {
+      T* strip = stack_strip;
+      if (K > kStackK) {
+        heap_strip.resize(static_cast<std::size_t>(K * W));
+        strip = heap_strip.data();
+      }
+      for (std::int64_t k = 0; k < K; ++k) {
+        std::memcpy(strip + k * W, b + k * ldb + j, cols * sizeof(T));
+        std::memset(strip + k * W + cols, 0, (W - cols) * sizeof(T));
+      }
+      bs = strip, lds = W;
+    }
+    std::int64_t i = 0;
+    for (; i + kRows <= M; i += kRows) tile<T, kRows, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols);
+    switch (M - i) {
+      case 5: tile<T, 5, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols); break;
+      case 4: tile<T, 4, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols); break;
+      case 3: tile<T, 3, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols); break;
+      case 2: tile<T, 2, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols); break;
+      case 1: tile<T, 1, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols); break;
+      default: break;
+    }
+  }
+}
+
+template <class T>
+[[gnu::always_inline]] inline void small_any(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
+                                             std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  if (N <= kLanes<T>)
+    small_strips<T, 1>(a, lda, b, ldb, c, ldc, M, N, K);
+  else if (M <= 2 && N >= 8 * kLanes<T>)  // a vector (or two) times a matrix: 8 FMA chains a row
+    small_strips<T, 8>(a, lda, b, ldb, c, ldc, M, N, K);
+  else
+    small_strips<T, 2>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+
+template <class T>
+using SmallFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, T*, std::int64_t, std::int64_t,
+                         std::int64_t, std::int64_t);
+
+void small_f32_base(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                    std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_any<float>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+void small_f64_base(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
+                    std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_any<double>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+#ifdef PM_SMALL_AVX2
+PM_TARGET_AVX2 void small_f32_avx2(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                   std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_any<float>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+PM_TARGET_AVX2 void small_f64_avx2(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
+                                   std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_any<double>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+#endif
+
+struct SmallKernels {
+  SmallFn<float> f32 = small_f32_base;
+  SmallFn<double> f64 = small_f64_base;
+};
+
+const SmallKernels& small_kernels() {
+  static const SmallKernels chosen = [] {
+    SmallKernels k;
+#ifdef PM_SMALL_AVX2
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) k = {small_f32_avx2, small_f64_avx2};
+#endif
+    return k;
+  }();
+  return chosen;
+}
+
+}  // namespace
+
+template <class T>
+bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc) {
+  const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+  if (M <= 0 || N <= 0 || K <= 0 || M * K + K * N + M * N > kSmallElements) return false;
+  if (N <= kSkinnyMax && M > kSkinnyMax) return false;  // skinny.hpp's dots: one pass over a
+  if ((a.col_major && M > 1) || (b.col_major && K > 1)) return false;
+  const T* pa = static_cast<const T*>(a.data) + a.offset;
+  const T* pb = static_cast<const T*>(b.data) + b.offset;
+  const std::int64_t lda = M > 1 ? a.ld : K, ldb = K > 1 ? b.ld : N;
+  if constexpr (std::is_same_v<T, float>)
+    small_kernels().f32(pa, lda, pb, ldb, c, ldc, M, N, K);
+  else
+    small_kernels().f64(pa, lda, pb, ldb, c, ldc, M, N, K);
+  return true;
+}
+
+template bool small_gemm<float>(const core::HostMatrix&, const core::HostMatrix&, float*, std::int64_t);
+template bool small_gemm<double>(const core::HostMatrix&, const core::HostMatrix&, double*, std::int64_t);
+
+}  // namespace portmat::cpu

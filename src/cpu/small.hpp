@@ -1,0 +1,31 @@
+// Small products, unpacked: c = a @ b where all three matrices are small (kSmallElements), each
+// product on one thread. The CPU backend runs single small products this way and each matrix of a
+// stack of small products (np.matmul's batches: a thread per matrix).
+//
+// Why: the packed GEMM (gemm_driver.hpp) copies a and b into panels before it multiplies. For a
+// 32x32 product that copy, the driver's blocking and its thread hand-off cost more than the 32K
+// multiply-adds: a stack of 10000 such products ran at 1.4x NumPy on 2 cores where its memory
+// traffic allows about 2.3x. Here register tiles of c (6 rows x 2 vectors: 6x16 floats, 6x8
+// doubles) accumulate over all of K, reading a's elements (broadcast) and b's row segments where
+// they are; the operands of a small product sit in L1/L2 anyway. Compiled for AVX2 + FMA and for
+// baseline x86-64, chosen at run time (as skinny.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "core/backend.hpp"
+
+namespace portmat::cpu {
+
+// The small path takes products whose three matrices hold at most this many elements together
+// (512 KiB of float32, the L2 of the 2-core machine's cores: 3 x 128^2 squares, a 256-vector times
+// a 256 x 256 matrix), except those with at most kSkinnyMax columns and more rows, which
+// skinny.hpp's dot-product kernel reads in one pass.
+constexpr std::int64_t kSmallElements = std::int64_t(1) << 17;
+
+// c (row-major, ldc) = a @ b when a and b are row-major (their rows contiguous) and the product is
+// small as above; returns false, touching nothing, otherwise.
+template <class T>
+bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc);
+
+}  // namespace portmat::cpu
