@@ -210,16 +210,15 @@ class CpuDevice final : public core::Device {
   }
 
  private:
-  // c = a @ b: small products run unpacked on one thread (small.hpp: every matrix of a stack, and
-  // single products of up to kSmallOneThread multiply-adds, below which a second thread costs more
-  // than it saves), products with few rows or few columns stream their long operand unpacked
+  // c = a @ b: small products run unpacked (small.hpp: every matrix of a stack on its thread;
+  // single products on one thread up to kSmallOneThread multiply-adds, below which a second thread
+  // costs more than it saves, on `threads` past it), products with few rows or few columns stream their long operand unpacked
   // (skinny.hpp), the rest go through the packed GEMM.
   template <class T>
   static void multiply(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
                        std::int64_t ldc, int threads) {
     if constexpr (std::is_floating_point_v<T>) {
-      if ((threads == 1 || a.rows * a.cols * b.cols <= kSmallOneThread) && cpu::small_gemm<T>(a, b, c, ldc))
-        return;
+      if (cpu::small_gemm<T>(a, b, c, ldc, a.rows * a.cols * b.cols <= kSmallOneThread ? 1 : threads)) return;
       if (cpu::skinny_gemm<T>(a, b, c, ldc, threads)) return;
     }
     cpu::gemm(cfg, a, b, c, ldc, threads);

@@ -224,27 +224,6 @@ void axpy_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std
     skinny_kernels().axpy_f64(L, ldl, Sk, k0, k1, W, NS, acc);
 }
 
-// Runs f(part) for part < parts on up to `threads` threads of the pool (parts claimed from a
-// counter, so a descheduled thread delays nobody), or on this thread alone.
-template <class F>
-void run_parts(std::int64_t parts, int threads, F&& f) {
-  if (threads <= 1 || parts <= 1) {
-    for (std::int64_t p = 0; p < parts; ++p) f(p);
-    return;
-  }
-  struct Job {
-    F& f;
-    std::int64_t parts;
-    std::atomic<std::int64_t> next{0};
-  } job{f, parts};
-  ThreadPool& pool = ThreadPool::instance();
-  std::lock_guard<std::mutex> lock(pool.lock());
-  pool.run(static_cast<int>(std::min<std::int64_t>(threads, parts)), [](void* ctx, int) {
-    auto& j = *static_cast<Job*>(ctx);
-    for (std::int64_t p; (p = j.next.fetch_add(1, std::memory_order_relaxed)) < j.parts;) j.f(p);
-  }, &job);
-}
-
 template <class T>
 T at(const core::HostMatrix& m, std::int64_t i, std::int64_t j) {
   const T* p = static_cast<const T*>(m.data) + m.offset;

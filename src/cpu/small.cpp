@@ -3,6 +3,7 @@
 // -ffp-contract=fast (cpu.cmake) so that acc + a * b becomes one FMA where the CPU has it.
 #include "cpu/small.hpp"
 #include "cpu/skinny.hpp"
+#include "cpu/thread_pool.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -166,7 +167,7 @@ const SmallKernels& small_kernels() {
 }  // namespace
 
 template <class T>
-bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc) {
+bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
   if (M <= 0 || N <= 0 || K <= 0 || M * K + K * N + M * N > kSmallElements) return false;
   if (N <= kSkinnyMax && M > kSkinnyMax) return false;  // skinny.hpp's dots: one pass over a
@@ -174,14 +175,38 @@ bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std:
   const T* pa = static_cast<const T*>(a.data) + a.offset;
   const T* pb = static_cast<const T*>(b.data) + b.offset;
   const std::int64_t lda = M > 1 ? a.ld : K, ldb = K > 1 ? b.ld : N;
-  if constexpr (std::is_same_v<T, float>)
-    small_kernels().f32(pa, lda, pb, ldb, c, ldc, M, N, K);
-  else
-    small_kernels().f64(pa, lda, pb, ldb, c, ldc, M, N, K);
+  auto run = [&](const T* a0, const T* b0, T* c0, std::int64_t m, std::int64_t n) {
+    if constexpr (std::is_same_v<T, float>)
+      small_kernels().f32(a0, lda, b0, ldb, c0, ldc, m, n, K);
+    else
+      small_kernels().f64(a0, lda, b0, ldb, c0, ldc, m, n, K);
+  };
+  // Threads take whole register tiles: blocks of 6-row tiles, or of 2-vector column strips where
+  // c has more of those; two parts a thread, claimed as they finish.
+  constexpr std::int64_t W = 64 / sizeof(T);
+  const std::int64_t row_tiles = (M + kRows - 1) / kRows, col_strips = (N + W - 1) / W;
+  const std::int64_t parts = std::min<std::int64_t>(2 * threads, std::max(row_tiles, col_strips));
+  if (threads <= 1 || parts <= 1) {
+    run(pa, pb, c, M, N);
+    return true;
+  }
+  if (row_tiles >= col_strips) {
+    const std::int64_t per = (row_tiles + parts - 1) / parts * kRows;
+    run_parts((M + per - 1) / per, threads, [&](std::int64_t p) {
+      const std::int64_t r0 = p * per;
+      run(pa + r0 * lda, pb, c + r0 * ldc, std::min(per, M - r0), N);
+    });
+  } else {
+    const std::int64_t per = (col_strips + parts - 1) / parts * W;
+    run_parts((N + per - 1) / per, threads, [&](std::int64_t p) {
+      const std::int64_t j0 = p * per;
+      run(pa, pb + j0, c + j0, M, std::min(per, N - j0));
+    });
+  }
   return true;
 }
 
-template bool small_gemm<float>(const core::HostMatrix&, const core::HostMatrix&, float*, std::int64_t);
-template bool small_gemm<double>(const core::HostMatrix&, const core::HostMatrix&, double*, std::int64_t);
+template bool small_gemm<float>(const core::HostMatrix&, const core::HostMatrix&, float*, std::int64_t, int);
+template bool small_gemm<double>(const core::HostMatrix&, const core::HostMatrix&, double*, std::int64_t, int);
 
 }  // namespace portmat::cpu

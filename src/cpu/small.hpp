@@ -1,6 +1,6 @@
-// Small products, unpacked: c = a @ b where all three matrices are small (kSmallElements), each
-// product on one thread. The CPU backend runs single small products this way and each matrix of a
-// stack of small products (np.matmul's batches: a thread per matrix).
+// Small products, unpacked: c = a @ b where all three matrices are small (kSmallElements), on one
+// thread, or a few for the larger ones. The CPU backend runs single small products this way and
+// each matrix of a stack of small products (np.matmul's batches: a thread per matrix).
 //
 // Why: the packed GEMM (gemm_driver.hpp) copies a and b into panels before it multiplies. For a
 // 32x32 product that copy, the driver's blocking and its thread hand-off cost more than the 32K
@@ -25,7 +25,8 @@ constexpr std::int64_t kSmallElements = std::int64_t(1) << 17;
 
 // c (row-major, ldc) = a @ b when a and b are row-major (their rows contiguous) and the product is
 // small as above; returns false, touching nothing, otherwise.
+// With threads > 1, the rows (or the column strips, where there are more of those) are shared out.
 template <class T>
-bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc);
+bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads = 1);
 
 }  // namespace portmat::cpu

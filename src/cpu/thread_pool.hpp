@@ -12,6 +12,7 @@
 // thread shares that core (seen with OpenBLAS's spinning workers in the same process).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -75,6 +76,27 @@ class ThreadPool {
 // Threads the CPU backend uses per call: set_num_threads(), else $PORTMAT_NUM_THREADS, else the
 // CPUs this process may run on.
 int configured_threads();
+
+// Runs f(part) for part < parts on up to `threads` threads of the pool (parts claimed from a
+// counter, so a descheduled thread delays nobody), or on this thread alone.
+template <class F>
+void run_parts(std::int64_t parts, int threads, F&& f) {
+  if (threads <= 1 || parts <= 1) {
+    for (std::int64_t p = 0; p < parts; ++p) f(p);
+    return;
+  }
+  struct Job {
+    F& f;
+    std::int64_t parts;
+    std::atomic<std::int64_t> next{0};
+  } job{f, parts};
+  ThreadPool& pool = ThreadPool::instance();
+  std::lock_guard<std::mutex> lock(pool.lock());
+  pool.run(static_cast<int>(std::min<std::int64_t>(threads, parts)), [](void* ctx, int) {
+    auto& j = *static_cast<Job*>(ctx);
+    for (std::int64_t p; (p = j.next.fetch_add(1, std::memory_order_relaxed)) < j.parts;) j.f(p);
+  }, &job);
+}
 
 // ---- implementation of the template ------------------------------------------------------------
 void cpu_relax();

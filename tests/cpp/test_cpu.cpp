@@ -261,7 +261,8 @@ void check_skinny() {
 
 // The small path (small.hpp): every remainder of its 6-row tiles and of its column strips (16
 // floats, 8 doubles), K from 1 to 300, padded leading dimensions and offsets, a result with
-// padding that must stay untouched; refused past kSmallElements, for few columns of many rows,
+// padding that must stay untouched, on 1 and 3 threads (rows or column strips shared out); refused
+// past kSmallElements, for few columns of many rows,
 // and for column-major operands.
 template <class T>
 void check_small() {
@@ -270,19 +271,21 @@ void check_small() {
   for (auto [m, k, n] : {std::tuple{1, 1, 1}, {2, 3, 5}, {5, 7, 15}, {6, 16, 16}, {7, 33, 17}, {13, 1, 31},
                          {32, 32, 32}, {47, 64, 9}, {100, 128, 127}, {128, 5, 128}, {1, 256, 255},
                          {2, 100, 200}, {3, 300, 13}, {4, 2, 4}})
-    for (int pad : {0, 3}) {
+    for (int pad : {0, 3})
+    for (int threads : {1, 3}) {
       const std::int64_t lda = k + pad, ldb = n + pad, ldc = n + 1, off = pad;
       auto a = random_vector<T>(off + lda * m, rng);
       auto b = random_vector<T>(off + ldb * k, rng);
       std::vector<T> c(m * ldc, poison);
       portmat::core::HostMatrix ha{a.data(), static_cast<std::size_t>(off), m, k, lda, false, dtype_of<T>()};
       portmat::core::HostMatrix hb{b.data(), static_cast<std::size_t>(off), k, n, ldb, false, dtype_of<T>()};
-      ASSERT_TRUE(portmat::cpu::small_gemm<T>(ha, hb, c.data(), ldc));
+      ASSERT_TRUE(portmat::cpu::small_gemm<T>(ha, hb, c.data(), ldc, threads));
       for (std::int64_t i = 0; i < m; ++i) ASSERT_EQ(c[i * ldc + n], poison) << "padding written";
       MatrixView va{a.data() + off, m, k, lda, 1, dtype_of<T>()};
       MatrixView vb{b.data() + off, k, n, ldb, 1, dtype_of<T>()};
       MatrixView vc{c.data(), m, n, ldc, 1, dtype_of<T>()};
-      EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0) << m << "x" << k << "x" << n << " pad " << pad;
+      EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0)
+          << m << "x" << k << "x" << n << " pad " << pad << " threads " << threads;
     }
   std::vector<T> x(400 * 400), y(400 * 400);
   portmat::core::HostMatrix big{x.data(), 0, 400, 400, 400, false, dtype_of<T>()};
