@@ -283,6 +283,8 @@ double gpu_min_flop() {
 //    n = 1024 of 67), the CPU backend's at about kCpuEfficiency of its measured peak;
 //  - a CPU call costs a few microseconds (the per-call path).
 constexpr double kGpuCallS = 100e-6, kCpuCallS = 5e-6;
+// Where the model cannot be used: session 1's measured crossover, in flops (2*m*n*k).
+constexpr double kCrossoverFlops = 2.5e8;
 constexpr double kGpuEfficiency = 0.4, kCpuEfficiency = 0.8;
 
 double product_seconds(double flops, double bytes, const DeviceInfo& device, double bytes_per_s) {
@@ -309,12 +311,12 @@ std::shared_ptr<Device> open_device_for(const std::string& spec, std::int64_t m,
   if (threshold >= 0) return usable(flops < threshold ? cpu : best);
   // Tiny products go to the CPU without asking the GPU anything. In a forked child the GPU's
   // driver must not be touched: products the GPU would clearly win (session 1's crossover,
-  // 2.5e8 flops) get usable()'s error naming fork() and the cure, the rest go to the CPU.
+  // kCrossoverFlops) get usable()'s error naming fork() and the cure, the rest go to the CPU.
   if (flops < 1e6) return usable(cpu);
-  if (best.slot->generation != fork_generation()) return usable(flops < 2.5e8 ? cpu : best);
+  if (best.slot->generation != fork_generation()) return usable(flops < kCrossoverFlops ? cpu : best);
   const double gpu_rate = best.device->host_bytes_per_s(), cpu_rate = cpu.device->host_bytes_per_s();
   if (gpu_rate <= 0 || cpu_rate <= 0)  // a rate the device cannot tell: the crossover in flops
-    return usable(flops < 2.5e8 ? cpu : best);
+    return usable(flops < kCrossoverFlops ? cpu : best);
   const double gpu_s = product_seconds(flops, bytes, info, gpu_rate);
   const double cpu_s = product_seconds(flops, bytes, cpu.device->info(), cpu_rate);
   return usable(cpu_s <= gpu_s ? cpu : best);

@@ -13,6 +13,7 @@
 
 #include "cpu/gemm_driver.hpp"
 #include "cpu/thread_pool.hpp"
+#include "cpu/vector_ext.hpp"
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PM_LAMBDA_ALWAYS_INLINE __attribute__((always_inline))
@@ -20,40 +21,9 @@
 #define PM_LAMBDA_ALWAYS_INLINE
 #endif
 
-// The kernels' AVX2 + FMA variants: the same templates compiled for that target (function
-// attributes, chosen at run time; no ifunc, which runs before sanitizer runtimes are up).
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#define PM_SKINNY_AVX2 1
-#define PM_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#endif
-
 namespace portmat::cpu {
 
 namespace {
-
-// 32-byte vectors: one ymm register on AVX2 and AVX-512 (the rows are memory-bound; wider
-// vectors would only raise register pressure), two xmm on baseline x86-64.
-template <class T>
-struct VecOf;
-template <>
-struct VecOf<float> {
-  typedef float type __attribute__((vector_size(32)));
-};
-template <>
-struct VecOf<double> {
-  typedef double type __attribute__((vector_size(32)));
-};
-template <class T>
-using Vec = typename VecOf<T>::type;
-template <class T>
-constexpr int kLanes = 32 / sizeof(T);
-
-template <class T>
-[[gnu::always_inline]] inline Vec<T> load(const T* p) {
-  Vec<T> v;
-  std::memcpy(&v, p, sizeof v);  // an unaligned vector load
-  return v;
-}
 
 // out[r * ors + s * oss] = sum_k L[r * ldl + k] * S[s * K + k] for rows [r0, r1) and s < ns
 // (S holds NS >= ns rows, the extra ones zero). R rows of L at a time share each load of S, and
@@ -161,7 +131,7 @@ void axpy_f64_base(const double* L, std::int64_t ldl, const double* Sk, std::int
                    std::int64_t W, int NS, double* acc) {
   axpy_any<double>(L, ldl, Sk, k0, k1, W, NS, acc);
 }
-#ifdef PM_SKINNY_AVX2
+#ifdef PM_CPU_AVX2_CLONES
 PM_TARGET_AVX2 void dots_f32_avx2(const float* L, std::int64_t ldl, const float* S, std::int64_t K, std::int64_t r0,
                                   std::int64_t r1, int ns, int NS, float* out, std::int64_t ors, std::int64_t oss) {
   dots_any<float>(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
@@ -197,10 +167,8 @@ struct SkinnyKernels {
 const SkinnyKernels& skinny_kernels() {
   static const SkinnyKernels chosen = [] {
     SkinnyKernels k;
-#ifdef PM_SKINNY_AVX2
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      k = {dots_f32_avx2, dots_f64_avx2, axpy_f32_avx2, axpy_f64_avx2};
+#ifdef PM_CPU_AVX2_CLONES
+    if (has_avx2_fma()) k = {dots_f32_avx2, dots_f64_avx2, axpy_f32_avx2, axpy_f64_avx2};
 #endif
     return k;
   }();

@@ -4,54 +4,25 @@
 #include "cpu/small.hpp"
 #include "cpu/skinny.hpp"
 #include "cpu/thread_pool.hpp"
+#include "cpu/vector_ext.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#define PM_SMALL_AVX2 1
-#define PM_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#endif
-
 namespace portmat::cpu {
 
 namespace {
 
-template <class T>
-struct VecOf;
-template <>
-struct VecOf<float> {
-  typedef float type __attribute__((vector_size(32)));
-};
-template <>
-struct VecOf<double> {
-  typedef double type __attribute__((vector_size(32)));
-};
-template <class T>
-using Vec = typename VecOf<T>::type;
-template <class T>
-constexpr int kLanes = 32 / sizeof(T);
 constexpr int kRows = 6;  // rows of c per register tile
-// Vectors of c per tile row, V: 2 (12 accumulators, 2 b loads, 1 broadcast), or 1 when c has at
-// most one vector of columns (8 floats, 4 doubles), so that a narrow b is read where it is rather
-// than copied into a padded strip, or 8 for one or two rows (a vector times a matrix: with 2
-// vectors a row, each k step waited for the FMA latency of the last).
-
-template <class T>
-[[gnu::always_inline]] inline Vec<T> load(const T* p) {
-  Vec<T> v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T>
-[[gnu::always_inline]] inline void store(T* p, const Vec<T>& v) {
-  std::memcpy(p, &v, sizeof v);
-}
 
 // c[r][x] = sum_k a[r][k] * b[k][x] for r < R, x < W = V * lanes: b's rows `ldb` apart, the
-// tile's columns all inside b (the caller pads the last strip); `cols` of them stored.
+// tile's columns all inside b (the caller pads the last strip); `cols` of them stored. V, the
+// vectors of c per tile row: 2 (12 accumulators, 2 b loads, 1 broadcast), or 1 when c has at most
+// one vector of columns (8 floats, 4 doubles), so that a narrow b is read where it is rather than
+// copied into a padded strip, or 8 for one or two rows (a vector times a matrix: with 2 vectors a
+// row, each k step waited for the FMA latency of the last).
 template <class T, int R, int V>
 [[gnu::always_inline]] inline void tile(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                         std::int64_t ldc, std::int64_t K, int cols) {
@@ -136,7 +107,7 @@ void small_f64_base(const double* a, std::int64_t lda, const double* b, std::int
                     std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
   small_any<double>(a, lda, b, ldb, c, ldc, M, N, K);
 }
-#ifdef PM_SMALL_AVX2
+#ifdef PM_CPU_AVX2_CLONES
 PM_TARGET_AVX2 void small_f32_avx2(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                                    std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
   small_any<float>(a, lda, b, ldb, c, ldc, M, N, K);
@@ -155,9 +126,8 @@ struct SmallKernels {
 const SmallKernels& small_kernels() {
   static const SmallKernels chosen = [] {
     SmallKernels k;
-#ifdef PM_SMALL_AVX2
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) k = {small_f32_avx2, small_f64_avx2};
+#ifdef PM_CPU_AVX2_CLONES
+    if (has_avx2_fma()) k = {small_f32_avx2, small_f64_avx2};
 #endif
     return k;
   }();
