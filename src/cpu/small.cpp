@@ -141,7 +141,8 @@ bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std:
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
   if (M <= 0 || N <= 0 || K <= 0 || M * K + K * N + M * N > kSmallElements) return false;
   if (N <= kSkinnyMax && M > kSkinnyMax) return false;  // skinny.hpp's dots: one pass over a
-  if ((a.col_major && M > 1) || (b.col_major && K > 1)) return false;
+  // Rows must be contiguous: a column-major matrix qualifies only as one row of adjacent columns.
+  if ((a.col_major && (M > 1 || a.ld != 1)) || (b.col_major && (K > 1 || b.ld != 1))) return false;
   const T* pa = static_cast<const T*>(a.data) + a.offset;
   const T* pb = static_cast<const T*>(b.data) + b.offset;
   const std::int64_t lda = M > 1 ? a.ld : K, ldb = K > 1 ? b.ld : N;

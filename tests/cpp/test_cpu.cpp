@@ -297,6 +297,13 @@ void check_small() {
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall, narrow, y.data(), 2));  // skinny's dots
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(sq, col, y.data(), 8));
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(col, sq, y.data(), 8));
+  // One row stored column-major: its elements are ld apart, so only ld == 1 is a contiguous row.
+  portmat::core::HostMatrix row_gaps{x.data(), 0, 1, 8, 2, true, dtype_of<T>()};
+  portmat::core::HostMatrix row_dense{x.data(), 0, 1, 8, 1, true, dtype_of<T>()};
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(row_gaps, sq, y.data(), 8));
+  portmat::core::HostMatrix column{x.data(), 0, 8, 1, 1, false, dtype_of<T>()};
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(column, row_gaps, y.data(), 8));
+  EXPECT_TRUE(portmat::cpu::small_gemm<T>(row_dense, sq, y.data(), 8));
 }
 
 }  // namespace

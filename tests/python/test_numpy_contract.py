@@ -171,6 +171,21 @@ def test_out_overlapping_an_operand_gives_numpys_answer(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
+def test_single_rows_and_columns_with_gaps(device):
+    """A one-row a or b (and a one-column one) whose elements are not adjacent: every other
+    element of a wider array, or a column of a matrix. Such a view is a column-major matrix whose
+    rows are not contiguous; the small CPU path once read it as if they were."""
+    rng = np.random.default_rng()
+    for m, k, n in [(2, 1, 2), (5, 1, 7), (1, 3, 4), (1, 9, 1), (6, 1, 16), (1, 40, 33), (3, 1, 200)]:
+        for dtype in (np.float32, np.float64, np.complex64):
+            a0 = random_values(rng, (m, k), dtype)
+            b0 = random_values(rng, (k, n), dtype)
+            for a in (a0, as_view(rng, a0, "strided"), as_view(rng, a0, "transposed")):
+                for b in (b0, as_view(rng, b0, "strided"), as_view(rng, b0, "transposed")):
+                    check_same_as_numpy(portmat.matmul(a, b, device=device), a, b)
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
 def test_integer_products_wrap_around_exactly(device):
     rng = np.random.default_rng()
     for dtype in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"):
