@@ -142,21 +142,15 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
     overlapping a or b; it is returned. Any views are read in place where a kernel can.
     Both 1-D: a NumPy scalar, as np.matmul returns.
     """
-    # The common small case first, with the fewest Python steps (issue 16: NumPy's own call takes
-    # ~3 us at n = 8, and every general step below costs a few hundred nanoseconds): plain 2-D
-    # arrays of one native float dtype, nothing else asked, a result too small to pool or pin.
-    # Everything it skips is what the general path would have found true.
-    # Vectors too: a 1-D operand's added axis is simply absent from the result's shape.
-    if (out is None and dtype is None and type(a) is _np.ndarray and type(b) is _np.ndarray and
-            0 < a.ndim <= 2 and 0 < b.ndim <= 2 and a.dtype in _POOLED and a.dtype == b.dtype and
-            a.shape[-1] == b.shape[0] and casting == "same_kind" and
-            a.nbytes < _host_memory.MIN_OPERAND_BYTES and b.nbytes < _host_memory.MIN_OPERAND_BYTES and
-            a.flags.aligned and b.flags.aligned):
-        shape = a.shape[:-1] + b.shape[1:]
-        if _prod(shape) * a.itemsize < _host_memory.MIN_RESULT_BYTES:
-            target = _np.empty(shape, a.dtype)
-            _ext.matmul_arrays(a, b, target, device if type(device) is str else _device_spec(device))
-            return target[()] if not shape else target
+    # The common small case first, in one call (issue 16: NumPy's own call takes ~1.3-2.5 us at
+    # n = 8): plain 1-2 dimensional float32 / float64 arrays of one dtype, nothing else asked, a
+    # small result. _ext.matmul_small returns None for anything else, and the general path below
+    # decides (and raises NumPy's errors).
+    if out is None and dtype is None and casting == "same_kind":
+        c = _ext.matmul_small(a, b, device if type(device) is str else
+                              "" if device is None else _device_spec(device))
+        if c is not None:
+            return c
     spec = _device_spec(device)
     a = _as_operand(a, "a")
     b = _as_operand(b, "b")

@@ -185,6 +185,44 @@ def test_single_rows_and_columns_with_gaps(device):
                     check_same_as_numpy(portmat.matmul(a, b, device=device), a, b)
 
 
+def unaligned_copy(arr):
+    """arr's values in memory one byte off its element alignment."""
+    raw = np.empty(arr.nbytes + 1, np.uint8)
+    out = np.frombuffer(raw.data, arr.dtype, arr.size, offset=1).reshape(arr.shape)
+    out[...] = arr
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
+def test_small_plain_arrays_in_every_form(device):
+    """Small products of 1-D and 2-D arrays, the one-call path (_ext.matmul_small) and what it
+    hands to the general one: every view, read-only, big-endian, unaligned, broadcast, empty and
+    K = 0, subclasses; the result is what NumPy returns, a fresh array of the right type."""
+    rng = np.random.default_rng()
+    shapes = [((5, 7), (7, 3)), ((7,), (7, 4)), ((4, 7), (7,)), ((1, 1), (1, 1)), ((0, 3), (3, 2)),
+              ((3, 0), (0, 2)), ((6, 16), (16, 17)), ((33,), (33, 1)), ((9, 300), (300, 5))]
+    forms = [lambda x: x, lambda x: as_view(rng, x, "transposed"), lambda x: as_view(rng, x, "strided"),
+             lambda x: as_view(rng, x, "reversed"), lambda x: x.astype(x.dtype.newbyteorder(">")),
+             unaligned_copy, lambda x: np.lib.stride_tricks.as_strided(x, writeable=False),
+             lambda x: np.broadcast_to(x[..., :1], x.shape) if x.size else x,
+             lambda x: x.view(np.memmap) if x.ndim == 2 else x,
+             lambda x: np.repeat(x, 3, axis=-1)[..., 1::3],  # gaps along the last axis, 1-D too
+             lambda x: np.flip(np.flip(x, -1).copy(), -1)]
+    for dtype in (np.float32, np.float64):
+        for sa, sb in shapes:
+            for fa in forms:
+                for fb in forms[:4] + forms[-4:]:
+                    a = fa(random_values(rng, sa, dtype))
+                    b = fb(random_values(rng, sb, dtype))
+                    got = portmat.matmul(a, b, device=device)
+                    check_same_as_numpy(got, a, b)
+                    assert not np.shares_memory(got, a) and not np.shares_memory(got, b)
+    with pytest.raises(ValueError, match=r"\(3, 4\).*\(5, 2\)"):
+        portmat.matmul(np.ones((3, 4), np.float32), np.ones((5, 2), np.float32), device=device)
+    with pytest.raises(ValueError):
+        portmat.matmul(np.ones(3), np.ones(4), device=device)
+
+
 @pytest.mark.parametrize("device", DEVICE_IDS)
 def test_integer_products_wrap_around_exactly(device):
     rng = np.random.default_rng()
