@@ -25,6 +25,18 @@ namespace portmat::cpu {
 
 namespace {
 
+// The sum of a vector's lanes as a tree (three dependent adds for 8 lanes, not 8): at K = 256 a
+// matrix-vector product spent more time on the lanes than on the multiply-adds.
+template <class T>
+[[gnu::always_inline]] inline T horizontal_sum(const Vec<T>& v) {
+  constexpr int V = kLanes<T>;
+  T h[V];
+  std::memcpy(h, &v, sizeof v);
+  for (int w = V / 2; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) h[i] += h[i + w];
+  return h[0];
+}
+
 // out[r * ors + s * oss] = sum_k L[r * ldl + k] * S[s * K + k] for rows [r0, r1) and s < ns
 // (S holds NS >= ns rows, the extra ones zero). R rows of L at a time share each load of S, and
 // U partial sums per (row, short row) keep enough FMA chains in flight (4-cycle latency, two per
@@ -39,7 +51,10 @@ template <class T, int NS>
   const std::int64_t kv = K / (V * U) * (V * U);
   auto rows = [&](auto rc, std::int64_t r) PM_LAMBDA_ALWAYS_INLINE {
     constexpr int RC = decltype(rc)::value;
-    Vec<T> acc[RC][NS][U] = {};
+    Vec<T> acc[RC][NS][U];
+    for (int q = 0; q < RC; ++q)
+      for (int s = 0; s < NS; ++s)
+        for (int u = 0; u < U; ++u) acc[q][s][u] = Vec<T>{};
     for (std::int64_t k = 0; k < kv; k += V * U)
       for (int u = 0; u < U; ++u) {
         Vec<T> lv[RC];
@@ -50,10 +65,11 @@ template <class T, int NS>
         }
       }
     for (int q = 0; q < RC; ++q)
-      for (int s = 0; s < ns; ++s) {
-        T sum = 0;
-        for (int u = 0; u < U; ++u)
-          for (int lane = 0; lane < V; ++lane) sum += acc[q][s][u][lane];
+      for (int s = 0; s < NS; ++s) {  // NS, not ns: constant indices keep acc in registers
+        if (s >= ns) break;
+        Vec<T> v = acc[q][s][0];
+        for (int u = 1; u < U; ++u) v += acc[q][s][u];
+        T sum = horizontal_sum<T>(v);
         const T* l = L + (r + q) * ldl;
         for (std::int64_t k = kv; k < K; ++k) sum += l[k] * S[s * K + k];
         out[(r + q) * ors + s * oss] = sum;
