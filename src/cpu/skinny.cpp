@@ -15,12 +15,6 @@
 #include "cpu/thread_pool.hpp"
 #include "cpu/vector_ext.hpp"
 
-#if defined(__GNUC__) || defined(__clang__)
-#define PM_LAMBDA_ALWAYS_INLINE __attribute__((always_inline))
-#else
-#define PM_LAMBDA_ALWAYS_INLINE
-#endif
-
 namespace portmat::cpu {
 
 namespace {

@@ -154,7 +154,10 @@ const SmallKernels& small_kernels() {
 template <class T>
 bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
-  if (M <= 0 || N <= 0 || K <= 0 || M * K + K * N + M * N > kSmallElements) return false;
+  if (M <= 0 || N <= 0 || K <= 0) return false;
+  // Small, or few columns (strips of b, a read in place) of any size, past skinny.hpp's few.
+  if (M * K + K * N + M * N > kSmallElements && (N * std::int64_t(sizeof(T)) > kStripBytes || N <= kSkinnyMax))
+    return false;
   if (N <= kSkinnyMax && M > kSkinnyMax) return false;  // skinny.hpp's dots: one pass over a
   // Rows must be contiguous: a column-major matrix qualifies only as one row of adjacent columns.
   if ((a.col_major && (M > 1 || a.ld != 1)) || (b.col_major && (K > 1 || b.ld != 1))) return false;

@@ -23,6 +23,16 @@ namespace portmat::cpu {
 // skinny.hpp's dot-product kernel reads in one pass.
 constexpr std::int64_t kSmallElements = std::int64_t(1) << 17;
 
+// Past that size, products with at most kStripBytes of columns (16 floats, 8 doubles: one strip
+// of the tiles; more than skinny.hpp's few) are still unpacked: 6-row tiles read a in place, once,
+// and b's strip (K x N) stays in L2. The packed GEMM
+// would copy a first, a second pass over memory for at most 16 multiply-adds an element. 2-core
+// machine, float32, against NumPy, packed / unpacked: 4096 x 4096 @ 4096 x 8 0.64x / 2.1x, x 16
+// 0.57x / 0.92x; 65536 x 16 @ 16 x 16 0.33x / 1.5x; 16 x 65536 @ 65536 x 16 0.59x / 2.9x.
+// (Few rows are not the mirror image: b's strips walked down all of K, thousands of rows apart,
+// defeat the prefetchers; docs/cpu.md.)
+constexpr std::int64_t kStripBytes = 64;
+
 // c (row-major, ldc) = a @ b when a and b are row-major (their rows contiguous) and the product is
 // small as above; returns false, touching nothing, otherwise.
 // With threads > 1, the rows (or the column strips, where there are more of those) are shared out.

@@ -261,8 +261,9 @@ void check_skinny() {
 
 // The small path (small.hpp): every remainder of its 6-row tiles and of its column strips (16
 // floats, 8 doubles), K from 1 to 300, padded leading dimensions and offsets, a result with
-// padding that must stay untouched, on 1 and 3 threads (rows or column strips shared out); refused
-// past kSmallElements, for few columns of many rows,
+// padding that must stay untouched, on 1 and 3 threads (rows or column strips shared out), and
+// past kSmallElements with one strip of columns; refused past it otherwise, for few columns of many
+// rows,
 // and for column-major operands.
 template <class T>
 void check_small() {
@@ -270,7 +271,9 @@ void check_small() {
   const T poison = T(-7777);
   for (auto [m, k, n] : {std::tuple{1, 1, 1}, {2, 3, 5}, {5, 7, 15}, {6, 16, 16}, {7, 33, 17}, {13, 1, 31},
                          {32, 32, 32}, {47, 64, 9}, {100, 128, 127}, {128, 5, 128}, {1, 256, 255},
-                         {2, 100, 200}, {3, 300, 13}, {4, 2, 4}})
+                         {2, 100, 200}, {3, 300, 13}, {4, 2, 4},
+                         // past kSmallElements, few columns (one strip of b)
+                         {700, 300, 7}, {3001, 50, 8}, {64, 3000, 5}})
     for (int pad : {0, 3})
     for (int threads : {1, 3}) {
       const std::int64_t lda = k + pad, ldb = n + pad, ldc = n + 1, off = pad;
@@ -294,6 +297,12 @@ void check_small() {
   portmat::core::HostMatrix tall{x.data(), 0, 64, 8, 8, false, dtype_of<T>()};
   portmat::core::HostMatrix narrow{x.data(), 0, 8, 2, 2, false, dtype_of<T>()};
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(big, big, y.data(), 400));
+  // Past kSmallElements only one strip of columns (64 bytes), and not skinny.hpp's few.
+  portmat::core::HostMatrix tall_a{x.data(), 0, 3000, 50, 50, false, dtype_of<T>()};
+  portmat::core::HostMatrix wide_b{x.data(), 0, 50, 64 / sizeof(T) + 1, 64 / sizeof(T) + 1, false, dtype_of<T>()};
+  portmat::core::HostMatrix four_b{x.data(), 0, 50, 4, 4, false, dtype_of<T>()};
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall_a, wide_b, y.data(), 64));
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall_a, four_b, y.data(), 4));
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall, narrow, y.data(), 2));  // skinny's dots
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(sq, col, y.data(), 8));
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(col, sq, y.data(), 8));
