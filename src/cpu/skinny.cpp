@@ -88,7 +88,21 @@ template <class T, int NS>
     const std::int64_t ke = std::min(k1, kb + kAxpyRows);
     for (std::int64_t xb = 0; xb < W; xb += XB) {
       const std::int64_t w = std::min(XB, W - xb);
-      for (std::int64_t k = kb; k < ke; ++k) {
+      // Four rows of L at a time: four streams from memory in flight rather than one, and a
+      // quarter of the accumulator traffic. A vector times a 4096 x 4096 float32 matrix, 2-core
+      // machine: 4.0-4.8 ms -> 2.3 ms (NumPy 1.9-2.2); 4 rows: 7.0-7.6 -> 4.7-5.8 ms.
+      std::int64_t k = kb;
+      for (; k + 4 <= ke; k += 4) {
+        const T* l0 = L + k * ldl + xb;
+        const T *l1 = l0 + ldl, *l2 = l1 + ldl, *l3 = l2 + ldl;
+        for (int s = 0; s < NS; ++s) {
+          const T s0 = Sk[k * NS + s], s1 = Sk[(k + 1) * NS + s], s2 = Sk[(k + 2) * NS + s],
+                  s3 = Sk[(k + 3) * NS + s];
+          T* a = acc + s * W + xb;
+          for (std::int64_t x = 0; x < w; ++x) a[x] += (s0 * l0[x] + s1 * l1[x]) + (s2 * l2[x] + s3 * l3[x]);
+        }
+      }
+      for (; k < ke; ++k) {
         const T* l = L + k * ldl + xb;
         for (int s = 0; s < NS; ++s) {
           const T sv = Sk[k * NS + s];
