@@ -384,13 +384,25 @@ class CudaDevice final : public core::Device {
   bool ws_capable() const { return cc_major_ == 9 && cc_minor_ == 0; }
   bool warp_specialized() const { return ws_capable() && env_long("PORTMAT_CUDA_WS", 1) != 0; }
 
-  CUfunction function(const GemmTile& t, bool a_col, bool b_col) {
-    std::string name = std::string(t.name) + "_" + (a_col ? "c" : "r") + (b_col ? "c" : "r");
-    auto it = functions_.find(name);
-    if (it != functions_.end()) return it->second;
+  CUfunction module_function(const std::string& name) {
     CUfunction f = nullptr;
     cu_check(cu_.ModuleGetFunction(&f, module_, name.c_str()),
              ("cuModuleGetFunction(" + name + ")").c_str(), where_);
+    return f;
+  }
+
+  // A kernel of the module by name, looked up once.
+  CUfunction named_function(const std::string& name) {
+    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
+    return functions_.emplace(name, module_function(name)).first->second;
+  }
+
+  // A gemm kernel, checked against the device and its shared memory granted the first time it is
+  // asked for (cached only then: a kernel the device cannot run fails every time).
+  CUfunction function(const GemmTile& t, bool a_col, bool b_col) {
+    const std::string name = std::string(t.name) + "_" + (a_col ? "c" : "r") + (b_col ? "c" : "r");
+    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
+    CUfunction f = module_function(name);
     if (t.producer_warps && !ws_capable())
       throw DeviceError(name + " needs an sm_90 GPU (H100, H200); " + where_ + " is sm_" +
                         std::to_string(cc_major_) + std::to_string(cc_minor_));
@@ -399,36 +411,50 @@ class CudaDevice final : public core::Device {
                         " bytes of shared memory; " + where_ + " allows " + std::to_string(smem_optin_));
     cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, t.smem_bytes()),
              "cuFuncSetAttribute(max dynamic shared memory)", where_);
-    functions_.emplace(name, f);
-    return f;
+    return functions_.emplace(name, f).first->second;
   }
 
   // c (row-major, ldc) = a @ b on device pointers that already include the offsets. whole: the
   // launch is the whole product, alone on the GPU (device-resident), not one of the NumPy path's
   // row chunks, whose kernels overlap on two streams. accumulate: c += a @ b (float32 only; the
   // NumPy path's k-split pieces).
-  void launch(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
-              const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m,
-              std::int64_t n, std::int64_t k, bool whole = false, bool accumulate = false) {
+  // The kernels' arguments for tile t over (m x k) @ (k x n), matrices x_step elements apart in a
+  // stack: vector loads where the pointers, leading dimensions and steps allow, the block swizzle's
+  // group (PORTMAT_CUDA_GROUP_M), no stream-K part (sk_first = every tile, which launch() changes).
+  GemmArgs gemm_args(const GemmTile& t, CUdeviceptr a, const core::DeviceMatrix& am, std::int64_t a_step,
+                     CUdeviceptr b, const core::DeviceMatrix& bm, std::int64_t b_step, CUdeviceptr c,
+                     std::int64_t ldc, std::int64_t c_step, std::int64_t m, std::int64_t n, std::int64_t k) {
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
       throw std::invalid_argument("CUDA gemm: dimensions beyond 2^31 - 1 are not supported");
     const std::size_t es = dtype_size(am.dtype);
-    if (accumulate && am.dtype != DType::f32)
-      throw std::logic_error("CUDA gemm: accumulating launches are float32 only");
-    const GemmTile& t = accumulate ? kF32_128x256_fpa : choose_tile(am.dtype, m, n);
-    auto aligned = [&](CUdeviceptr p, std::int64_t ld) { return p % 16 == 0 && (ld * es) % 16 == 0; };
+    auto aligned = [&](CUdeviceptr p, std::int64_t ld, std::int64_t step) {
+      return p % 16 == 0 && (ld * es) % 16 == 0 && (step * es) % 16 == 0;
+    };
     GemmArgs args{};
     args.a = reinterpret_cast<const void*>(a);
     args.b = reinterpret_cast<const void*>(b);
     args.c = reinterpret_cast<void*>(c);
     args.lda = am.ld, args.ldb = bm.ld, args.ldc = ldc;
     args.m = static_cast<int>(m), args.n = static_cast<int>(n), args.k = static_cast<int>(k);
-    args.a_vec = aligned(a, am.ld), args.b_vec = aligned(b, bm.ld), args.c_vec = aligned(c, ldc);
+    args.a_vec = aligned(a, am.ld, a_step), args.b_vec = aligned(b, bm.ld, b_step);
+    args.c_vec = aligned(c, ldc, c_step);
     args.group_m = static_cast<int>(std::max(1L, env_long("PORTMAT_CUDA_GROUP_M", 8)));
-    const std::int64_t tiles_m = (m + t.bm - 1) / t.bm, tiles_n = (n + t.bn - 1) / t.bn;
-    const std::int64_t tiles = tiles_m * tiles_n;
+    args.stride_a = a_step, args.stride_b = b_step, args.stride_c = c_step;
+    const std::int64_t tiles = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn);
     if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
     args.sk_first = static_cast<int>(tiles), args.sk_tiles = 0, args.sk_blocks = 0;
+    return args;
+  }
+
+  void launch(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
+              const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m,
+              std::int64_t n, std::int64_t k, bool whole = false, bool accumulate = false) {
+    const std::size_t es = dtype_size(am.dtype);
+    if (accumulate && am.dtype != DType::f32)
+      throw std::logic_error("CUDA gemm: accumulating launches are float32 only");
+    const GemmTile& t = accumulate ? kF32_128x256_fpa : choose_tile(am.dtype, m, n);
+    GemmArgs args = gemm_args(t, a, am, 0, b, bm, 0, c, ldc, 0, m, n, k);
+    const std::int64_t tiles = args.sk_first;
     const std::string what = where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) +
                              ") @ (" + std::to_string(k) + "x" + std::to_string(n) + ") with ";
     auto run = [&](const GemmTile& tile, std::int64_t blocks, CUstream on) {
@@ -502,8 +528,6 @@ class CudaDevice final : public core::Device {
                     std::int64_t count, bool whole) {
     if (count == 1) return launch(stream, a, am, b, bm, c, ldc, m, n, k, whole);
     if (count <= 0) return;
-    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
-      throw std::invalid_argument("CUDA gemm: dimensions beyond 2^31 - 1 are not supported");
     const bool f64 = am.dtype == DType::f64;
     const std::size_t es = dtype_size(am.dtype);
     const bool small = m <= kSmallMax && n <= kSmallMax;
@@ -512,19 +536,8 @@ class CudaDevice final : public core::Device {
                         : f64 ? kF64_64x64b
                         : wide_tiles * count >= 2 * info_.compute_units ? kF32_128x256_fpb
                                                                        : kF32_64x64b;
-    auto aligned = [&](CUdeviceptr p, std::int64_t ld, std::int64_t step) {
-      return p % 16 == 0 && (ld * es) % 16 == 0 && (step * es) % 16 == 0;
-    };
-    GemmArgs args{};
-    args.lda = am.ld, args.ldb = bm.ld, args.ldc = ldc;
-    args.m = static_cast<int>(m), args.n = static_cast<int>(n), args.k = static_cast<int>(k);
-    args.a_vec = aligned(a, am.ld, a_step), args.b_vec = aligned(b, bm.ld, b_step);
-    args.c_vec = aligned(c, ldc, c_step);
-    args.group_m = static_cast<int>(std::max(1L, env_long("PORTMAT_CUDA_GROUP_M", 8)));
-    args.stride_a = a_step, args.stride_b = b_step, args.stride_c = c_step;
-    const std::int64_t tiles = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn);
-    if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
-    args.sk_first = static_cast<int>(tiles);
+    GemmArgs args = gemm_args(t, a, am, a_step, b, bm, b_step, c, ldc, c_step, m, n, k);
+    const std::int64_t tiles = args.sk_first;
     // Matrices per launch: the small kernel's 1-D grid holds 2^31 - 1 blocks, gridDim.y 65535.
     const std::int64_t per_launch = small ? INT32_MAX / tiles : 65535;
     CUfunction f = function(t, am.col_major, bm.col_major);
@@ -552,13 +565,7 @@ class CudaDevice final : public core::Device {
     const std::int64_t K = bm.rows, N = bm.cols;
     if (K > INT32_MAX || N > INT32_MAX || (K * N + 255) / 256 > INT32_MAX)
       throw std::invalid_argument("CUDA complex gemm: b is too large");
-    const char* name = f64 ? "complex_b_f64" : "complex_b_f32";
-    auto it = functions_.find(name);
-    if (it == functions_.end()) {
-      CUfunction f = nullptr;
-      cu_check(cu_.ModuleGetFunction(&f, module_, name), "cuModuleGetFunction(complex_b)", where_);
-      it = functions_.emplace(name, f).first;
-    }
+    CUfunction f = named_function(f64 ? "complex_b_f64" : "complex_b_f32");
     ComplexBArgs args{};
     args.ldb = bm.ld, args.k = static_cast<int>(K), args.n = static_cast<int>(N), args.b_col = bm.col_major;
     args.stride_b = step, args.stride_out = 2 * K * N;  // complex elements: 4KN reals
@@ -567,11 +574,33 @@ class CudaDevice final : public core::Device {
       args.b = reinterpret_cast<const void*>(b + static_cast<std::size_t>(i0 * step) * es);
       args.out = reinterpret_cast<void*>(out + static_cast<std::size_t>(i0 * 2 * K * N) * es);
       void* params[] = {&args};
-      cu_check(cu_.LaunchKernel(it->second, static_cast<unsigned>((K * N + 255) / 256), static_cast<unsigned>(nm), 1,
+      cu_check(cu_.LaunchKernel(f, static_cast<unsigned>((K * N + 255) / 256), static_cast<unsigned>(nm), 1,
                                 256, 1, 1, 0, stream, params, nullptr),
                "cuLaunchKernel(complex_b)", where_);
     }
   }
+
+  // The NumPy paths' guard (matmul_host, matmul_batch_host): on leaving the call, normally or by
+  // an exception, waits for every stream, so that no copy or kernel outlives the staging, operands
+  // and result it uses, and returns the events the call took.
+  class InFlight {
+   public:
+    explicit InFlight(CudaDevice& d) : d_(d) {}
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    ~InFlight() {
+      for (CUstream s : {d_.in_stream_, d_.kstream_[0], d_.kstream_[1], d_.out_stream_}) d_.cu_.StreamSynchronize(s);
+      for (CUevent e : used_) d_.free_events_.push_back(e);
+    }
+    CUevent event() {  // an event, given back at the end of the call
+      used_.push_back(d_.event());
+      return used_.back();
+    }
+
+   private:
+    CudaDevice& d_;
+    std::vector<CUevent> used_;
+  };
 
   const CuApi& cu_;
   CUdevice dev_;
@@ -630,21 +659,8 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
 
   // Whatever happens below, no copy or kernel may outlive this call: they read and write pinned
   // staging that the next call reuses, the operands and the result array.
-  std::vector<CUevent> used;
-  struct SyncGuard {
-    CudaDevice* d;
-    std::vector<CUevent>& used;
-    ~SyncGuard() {
-      for (CUstream s : {d->in_stream_, d->kstream_[0], d->kstream_[1], d->out_stream_})
-        d->cu_.StreamSynchronize(s);
-      for (CUevent e : used) d->free_events_.push_back(e);
-    }
-  } guard{this, used};
-  auto new_event = [&] {
-    CUevent e = event();
-    used.push_back(e);
-    return e;
-  };
+  InFlight in_flight(*this);
+  auto new_event = [&] { return in_flight.event(); };
 
   // Chunking. A chunk of rows carries ~16 MiB of a (or c): enough tiles to fill the GPU, few enough
   // chunks that per-chunk costs stay small (at n = 4096 on the H200: 11.2 ms with 16 MiB chunks and
@@ -885,19 +901,9 @@ void CudaDevice::matmul_batch_host(const core::HostMatrix& a, std::int64_t a_ste
   ready();
   Lease da = lease(a_count * a_mat), db = lease(b_count * b_mat), dc = lease(count * c_mat);
 
-  std::vector<CUevent> used;
-  struct SyncGuard {  // no copy or kernel may outlive the call (staging, operands, result)
-    CudaDevice* d;
-    std::vector<CUevent>& used;
-    ~SyncGuard() {
-      for (CUstream s : {d->in_stream_, d->kstream_[0], d->kstream_[1], d->out_stream_})
-        d->cu_.StreamSynchronize(s);
-      for (CUevent e : used) d->free_events_.push_back(e);
-    }
-  } guard{this, used};
+  InFlight in_flight(*this);  // no copy or kernel may outlive the call (staging, operands, result)
   auto record = [&](CUstream s) {
-    CUevent e = event();
-    used.push_back(e);
+    CUevent e = in_flight.event();
     cu_check(cu_.EventRecord(e, s), "cuEventRecord", where_);
     return e;
   };
