@@ -145,6 +145,11 @@ class CudaDevice final : public core::Device {
     cu_check(cu_.StreamSynchronize(kstream_[0]), "device-to-host copy (cuStreamSynchronize)", where_);
   }
 
+  // float32, float64, and the wrapping unsigned products that carry every integer dtype.
+  bool computes(DType t) const override {
+    return t == DType::f32 || t == DType::f64 || t == DType::u32 || t == DType::u64;
+  }
+
   double gemm(const core::DeviceMatrix& a, const core::DeviceMatrix& b,
               const core::DeviceMatrix& c) override {
     return gemm_repeated(a, b, c, 1);
@@ -362,6 +367,8 @@ class CudaDevice final : public core::Device {
   // ---- kernels -----------------------------------------------------------------------------------
   const GemmTile& choose_tile(DType dtype, std::int64_t m, std::int64_t n) const {
     if (dtype == DType::f64) return kF64_64x64;
+    if (dtype == DType::u32) return kU32_64x64;
+    if (dtype == DType::u64) return kU64_64x64;
     if (const char* e = std::getenv("PORTMAT_CUDA_TILE"))
       if (const GemmTile* t = tile_by_name(e)) return *t;
     // Measured on the H200 (records 2026-11-29_h200_cuda_round2.json, _round1.json): 128x256
@@ -529,10 +536,13 @@ class CudaDevice final : public core::Device {
     if (count == 1) return launch(stream, a, am, b, bm, c, ldc, m, n, k, whole);
     if (count <= 0) return;
     const bool f64 = am.dtype == DType::f64;
+    const bool integer = am.dtype == DType::u32 || am.dtype == DType::u64;
     const std::size_t es = dtype_size(am.dtype);
-    const bool small = m <= kSmallMax && n <= kSmallMax;
+    const bool small = m <= kSmallMax && n <= kSmallMax && !integer;
     const std::int64_t wide_tiles = ((m + 127) / 128) * ((n + 255) / 256);
-    const GemmTile& t = small ? (f64 ? kF64_small : kF32_small)
+    const GemmTile& t = am.dtype == DType::u32 ? kU32_64x64b
+                        : am.dtype == DType::u64 ? kU64_64x64b
+                        : small ? (f64 ? kF64_small : kF32_small)
                         : f64 ? kF64_64x64b
                         : wide_tiles * count >= 2 * info_.compute_units ? kF32_128x256_fpb
                                                                        : kF32_64x64b;
@@ -728,10 +738,11 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
   // The GPU then keeps pace with the link when a piece's products take as long as its copy:
   // 2 * rows * N * k flops at F against 4 * N * k bytes at B, rows = 2F / B: ~1900 on the H200
   // (51 TFLOP/s, 55 GB/s), hence kEarlyRows = 2048 rows of a (PORTMAT_CUDA_EARLY_ROWS; 0: off).
-  // float32 with a row-major b only (a column-major b's k ranges are strided).
+  // float32 (the accumulating kernel's dtype) with a row-major b only (a column-major b's k
+  // ranges are strided).
   const long early_rows = env_long("PORTMAT_CUDA_EARLY_ROWS", kEarlyRows);
   const std::int64_t early =
-      (es == 4 && !b.col_major && chunks >= 2 && pieces >= 2 && early_rows > 0)
+      (c.dtype == DType::f32 && !b.col_major && chunks >= 2 && pieces >= 2 && early_rows > 0)
           ? std::min<std::int64_t>(chunks - 1, (early_rows + rows_per_chunk - 1) / rows_per_chunk)
           : 0;
 

@@ -1,5 +1,6 @@
-// The CUDA gemm kernels: c = a @ b in exact float32 (FFMA, never TF32) and float64 (DFMA), for
-// any M, N, K and both operand layouts. Compiled ahead of time by nvcc into one fatbin (sm_80 and
+// The CUDA gemm kernels: c = a @ b in exact float32 (FFMA, never TF32) and float64 (DFMA), and
+// the wrapping 32- and 64-bit unsigned products that carry the integer dtypes, for any M, N, K and
+// both operand layouts. Compiled ahead of time by nvcc into one fatbin (sm_80 and
 // sm_90a machine code, compute_90 PTX) that the backend embeds and loads with cuModuleLoadData.
 // The warp-specialized kernels (copying warps apart, mbarriers, setmaxnreg) exist as sm_90a code
 // only; the others are the same everywhere.
@@ -141,6 +142,27 @@ __global__ void PM_BOUNDS(kF64_small) gemm_sm80_f64_small_rr(GemmArgs p) { gemm_
 __global__ void PM_BOUNDS(kF64_small) gemm_sm80_f64_small_rc(GemmArgs p) { gemm_small_body<double, true, true>(p); }
 __global__ void PM_BOUNDS(kF64_small) gemm_sm80_f64_small_cr(GemmArgs p) { gemm_small_body<double, false, false>(p); }
 __global__ void PM_BOUNDS(kF64_small) gemm_sm80_f64_small_cc(GemmArgs p) { gemm_small_body<double, false, true>(p); }
+
+// The integer dtypes (wrapping unsigned arithmetic; gemm_tiles.h), 2-D and batched.
+__global__ void PM_BOUNDS(kU32_64x64) gemm_sm80_u32_64x64_rr(GemmArgs p) { gemm_body<unsigned, tiles::kU32_64x64, true, false>(p); }
+__global__ void PM_BOUNDS(kU32_64x64) gemm_sm80_u32_64x64_rc(GemmArgs p) { gemm_body<unsigned, tiles::kU32_64x64, true, true>(p); }
+__global__ void PM_BOUNDS(kU32_64x64) gemm_sm80_u32_64x64_cr(GemmArgs p) { gemm_body<unsigned, tiles::kU32_64x64, false, false>(p); }
+__global__ void PM_BOUNDS(kU32_64x64) gemm_sm80_u32_64x64_cc(GemmArgs p) { gemm_body<unsigned, tiles::kU32_64x64, false, true>(p); }
+
+__global__ void PM_BOUNDS(kU64_64x64) gemm_sm80_u64_64x64_rr(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64, true, false>(p); }
+__global__ void PM_BOUNDS(kU64_64x64) gemm_sm80_u64_64x64_rc(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64, true, true>(p); }
+__global__ void PM_BOUNDS(kU64_64x64) gemm_sm80_u64_64x64_cr(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64, false, false>(p); }
+__global__ void PM_BOUNDS(kU64_64x64) gemm_sm80_u64_64x64_cc(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64, false, true>(p); }
+
+__global__ void PM_BOUNDS(kU32_64x64b) gemm_sm80_u32_64x64b_rr(GemmArgs p) { gemm_body<unsigned, tiles::kU32_64x64b, true, false>(batch_member<unsigned>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kU32_64x64b) gemm_sm80_u32_64x64b_rc(GemmArgs p) { gemm_body<unsigned, tiles::kU32_64x64b, true, true>(batch_member<unsigned>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kU32_64x64b) gemm_sm80_u32_64x64b_cr(GemmArgs p) { gemm_body<unsigned, tiles::kU32_64x64b, false, false>(batch_member<unsigned>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kU32_64x64b) gemm_sm80_u32_64x64b_cc(GemmArgs p) { gemm_body<unsigned, tiles::kU32_64x64b, false, true>(batch_member<unsigned>(p, blockIdx.y)); }
+
+__global__ void PM_BOUNDS(kU64_64x64b) gemm_sm80_u64_64x64b_rr(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64b, true, false>(batch_member<unsigned long long>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kU64_64x64b) gemm_sm80_u64_64x64b_rc(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64b, true, true>(batch_member<unsigned long long>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kU64_64x64b) gemm_sm80_u64_64x64b_cr(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64b, false, false>(batch_member<unsigned long long>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kU64_64x64b) gemm_sm80_u64_64x64b_cc(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64b, false, true>(batch_member<unsigned long long>(p, blockIdx.y)); }
 
 // complex b as the real B'' (256 threads a block, one complex element each; matrix blockIdx.y)
 __global__ void __launch_bounds__(256) complex_b_f32(ComplexBArgs p) { complex_b_body<float>(p); }

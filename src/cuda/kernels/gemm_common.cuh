@@ -54,6 +54,26 @@ __device__ __forceinline__ void lds4(const double* p, double (&v)[N], int at) {
   const double2 x = reinterpret_cast<const double2*>(p)[0], y = reinterpret_cast<const double2*>(p)[1];
   v[at] = x.x, v[at + 1] = x.y, v[at + 2] = y.x, v[at + 3] = y.y;
 }
+template <int N>
+__device__ __forceinline__ void lds4(const unsigned* p, unsigned (&v)[N], int at) {
+  const uint4 x = *reinterpret_cast<const uint4*>(p);
+  v[at] = x.x, v[at + 1] = x.y, v[at + 2] = x.z, v[at + 3] = x.w;
+}
+template <int N>
+__device__ __forceinline__ void lds4(const unsigned long long* p, unsigned long long (&v)[N], int at) {
+  const ulonglong2 x = reinterpret_cast<const ulonglong2*>(p)[0], y = reinterpret_cast<const ulonglong2*>(p)[1];
+  v[at] = x.x, v[at + 1] = x.y, v[at + 2] = y.x, v[at + 3] = y.y;
+}
+
+// One multiply-add: FMA for floating point (one rounding, as the CPU kernels), the wrapping
+// product and sum for the unsigned integers that carry every integer dtype (int32 and uint32 are
+// the same bits modulo 2^32; core/matmul.cpp, route()).
+__device__ __forceinline__ float madd(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double madd(double a, double b, double c) { return fma(a, b, c); }
+__device__ __forceinline__ unsigned madd(unsigned a, unsigned b, unsigned c) { return a * b + c; }
+__device__ __forceinline__ unsigned long long madd(unsigned long long a, unsigned long long b, unsigned long long c) {
+  return a * b + c;
+}
 
 // A thread's fragment of one k step from a shared-memory row: R groups of 4 consecutive elements,
 // 4 * L apart (L: the lanes along that side of the warp tile).
@@ -72,7 +92,7 @@ __device__ __forceinline__ void outer_fma(T (&acc)[MI][NJ], const T (&a)[MI], co
 #pragma unroll
     for (int jj = 0; jj < NJ; ++jj) {
       const int j = SERPENTINE && i % 2 ? NJ - 1 - jj : jj;
-      acc[i][j] = fma(a[i], b[j], acc[i][j]);
+      acc[i][j] = madd(a[i], b[j], acc[i][j]);
     }
 }
 
@@ -82,6 +102,13 @@ __device__ __forceinline__ void store4(float* p, const float* v) {
 __device__ __forceinline__ void store4(double* p, const double* v) {
   reinterpret_cast<double2*>(p)[0] = make_double2(v[0], v[1]);
   reinterpret_cast<double2*>(p)[1] = make_double2(v[2], v[3]);
+}
+__device__ __forceinline__ void store4(unsigned* p, const unsigned* v) {
+  *reinterpret_cast<uint4*>(p) = make_uint4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void store4(unsigned long long* p, const unsigned long long* v) {
+  reinterpret_cast<ulonglong2*>(p)[0] = make_ulonglong2(v[0], v[1]);
+  reinterpret_cast<ulonglong2*>(p)[1] = make_ulonglong2(v[2], v[3]);
 }
 
 // c[0..3] += v[0..3] (global memory, relaxed, no return value): one 16-byte reduction on sm_90,

@@ -137,6 +137,16 @@ inline constexpr GemmTile kF64_64x64b{"gemm_sm80_f64_64x64b", 64, 64, 16, 32, 32
 inline constexpr GemmTile kF32_small{"gemm_sm80_f32_small", 32, 32, 32, 32, 16, 1, 1, 0, 4, 10};
 inline constexpr GemmTile kF64_small{"gemm_sm80_f64_small", 32, 32, 32, 32, 16, 1, 1, 0, 8, 8};
 
+// The integer dtypes, wrapping (core/matmul.cpp carries int32 / uint32 as u32, int64 / uint64 as
+// u64, the narrower ones widened): gemm_body with T = unsigned (IMAD, half FFMA's rate on GH100)
+// or unsigned long long (emulated, several instructions a multiply-add), on float32's and
+// float64's simple tiles, 2-D and batched. No tuning beyond that: they exist so that an integer
+// product stays on the GPU instead of going back to the host's CPU.
+inline constexpr GemmTile kU32_64x64{"gemm_sm80_u32_64x64", 64, 64, 16, 32, 32, 2, 1, 4, 4, 4};
+inline constexpr GemmTile kU64_64x64{"gemm_sm80_u64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
+inline constexpr GemmTile kU32_64x64b{"gemm_sm80_u32_64x64b", 64, 64, 16, 32, 32, 2, 1, 4, 4, 4};
+inline constexpr GemmTile kU64_64x64b{"gemm_sm80_u64_64x64b", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
+
 // Every float32 tile by the short name PORTMAT_CUDA_TILE accepts (the name after "gemm_sm80_f32_").
 // A tile added above must be listed here and have its four kernels in gemm.cu.
 struct NamedTile {
