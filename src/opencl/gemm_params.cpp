@@ -105,13 +105,13 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
       p.mdimc = 8;
     }
   }
-  if (dtype == DType::f64 && p.mwg > 32) {
+  if (dtype_size(dtype) == 8 && p.mwg > 32) {  // float64, and uint64 alike
     p.mwg = p.nwg = 64;
     if (dev.kind != DeviceKind::cpu) p.mdimc = p.ndimc = 16;  // 4x4 doubles per work-item
     p.vwm = p.vwn = 2;
     p.pada = 2;
     p.gvw = 2;
-  } else if (dtype == DType::f64) {  // the small stack block in doubles: 16-byte local reads
+  } else if (dtype_size(dtype) == 8) {  // the small stack block in 8-byte elements: 16-byte local reads
     p.vwm = p.vwn = 2;
     p.gvw = 2;
   }

@@ -90,6 +90,12 @@ class OpenClDevice final : public core::Device {
 
   const DeviceInfo& info() const override { return info_; }
 
+  // float32, float64 where the device has it, and the wrapping unsigned products that carry every
+  // integer dtype (gemm.cl, REAL_KIND).
+  bool computes(DType t) const override {
+    return t == DType::f32 || (t == DType::f64 && info_.supports_f64) || t == DType::u32 || t == DType::u64;
+  }
+
   std::unique_ptr<core::Buffer> alloc(std::size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     ready();
@@ -298,8 +304,8 @@ class OpenClDevice final : public core::Device {
                                   std::to_string(p.local_bytes(dtype_size(dtype))) +
                                   " bytes of local memory; " + where_ + " has " +
                                   std::to_string(local_mem_));
-    const std::string options = p.defines() + " -DREAL_IS_DOUBLE=" +
-                                (dtype == DType::f64 ? "1" : "0") + " -DA_COL_MAJOR=" +
+    const int kind = dtype == DType::f64 ? 1 : dtype == DType::u32 ? 2 : dtype == DType::u64 ? 3 : 0;
+    const std::string options = p.defines() + " -DREAL_KIND=" + std::to_string(kind) + " -DA_COL_MAJOR=" +
                                 (a_col ? "1" : "0") + " -DB_COL_MAJOR=" + (b_col ? "1" : "0") +
                                 " -DEDGES=" + (edges ? "1" : "0") + " -DGVW=" + std::to_string(gvw);
     auto it = kernels_.find(options);

@@ -194,42 +194,6 @@ TEST(CudaGemm, ChunkedPipelineKSplitStart) {
 // itself (no float64 detour, no trip back to the host CPU); full-range values whose products wrap,
 // every layout of a and b, padded and offset, a chunked pipeline, and stacks (the batched tiles),
 // all equal to the wrapping reference.
-template <class T>
-std::vector<T> wrapping_product(const MatrixView& a, const MatrixView& b) {
-  std::vector<T> c(a.rows * b.cols);
-  for (long i = 0; i < a.rows; ++i)
-    for (long j = 0; j < b.cols; ++j) {
-      using U = std::make_unsigned_t<T>;  // wrapping arithmetic, signed dtypes included
-      U s = 0;
-      for (long p = 0; p < a.cols; ++p)
-        s += static_cast<U>(static_cast<const T*>(a.data)[i * a.row_stride + p * a.col_stride]) *
-             static_cast<U>(static_cast<const T*>(b.data)[p * b.row_stride + j * b.col_stride]);
-      c[i * b.cols + j] = static_cast<T>(s);
-    }
-  return c;
-}
-
-template <class T>
-void check_integer(const std::string& dev, DType dt, long m, long n, long k, bool a_col, bool b_col, int pad,
-                   std::mt19937& rng) {
-  const long lda = (a_col ? m : k) + pad, ldb = (b_col ? k : n) + pad, ldc = n + pad;
-  std::vector<T> abuf((a_col ? k : m) * lda + pad), bbuf((b_col ? n : k) * ldb + pad), cbuf(m * ldc + pad, T(7));
-  for (auto& x : abuf) x = static_cast<T>((std::uint64_t(rng()) << 32) | rng());
-  for (auto& x : bbuf) x = static_cast<T>((std::uint64_t(rng()) << 32) | rng());
-  MatrixView a{abuf.data() + pad, m, k, a_col ? 1 : lda, a_col ? lda : 1, dt};
-  MatrixView b{bbuf.data() + pad, k, n, b_col ? 1 : ldb, b_col ? ldb : 1, dt};
-  MatrixView c{cbuf.data(), m, n, ldc, 1, dt};
-  portmat::matmul(a, b, c, dev);
-  const auto want = wrapping_product<T>(a, b);
-  for (long i = 0; i < m; ++i) {
-    for (long j = 0; j < n; ++j)
-      ASSERT_EQ(cbuf[i * ldc + j], want[i * n + j])
-          << dtype_name(dt) << " " << m << "x" << k << " @ " << k << "x" << n << " a_col=" << a_col
-          << " b_col=" << b_col << " entry " << i << "," << j;
-    for (long j = n; j < ldc; ++j) ASSERT_EQ(cbuf[i * ldc + j], T(7)) << "wrote past a row";
-  }
-}
-
 TEST(CudaGemm, IntegerKernelsWrapAroundOnTheDevice) {
   REQUIRE_CUDA();
   auto d = portmat::core::open_device(dev);
@@ -238,14 +202,14 @@ TEST(CudaGemm, IntegerKernelsWrapAroundOnTheDevice) {
   std::mt19937 rng(23);
   for (const auto& s : {std::array<long, 3>{1, 1, 1}, {7, 1, 5}, {17, 19, 23}, {127, 129, 131}, {64, 64, 16}, {300, 260, 100}})
     for (int layout = 0; layout < 4; ++layout) {
-      check_integer<std::uint32_t>(dev, DType::u32, s[0], s[1], s[2], layout & 1, layout & 2, layout == 1 ? 0 : 1, rng);
-      check_integer<std::uint64_t>(dev, DType::u64, s[0], s[1], s[2], layout & 1, layout & 2, layout == 2 ? 0 : 3, rng);
-      check_integer<std::int32_t>(dev, DType::i32, s[0], s[1], s[2], layout & 1, layout & 2, 0, rng);
+      portmat::testing::check_integer<std::uint32_t>(dev, DType::u32, s[0], s[1], s[2], layout & 1, layout & 2, layout == 1 ? 0 : 1, rng);
+      portmat::testing::check_integer<std::uint64_t>(dev, DType::u64, s[0], s[1], s[2], layout & 1, layout & 2, layout == 2 ? 0 : 3, rng);
+      portmat::testing::check_integer<std::int32_t>(dev, DType::i32, s[0], s[1], s[2], layout & 1, layout & 2, 0, rng);
     }
   {
     ScopedEnv chunk("PORTMAT_CUDA_CHUNK_MB", "1");  // several row chunks; no k-split for integers
-    check_integer<std::uint32_t>(dev, DType::u32, 1500, 700, 400, false, false, 2, rng);
-    check_integer<std::uint64_t>(dev, DType::u64, 900, 300, 500, true, false, 0, rng);
+    portmat::testing::check_integer<std::uint32_t>(dev, DType::u32, 1500, 700, 400, false, false, 2, rng);
+    portmat::testing::check_integer<std::uint64_t>(dev, DType::u64, 900, 300, 500, true, false, 0, rng);
   }
   // Stacks: a (5, 33, 40) against b (5, 40, 17) and against one broadcast b, as strided batches.
   const long count = 5, m = 33, k = 40, n = 17;
@@ -259,7 +223,7 @@ TEST(CudaGemm, IntegerKernelsWrapAroundOnTheDevice) {
     portmat::ArrayView cv{c.data(), DType::u32, {count, m, n}, {m * n, n, 1}};
     portmat::matmul(av, bv, cv, dev);
     for (long i = 0; i < count; ++i) {
-      const auto want = wrapping_product<std::uint32_t>({a.data() + i * m * k, m, k, k, 1, DType::u32},
+      const auto want = portmat::testing::wrapping_product<std::uint32_t>({a.data() + i * m * k, m, k, k, 1, DType::u32},
                                                         {b.data() + i * b_step, k, n, n, 1, DType::u32});
       for (long e = 0; e < m * n; ++e) ASSERT_EQ(c[i * m * n + e], want[e]) << "matrix " << i << " entry " << e;
     }

@@ -71,6 +71,34 @@ TEST_P(OpenClDevice, OutOfMemoryIsAnExceptionAndLaterCallsWork) {
   EXPECT_EQ(x, y);
 }
 
+// The integer kernels (gemm.cl with REAL_KIND 2 / 3: wrapping uint / ulong multiply-adds): the
+// device computes them itself; full-range values, every layout (with and without edges), and a
+// stack, equal to the wrapping reference.
+TEST_P(OpenClDevice, IntegerKernelsWrapAround) {
+  auto dev = portmat::core::open_device(GetParam());
+  ASSERT_TRUE(dev->computes(DType::u32));
+  ASSERT_TRUE(dev->computes(DType::u64));
+  std::mt19937 rng(29);
+  for (int layout = 0; layout < 4; ++layout) {
+    portmat::testing::check_integer<std::uint32_t>(GetParam(), DType::u32, 17, 19, 23, layout & 1, layout & 2, 1, rng);
+    portmat::testing::check_integer<std::int32_t>(GetParam(), DType::i32, 64, 64, 16, layout & 1, layout & 2, 0, rng);
+  }
+  portmat::testing::check_integer<std::uint64_t>(GetParam(), DType::u64, 17, 19, 23, false, false, 2, rng);
+  portmat::testing::check_integer<std::int64_t>(GetParam(), DType::i64, 33, 9, 40, true, true, 0, rng);
+  const std::int64_t count = 4, m = 9, k = 13, n = 11;
+  std::vector<std::uint32_t> a(count * m * k), b(count * k * n), c(count * m * n);
+  for (auto& x : a) x = rng();
+  for (auto& x : b) x = rng();
+  portmat::matmul(portmat::ArrayView{a.data(), DType::u32, {count, m, k}, {m * k, k, 1}},
+                  portmat::ArrayView{b.data(), DType::u32, {count, k, n}, {k * n, n, 1}},
+                  portmat::ArrayView{c.data(), DType::u32, {count, m, n}, {m * n, n, 1}}, GetParam());
+  for (std::int64_t i = 0; i < count; ++i) {
+    const auto want = portmat::testing::wrapping_product<std::uint32_t>(
+        {a.data() + i * m * k, m, k, k, 1, DType::u32}, {b.data() + i * k * n, k, n, n, 1, DType::u32});
+    for (std::int64_t e = 0; e < m * n; ++e) ASSERT_EQ(c[i * m * n + e], want[e]) << "matrix " << i << " entry " << e;
+  }
+}
+
 TEST_P(OpenClDevice, DeviceResidentGemmWithOffsetsAndLayouts) {
   auto dev = portmat::core::open_device(GetParam());
   std::mt19937 rng(std::random_device{}());

@@ -1,4 +1,5 @@
-// gemm.cl: C = A * B for any M, N, K; the portable kernel every OpenCL device runs.
+// gemm.cl: C = A * B for any M, N, K; the portable kernel every OpenCL device runs, in float32,
+// float64 and the wrapping 32- and 64-bit unsigned products that carry the integer dtypes.
 //
 // The seed's design, generalised: each work-group computes an MWG x NWG block of C, staging
 // KWG-deep slices of A and B in local memory (double-buffered: the next slice is fetched from
@@ -13,8 +14,9 @@
 // problem (gemm_params.cpp); compiled programs are cached per (device, defines).
 
 // ---- tunables (defaults are for a 256-work-item GPU work-group) ---------------------------------
-#ifndef REAL_IS_DOUBLE
-#define REAL_IS_DOUBLE 0  // 0: float32, 1: float64
+#ifndef REAL_KIND
+#define REAL_KIND 0  // 0: float32, 1: float64, 2: uint (32-bit), 3: ulong (64-bit): the integer
+                     // dtypes' wrapping products, the same bits for signed and unsigned
 #endif
 #ifndef MWG
 #define MWG 128  // rows of C per work-group
@@ -57,13 +59,23 @@
 #endif
 
 // ---- derived ------------------------------------------------------------------------------------
-#if REAL_IS_DOUBLE
+#if REAL_KIND == 1
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #define REAL double
+#elif REAL_KIND == 2
+#define REAL uint
+#elif REAL_KIND == 3
+#define REAL ulong
 #else
 #define REAL float
 #endif
 typedef REAL real;
+// One multiply-add: fused for floating point, wrapping for the unsigned integers.
+#if REAL_KIND >= 2
+#define MADD(a, b, c) ((a) * (b) + (c))
+#else
+#define MADD(a, b, c) fma((a), (b), (c))
+#endif
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 #define REALVM CAT(REAL, VWM)  // e.g. float4
@@ -253,7 +265,7 @@ void gemm(const int M, const int N, const int K,
 #pragma unroll
       for (int i = 0; i < MWI; ++i)
 #pragma unroll
-        for (int j = 0; j < NWI; ++j) acc[i][j] = fma(a_reg[i], b_reg[j], acc[i][j]);
+        for (int j = 0; j < NWI; ++j) acc[i][j] = MADD(a_reg[i], b_reg[j], acc[i][j]);
     }
     if (more) {  // the other buffer was last read before the previous barrier: safe to fill
       store_a(As[cur ^ 1], tid, ra);
