@@ -1,12 +1,13 @@
-// Small products, unpacked: c = a @ b where all three matrices are small (kSmallElements), on one
-// thread, or a few for the larger ones. The CPU backend runs single small products this way and
-// each matrix of a stack of small products (np.matmul's batches: a thread per matrix).
+// Small products, unpacked: c = a @ b where all three matrices are small (kSmallElements), or c
+// has one strip of columns (kStripBytes), on one thread, or a few for the larger ones. The CPU
+// backend runs single small products this way and each matrix of a stack of small products
+// (np.matmul's batches: a thread per matrix).
 //
 // Why: the packed GEMM (gemm_driver.hpp) copies a and b into panels before it multiplies. For a
 // 32x32 product that copy, the driver's blocking and its thread hand-off cost more than the 32K
 // multiply-adds: a stack of 10000 such products ran at 1.4x NumPy on 2 cores; unpacked, at 3.3x
-// (0.96 us a 32x32 product on one core, about 85% of its peak). Here register tiles of c (6 rows x 2 vectors: 6x16 floats, 6x8
-// doubles) accumulate over all of K, reading a's elements (broadcast) and b's row segments where
+// (0.96 us a 32x32 product on one core, about 85% of its peak). Here register tiles of c (6 rows x
+// 2 vectors: 6x16 floats, 6x8 doubles) accumulate over all of K, reading a's elements (broadcast) and b's row segments where
 // they are; the operands of a small product sit in L1/L2 anyway. Compiled for AVX2 + FMA and for
 // baseline x86-64, chosen at run time (as skinny.cpp).
 #pragma once

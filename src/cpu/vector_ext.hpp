@@ -10,17 +10,11 @@
 
 #include <cstring>
 
+#include "cpu/always_inline.hpp"
+
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define PM_CPU_AVX2_CLONES 1
 #define PM_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#endif
-
-// A lambda is a function of its own, compiled for the baseline even inside a PM_TARGET_AVX2
-// function, unless it is always inlined.
-#if defined(__GNUC__) || defined(__clang__)
-#define PM_LAMBDA_ALWAYS_INLINE __attribute__((always_inline))
-#else
-#define PM_LAMBDA_ALWAYS_INLINE
 #endif
 
 namespace portmat::cpu {

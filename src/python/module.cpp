@@ -89,7 +89,7 @@ portmat::DType parse_dtype(const std::string& s) {
 // its way back holds the GIL again. From then on a thread other than the one exiting that would
 // take the GIL back from portmat, or enter it, parks instead: the process is ending anyway.
 constexpr int kExitWaitSeconds = 10;
-constexpr double kKeepGilMadds = 32.0 * 32 * 32;  // matmul_arrays: products this small keep the GIL
+constexpr double kKeepGilMadds = 32.0 * 32 * 32;  // products this small keep the GIL
 
 struct ExitState {
   std::mutex mu;
@@ -171,6 +171,17 @@ void exiting() {
   PyEval_RestoreThread(saved);
 }
 
+// Runs a product of `madds` multiply-adds: tiny ones (at most kKeepGilMadds, about a microsecond on
+// a CPU) holding the GIL, since releasing and retaking it would cost a third of NumPy's whole call
+// at n = 8; the others without it.
+template <class F>
+void multiply_holding_gil_if_tiny(double madds, F&& f) {
+  if (madds <= kKeepGilMadds)
+    f();
+  else
+    without_gil(f);
+}
+
 // A capsule that owns `p` (deleting the capsule drops the reference).
 nb::capsule hold(std::shared_ptr<void> p) {
   auto* h = new std::shared_ptr<void>(std::move(p));
@@ -239,12 +250,6 @@ std::optional<portmat::MatrixView> matrix_of(const Py_buffer& v, portmat::DType 
 constexpr Py_ssize_t kSmallResultBytes = Py_ssize_t(1) << 20;   // _host_memory.MIN_RESULT_BYTES
 constexpr Py_ssize_t kSmallOperandBytes = Py_ssize_t(4) << 20;  // _host_memory.MIN_OPERAND_BYTES
 
-nb::object matmul_small(nb::handle a_obj, nb::handle b_obj, const char* device);
-
-}  // namespace
-
-namespace {
-
 nb::object matmul_small(nb::handle a_obj, nb::handle b_obj, const char* device) {
   if (Py_TYPE(a_obj.ptr()) != ndarray_type || Py_TYPE(b_obj.ptr()) != ndarray_type) return nb::none();
   Buffer a, b;
@@ -271,10 +276,8 @@ nb::object matmul_small(nb::handle a_obj, nb::handle b_obj, const char* device) 
   Buffer c;
   if (!c.get(c_obj.ptr(), PyBUF_RECORDS)) throw nb::python_error();
   portmat::MatrixView mc{c.view.buf, M, N, N, 1, *t};
-  if (static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) <= kKeepGilMadds)
-    portmat::matmul(*ma, *mb, mc, device);
-  else
-    without_gil([&] { portmat::matmul(*ma, *mb, mc, device); });
+  multiply_holding_gil_if_tiny(static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
+                               [&] { portmat::matmul(*ma, *mb, mc, device); });
   return c_obj;
 }
 
@@ -347,14 +350,9 @@ NB_MODULE(_ext, m) {
       [](nb::ndarray<nb::ro, nb::device::cpu> a, nb::ndarray<nb::ro, nb::device::cpu> b,
          nb::ndarray<nb::device::cpu> out, const std::string& device) {
         const portmat::ArrayView va = array_of(a, "a"), vb = array_of(b, "b"), vo = array_of(out, "out");
-        // Tiny products (at most 32^3 multiply-adds: about a microsecond on a CPU) keep the GIL:
-        // releasing and retaking it would cost a third of NumPy's whole call at n = 8.
         double madds = vb.shape.empty() ? 1.0 : static_cast<double>(vb.shape.back());
         for (std::int64_t d : va.shape) madds *= static_cast<double>(d);
-        if (madds <= kKeepGilMadds)
-          portmat::matmul(va, vb, vo, device);
-        else
-          without_gil([&] { portmat::matmul(va, vb, vo, device); });
+        multiply_holding_gil_if_tiny(madds, [&] { portmat::matmul(va, vb, vo, device); });
       },
       "a"_a, "b"_a, "out"_a, "device"_a,
       "out = a @ b with np.matmul's shapes (vectors, broadcast stacks), all three of one dtype; "

@@ -15,12 +15,7 @@
 #include <cstdint>
 #include <utility>
 
-// A lambda the compiler must inline (GCC / Clang syntax; other compilers decide for themselves).
-#if defined(__GNUC__) || defined(__clang__)
-#define PM_LAMBDA_ALWAYS_INLINE __attribute__((always_inline))
-#else
-#define PM_LAMBDA_ALWAYS_INLINE
-#endif
+#include "cpu/always_inline.hpp"
 
 namespace portmat::cpu {
 namespace {
