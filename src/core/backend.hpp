@@ -111,6 +111,15 @@ class Device {
     }
   }
 
+  // c = a @ B'' for a complex b (K x N, complex64 / complex128), with a and c the real matrices
+  // of interleaved parts (M x 2K, and M x 2N row-major) and B'' b's real form (batch.hpp,
+  // complex_b), without writing B'' out: a device that packs b anyway can pack B'' straight from
+  // b, saving a pass over memory. Returns false, touching nothing, where the device has no such
+  // path for this product (the core then builds B'' itself).
+  virtual bool matmul_complex_b_host(const HostMatrix& /*a*/, const HostMatrix& /*b*/, const MatrixView& /*c*/) {
+    return false;
+  }
+
   // Whether the device has kernels of its own for this dtype: float32 always, float64 where
   // info().supports_f64, uint32 / uint64 (the products of every integer type) where it says so.
   // The core brings every other dtype to one of these (core/batch.hpp).

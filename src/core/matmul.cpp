@@ -103,6 +103,32 @@ bool exact_in_f64(const core::Batch& p) {
   return bound < 9007199254740992.0;  // 2^53
 }
 
+// A complex stack whose every product the device multiplies with b as it is
+// (Device::matmul_complex_b_host); a: p.a as a matrix of complex elements contiguous along k.
+// False, with nothing done, where it declines or an operand is not dense in place.
+bool complex_b_on_device(core::Device& dev, const core::Batch& p, const MatrixView& a, std::int64_t a_step,
+                         DType real) {
+  const MatrixView a_real{a.data, a.rows, 2 * a.cols, 2 * a.row_stride, 1, real};
+  const auto ha = core::dense_in_place(a_real);
+  const auto hb = core::dense_in_place(p.b);
+  if (!ha || !hb || (p.count > 1 && (!dense_stack(a_real) || !dense_stack(p.b))) || a.rows > kMaxDim ||
+      a.cols > kMaxDim || p.b.cols > kMaxDim)
+    return false;
+  const std::size_t es = dtype_size(p.c.dtype);
+  for (std::int64_t i = 0; i < p.count; ++i) {
+    core::HostMatrix ai = *ha, bi = *hb;
+    ai.data = static_cast<const unsigned char*>(ha->data) + i * a_step * static_cast<std::int64_t>(es);
+    bi.data = static_cast<const unsigned char*>(hb->data) + i * p.b_step * static_cast<std::int64_t>(es);
+    const MatrixView ci{static_cast<unsigned char*>(p.c.data) + i * p.c_step * static_cast<std::int64_t>(es),
+                        p.c.rows, 2 * p.c.cols, 2 * p.c.row_stride, 1, real};
+    if (!dev.matmul_complex_b_host(ai, bi, ci)) {
+      if (i == 0) return false;  // every product of a stack has the same shape: declined at the first
+      throw std::logic_error("matmul: the device declined a complex product of a stack it had taken");
+    }
+  }
+  return true;
+}
+
 // c gets the products of the converted operands, computed in `compute`.
 void through(core::Device& dev, const core::Batch& p, DType compute, const std::string& device);
 
@@ -129,6 +155,7 @@ void route(core::Device& dev, const core::Batch& p, const std::string& device) {
         a_packed = core::convert_stack(p.a, p.a_step, p.count, t);
         a = a_packed.view, a_step = a_packed.step;
       }
+      if (complex_b_on_device(dev, p, a, a_step, real)) return;
       const core::Converted b2 = core::complex_b(p.b, p.b_step, p.count);
       core::Batch r;
       r.a = {a.data, a.rows, 2 * a.cols, 2 * a.row_stride, 1, real};

@@ -336,6 +336,57 @@ void pack_b_panels(const core::HostMatrix& b, std::int64_t p0, std::int64_t k, s
   pack_a_panels<T, NR>(bt, j0, n, p0, k, dst);
 }
 
+// Element (p, j) of B'' is a part of z = b[p / 2][j / 2]: on even rows (re z, im z), on odd rows
+// (-im z, re z), for even and odd j.
+template <class T, int NR>
+void pack_b_complex_panels(const core::HostMatrix& b, std::int64_t p0, std::int64_t k, std::int64_t j0,
+                           std::int64_t n, T* dst) {
+  const T* src = static_cast<const T*>(b.data) + 2 * b.offset;  // parts: 2 reals a complex element
+  for (std::int64_t r = 0; r < n; r += NR, dst += NR * k) {
+    const int cols = static_cast<int>(std::min<std::int64_t>(NR, n - r));
+    const std::int64_t j = j0 + r;
+    if (j % 2 == 0 && cols % 2 == 0 && !b.col_major) {  // a row of B'' is a stretch of b's row
+      for (std::int64_t p = 0; p < k; ++p) {
+        const std::int64_t row = p0 + p;
+        const T* z = src + 2 * ((row >> 1) * b.ld + (j >> 1));
+        T* d = dst + p * NR;
+        if (row & 1) {
+          for (int q = 0; q < cols; q += 2) d[q] = -z[q + 1], d[q + 1] = z[q];
+        } else {
+          for (int q = 0; q < cols; ++q) d[q] = z[q];
+        }
+        for (int q = cols; q < NR; ++q) d[q] = T(0);
+      }
+      continue;
+    }
+    for (std::int64_t p = 0; p < k; ++p) {  // column-major b, or a panel edge inside a complex column
+      const std::int64_t row = p0 + p;
+      T* d = dst + p * NR;
+      for (int q = 0; q < cols; ++q) {
+        const std::int64_t col = j + q;
+        const T* z = src + 2 * (b.col_major ? (col >> 1) * b.ld + (row >> 1) : (row >> 1) * b.ld + (col >> 1));
+        d[q] = (row & 1) == 0 ? z[col & 1] : (col & 1) == 0 ? -z[1] : z[0];
+      }
+      for (int q = cols; q < NR; ++q) d[q] = T(0);
+    }
+  }
+}
+
+template <class T>
+PackFn<T> complex_b_packer(int nr) {
+  switch (nr) {
+    case 4: return pack_b_complex_panels<T, 4>;
+    case 6: return pack_b_complex_panels<T, 6>;
+    case 8: return pack_b_complex_panels<T, 8>;
+    case 12: return pack_b_complex_panels<T, 12>;
+    case 16: return pack_b_complex_panels<T, 16>;
+    case 32: return pack_b_complex_panels<T, 32>;
+    default: return nullptr;
+  }
+}
+template PackFn<float> complex_b_packer<float>(int);
+template PackFn<double> complex_b_packer<double>(int);
+
 template <class T>
 void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
           std::int64_t ldc, int threads, double min_flops_per_thread) {

@@ -53,6 +53,17 @@ template <class T, int NR>
 void pack_b_panels(const core::HostMatrix& b, std::int64_t p0, std::int64_t k, std::int64_t j0,
                    std::int64_t n, T* dst);
 
+// B's packer for a complex b read as its real form B'' (core/batch.hpp, complex_b): b holds the
+// complex K x N matrix (data, offset and ld counted in complex elements, either layout) and the
+// panels are those pack_b_panels<T, NR> would make of the 2K x 2N real matrix B''. The complex
+// product then runs as one real GEMM that never writes B'' out (cpu_backend.cpp).
+template <class T, int NR>
+void pack_b_complex_panels(const core::HostMatrix& b, std::int64_t p0, std::int64_t k, std::int64_t j0,
+                           std::int64_t n, T* dst);
+// pack_b_complex_panels<T, nr> for the tile widths of kernel_table.cpp; null for any other.
+template <class T>
+PackFn<T> complex_b_packer(int nr);
+
 // Below this many flops per thread, another thread costs more to coordinate than it saves
 // (a wake-up and a few barriers are some microseconds; 4 Mflop is ~25 us on one AVX-512 core).
 constexpr double kMinFlopsPerThread = 4e6;

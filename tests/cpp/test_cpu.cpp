@@ -1,8 +1,9 @@
 // The native CPU backend's own machinery: every micro-kernel this CPU can run against the scalar
 // reference kernel for every edge-tile size (and that it writes nothing outside its tile); every
-// A packer against the portable one for every edge panel; the blocking driver in both loop orders
-// with small block sizes so every loop runs several times, on 1 to 4 threads, with both storage
-// orders of A and B; the device's info, thread setting and concurrent callers.
+// A packer against the portable one for every edge panel; the complex B packer against B''; the
+// blocking driver in both loop orders with small block sizes so every loop runs several times, on
+// 1 to 4 threads, with both storage orders of A and B; the device's info, thread setting and
+// concurrent callers.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,9 +11,12 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/batch.hpp"
+#include "core/layout.hpp"
 #include "core/reference.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernel_table.hpp"
@@ -140,6 +144,43 @@ void check_pack_a(const GemmConfig<T>& cfg) {
           ref(a, i0, m, p0, k, want.data());
           ASSERT_EQ(got, want) << "m=" << m << " k=" << k << " ld=" << ld << " col=" << col;
         }
+}
+
+// The complex B packer (cfg's tile width) against cfg.pack_b on the B'' that core::complex_b
+// writes out, bit for bit: every panel width around nr (odd ones go through the general path),
+// B'' rows from odd and even starts, both storage orders of b, slack and an offset, and nothing
+// written past the packed panels.
+template <class T>
+void check_pack_b_complex(const GemmConfig<T>& cfg) {
+  SCOPED_TRACE(cfg.kernel);
+  const auto packer = portmat::cpu::complex_b_packer<T>(cfg.nr);
+  ASSERT_NE(packer, nullptr);
+  constexpr DType complex_t = std::is_same_v<T, float> ? DType::c64 : DType::c128;
+  std::mt19937 rng(12);
+  const int nr = cfg.nr;
+  const T poison = T(-777);
+  for (bool col : {false, true})
+    for (std::int64_t slack : {0, 5}) {
+      const std::int64_t K = 23, N = nr + 3, off = 3;  // complex elements
+      const std::int64_t ld = (col ? K : N) + slack;
+      auto parts = random_vector<T>(2 * (off + ld * (col ? N : K)), rng);
+      const MatrixView bv{parts.data() + 2 * off, K, N, col ? 1 : ld, col ? ld : 1, complex_t};
+      const portmat::core::Converted b2 = portmat::core::complex_b(bv, 0, 1);
+      const auto real_b2 = portmat::core::dense_in_place(b2.view);
+      ASSERT_TRUE(real_b2.has_value());
+      const portmat::core::HostMatrix b{parts.data(), off, 2 * K, 2 * N, ld, col, dtype_of<T>()};
+      for (std::int64_t p0 : {0, 1, 6})
+        for (std::int64_t k : {std::int64_t(1), std::int64_t(2), std::int64_t(7), 2 * K - p0})
+          for (std::int64_t j0 : {std::int64_t(0), std::int64_t(nr)})
+            for (std::int64_t n = 1; n <= 2 * N - j0 && n <= 2 * nr + 1; ++n) {
+              const std::int64_t size = (n + nr - 1) / nr * nr * k;
+              std::vector<T> got(size + 16, poison), want(size + 16, poison);
+              packer(b, p0, k, j0, n, got.data());
+              cfg.pack_b(*real_b2, p0, k, j0, n, want.data());
+              ASSERT_EQ(got, want) << "p0=" << p0 << " k=" << k << " j0=" << j0 << " n=" << n
+                                   << " col=" << col << " slack=" << slack;
+            }
+    }
 }
 
 // c = a @ b through the blocking driver with cfg on `threads` threads; returns the worst error
@@ -335,6 +376,8 @@ TEST_P(KernelSets, MicroKernelFloat32EveryEdgeTile) { check_micro_kernel(set().f
 TEST_P(KernelSets, MicroKernelFloat64EveryEdgeTile) { check_micro_kernel(set().f64); }
 TEST_P(KernelSets, PackAFloat32EveryEdgePanel) { check_pack_a(set().f32); }
 TEST_P(KernelSets, PackAFloat64EveryEdgePanel) { check_pack_a(set().f64); }
+TEST_P(KernelSets, PackBComplexFloat32IsBDoublePrime) { check_pack_b_complex(set().f32); }
+TEST_P(KernelSets, PackBComplexFloat64IsBDoublePrime) { check_pack_b_complex(set().f64); }
 TEST_P(KernelSets, DriverIntegers) {
   check_driver_integers(set().u32, false);
   check_driver_integers(set().u64, false);

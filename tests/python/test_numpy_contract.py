@@ -238,6 +238,23 @@ def test_integer_products_wrap_around_exactly(device):
 
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
+def test_large_complex_products_in_every_layout(device):
+    """Complex products big enough for the packed GEMMs (on the CPU, b's real form is packed
+    straight from b): b contiguous, transposed, a slice with a leading dimension and an offset,
+    strided and reversed; a transposed too; odd sizes, so panels end inside a complex column."""
+    rng = np.random.default_rng()
+    for dtype in (np.complex64, np.complex128):
+        for m, k, n in ((131, 257, 97), (64, 300, 200)):
+            a = random_values(rng, (m, k), dtype)
+            big = random_values(rng, (k + 7, n + 5), dtype)
+            for b in (big[:k, :n].copy(), big[3:k + 3, 5:n + 5], as_view(rng, big[:k, :n], "transposed"),
+                      as_view(rng, big[:k, :n], "strided"), as_view(rng, big[:k, :n], "reversed")):
+                check_same_as_numpy(portmat.matmul(a, b, device=device), a, b)
+            at = as_view(rng, a, "transposed")
+            check_same_as_numpy(portmat.matmul(at, big[:k, :n], device=device), at, big[:k, :n])
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
 def test_dtype_argument_as_numpy(device):
     rng = np.random.default_rng()
     a, b = random_values(rng, (5, 8), "int16"), random_values(rng, (8, 3), "int16")
