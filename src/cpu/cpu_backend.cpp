@@ -262,8 +262,7 @@ class CpuDevice final : public core::Device {
   // Whether multiply() takes the packed GEMM for an M x K x N product of `size`-byte elements
   // whatever the layouts: neither small.hpp's nor skinny.hpp's shapes.
   static bool takes_packed_gemm(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size) {
-    return M > kSkinnyMax && N > kSkinnyMax && M * K + K * N + M * N > kSmallElements &&
-           N * static_cast<std::int64_t>(size) > kStripBytes;
+    return M > kSkinnyMax && N > kSkinnyMax && !small_shape(M, K, N, size);
   }
 
   template <class T>

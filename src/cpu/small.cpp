@@ -63,6 +63,28 @@ template <class T, int R, int V>
   }
 }
 
+// The 6-row tiles of rows [i, i + m) against one strip of b (bs, lds apart), into c's columns
+// [j, j + cols).
+template <class T, int V>
+[[gnu::always_inline]] inline void strip_rows(const T* a, std::int64_t lda, const T* bs, std::int64_t lds, T* c,
+                                              std::int64_t ldc, std::int64_t m, std::int64_t K, int cols) {
+  std::int64_t i = 0;
+  for (; i + kRows <= m; i += kRows) tile<T, kRows, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols);
+  switch (m - i) {
+    case 5: tile<T, 5, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    case 4: tile<T, 4, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    case 3: tile<T, 3, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    case 2: tile<T, 2, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    case 1: tile<T, 1, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    default: break;
+  }
+}
+
+// Blocks of rows of a (about kRowBlockBytes of them) outside, b's strips inside: a block is read
+// from memory once and from L1/L2 for every further strip, and b (small, or one strip) stays in
+// L2. (Strips outside read all of a once per strip: 4 times over for 64 columns.)
+constexpr std::int64_t kRowBlockBytes = 64 << 10;
+
 template <class T, int V>
 [[gnu::always_inline]] inline void small_strips(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                                 std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
@@ -70,32 +92,26 @@ template <class T, int V>
   constexpr std::int64_t kStackK = 128;
   alignas(32) T stack_strip[kStackK * W];  // the last, narrower strip of b, zero-padded to W columns
   std::vector<T> heap_strip;               // the same where K is longer
-  for (std::int64_t j = 0; j < N; j += W) {
-    const int cols = static_cast<int>(std::min<std::int64_t>(W, N - j));
-    const T* bs = b + j;
-    std::int64_t lds = ldb;
-    if (cols < W) {
-      T* strip = stack_strip;
-      if (K > kStackK) {
-        heap_strip.resize(static_cast<std::size_t>(K * W));
-        strip = heap_strip.data();
-      }
-      for (std::int64_t k = 0; k < K; ++k) {
-        std::memcpy(strip + k * W, b + k * ldb + j, cols * sizeof(T));
-        std::memset(strip + k * W + cols, 0, (W - cols) * sizeof(T));
-      }
-      bs = strip, lds = W;
+  const std::int64_t j_last = N / W * W;   // where that strip starts (N when there is none)
+  const int last_cols = static_cast<int>(N - j_last);
+  T* strip = stack_strip;
+  if (last_cols > 0) {
+    if (K > kStackK) {
+      heap_strip.resize(static_cast<std::size_t>(K * W));
+      strip = heap_strip.data();
     }
-    std::int64_t i = 0;
-    for (; i + kRows <= M; i += kRows) tile<T, kRows, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols);
-    switch (M - i) {
-      case 5: tile<T, 5, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols); break;
-      case 4: tile<T, 4, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols); break;
-      case 3: tile<T, 3, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols); break;
-      case 2: tile<T, 2, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols); break;
-      case 1: tile<T, 1, V>(a + i * lda, lda, bs, lds, c + i * ldc + j, ldc, K, cols); break;
-      default: break;
+    for (std::int64_t k = 0; k < K; ++k) {
+      std::memcpy(strip + k * W, b + k * ldb + j_last, last_cols * sizeof(T));
+      std::memset(strip + k * W + last_cols, 0, (W - last_cols) * sizeof(T));
     }
+  }
+  const std::int64_t rows_per_block =
+      std::max<std::int64_t>(kRows, kRowBlockBytes / (K * std::int64_t(sizeof(T))) / kRows * kRows);
+  for (std::int64_t i0 = 0; i0 < M; i0 += rows_per_block) {
+    const std::int64_t m = std::min(rows_per_block, M - i0);
+    for (std::int64_t j = 0; j < j_last; j += W)
+      strip_rows<T, V>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, W);
+    if (last_cols > 0) strip_rows<T, V>(a + i0 * lda, lda, strip, W, c + i0 * ldc + j_last, ldc, m, K, last_cols);
   }
 }
 
@@ -151,14 +167,20 @@ const SmallKernels& small_kernels() {
 
 }  // namespace
 
+bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size) {
+  const auto bytes = static_cast<std::int64_t>(size);
+  if (M <= 0 || N <= 0 || K <= 0) return false;
+  if (N <= kSkinnyMax && M > kSkinnyMax) return false;  // skinny.hpp's dots: one pass over a
+  if (M * K + K * N + M * N <= kSmallElements) return true;  // small
+  if (N <= kSkinnyMax) return false;
+  // Few columns (one strip of b) of any size, past skinny.hpp's few; or a b that stays in L2.
+  return N * bytes <= kStripBytes || (M > kSkinnyMax && N * bytes <= kNarrowBytes && K * N * bytes <= kSmallBBytes);
+}
+
 template <class T>
 bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
-  if (M <= 0 || N <= 0 || K <= 0) return false;
-  // Small, or few columns (strips of b, a read in place) of any size, past skinny.hpp's few.
-  if (M * K + K * N + M * N > kSmallElements && (N * std::int64_t(sizeof(T)) > kStripBytes || N <= kSkinnyMax))
-    return false;
-  if (N <= kSkinnyMax && M > kSkinnyMax) return false;  // skinny.hpp's dots: one pass over a
+  if (!small_shape(M, K, N, sizeof(T))) return false;
   // Rows must be contiguous: a column-major matrix qualifies only as one row of adjacent columns.
   if ((a.col_major && (M > 1 || a.ld != 1)) || (b.col_major && (K > 1 || b.ld != 1))) return false;
   const T* pa = static_cast<const T*>(a.data) + a.offset;

@@ -12,6 +12,7 @@
 // baseline x86-64, chosen at run time (as skinny.cpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/backend.hpp"
@@ -33,6 +34,21 @@ constexpr std::int64_t kSmallElements = std::int64_t(1) << 17;
 // (Few rows are not the mirror image: b's strips walked down all of K, thousands of rows apart,
 // defeat the prefetchers; docs/cpu.md.)
 constexpr std::int64_t kStripBytes = 64;
+
+// And products of any M with a narrow b (rows of at most kNarrowBytes: 64 floats, 32 doubles)
+// that holds at most kSmallBBytes (a quarter of the 2-core machine's L2): blocks of a's rows are
+// read in place, once, against every strip of b, which stays in L2 (a tall matrix times a small
+// one). The packed GEMM would copy all of a first, for at most N multiply-adds an element.
+// 2-core machine, float32, one process each, packed / unpacked (ms): 65536 x 64 @ 64 x 64
+// 8.9-10.7 / 4.2-4.9; 16384 x 256 @ 256 x 64 6.9-8.4 / 4.6-6.9; 4096 x 1024 @ 1024 x 32
+// 5.5-7.0 / 2.0-2.2. Wider b lost or tied: 512 x 64 @ 64 x 512 0.25-0.29 / 0.31-0.35,
+// 2048 x 128 @ 128 x 256 0.88-0.98 / 1.03-1.15, 4096 x 256 @ 256 x 128 1.7-2.1 / 2.1.
+constexpr std::int64_t kNarrowBytes = 256;
+constexpr std::int64_t kSmallBBytes = 128 << 10;
+
+// Whether small_gemm takes an M x K x N product of `size`-byte elements, by its shape (it also
+// needs a and b row-major).
+bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size);
 
 // c (row-major, ldc) = a @ b when a and b are row-major (their rows contiguous) and the product is
 // small as above; returns false, touching nothing, otherwise.

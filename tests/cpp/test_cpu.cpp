@@ -314,7 +314,10 @@ void check_small() {
                          {32, 32, 32}, {47, 64, 9}, {100, 128, 127}, {128, 5, 128}, {1, 256, 255},
                          {2, 100, 200}, {3, 300, 13}, {4, 2, 4},
                          // past kSmallElements, few columns (one strip of b)
-                         {700, 300, 7}, {3001, 50, 8}, {64, 3000, 5}})
+                         {700, 300, 7}, {3001, 50, 8}, {64, 3000, 5},
+                         // past kSmallElements, a narrow b that fits kSmallBBytes: many blocks of
+                         // rows, several strips and a padded last one
+                         {3000, 100, 29}, {1500, 300, 20}})
     for (int pad : {0, 3})
     for (int threads : {1, 3}) {
       const std::int64_t lda = k + pad, ldb = n + pad, ldc = n + 1, off = pad;
@@ -338,11 +341,18 @@ void check_small() {
   portmat::core::HostMatrix tall{x.data(), 0, 64, 8, 8, false, dtype_of<T>()};
   portmat::core::HostMatrix narrow{x.data(), 0, 8, 2, 2, false, dtype_of<T>()};
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(big, big, y.data(), 400));
-  // Past kSmallElements only one strip of columns (64 bytes), and not skinny.hpp's few.
+  // Past kSmallElements only one strip of columns (64 bytes) or a narrow b of at most
+  // kSmallBBytes, and not skinny.hpp's few.
   portmat::core::HostMatrix tall_a{x.data(), 0, 3000, 50, 50, false, dtype_of<T>()};
-  portmat::core::HostMatrix wide_b{x.data(), 0, 50, 64 / sizeof(T) + 1, 64 / sizeof(T) + 1, false, dtype_of<T>()};
+  const std::int64_t wide = portmat::cpu::kNarrowBytes / sizeof(T) + 1;
+  portmat::core::HostMatrix wide_b{x.data(), 0, 50, wide, wide, false, dtype_of<T>()};
   portmat::core::HostMatrix four_b{x.data(), 0, 50, 4, 4, false, dtype_of<T>()};
-  EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall_a, wide_b, y.data(), 64));
+  portmat::core::HostMatrix long_a{x.data(), 0, 50, 2000, 2000, false, dtype_of<T>()};
+  portmat::core::HostMatrix long_b{x.data(), 0, 2000, 16, 16, false, dtype_of<T>()};  // 128 KiB of doubles
+  portmat::core::HostMatrix long_b32{x.data(), 0, 2000, 32, 32, false, dtype_of<T>()};
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall_a, wide_b, y.data(), wide));
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(long_a, long_b32, y.data(), 32));  // b past kSmallBBytes
+  EXPECT_EQ(portmat::cpu::small_gemm<T>(long_a, long_b, y.data(), 16), sizeof(T) == 4);  // floats: one strip
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall_a, four_b, y.data(), 4));
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall, narrow, y.data(), 2));  // skinny's dots
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(sq, col, y.data(), 8));
