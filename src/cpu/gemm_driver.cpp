@@ -57,6 +57,12 @@ class Scratch {
   std::size_t bytes_ = 0;
 };
 
+// The calling thread's scratch for single-threaded plans (gemm on one thread, split_k's parts).
+Scratch& thread_scratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
 // How one call is cut up: block sizes fitted to the shape, and the work items of each step.
 //
 // Two loop orders (GemmConfig::a_outer), mirror images of each other. One operand is "outer":
@@ -205,6 +211,7 @@ struct Job {
   Phase* inner_phase;   // [steps]
   Phase* c_phase;       // [steps]
   WaitWord* progress;   // notified whenever a phase completes
+  bool accumulate;      // c += a @ b (split_k's partial sums) rather than c = a @ b
 };
 
 bool complete(const Phase& ph, std::int64_t total) {
@@ -280,7 +287,8 @@ void run_thread(void* ctx, int tid) {
         const int m_tile = static_cast<int>(std::min<std::int64_t>(mr, mc - r * mr));
         const int n_tile = static_cast<int>(std::min<std::int64_t>(nr, nc - q * nr));
         cfg.ukernel(kc, a_block + r * mr * kc, b_block + q * nr * kc,
-                    job.c + (ic + r * mr) * job.ldc + jc + q * nr, job.ldc, m_tile, n_tile, pc > 0);
+                    job.c + (ic + r * mr) * job.ldc + jc + q * nr, job.ldc, m_tile, n_tile,
+                    pc > 0 || job.accumulate);
       }
     });
   }
@@ -288,7 +296,8 @@ void run_thread(void* ctx, int tid) {
 
 template <class T>
 void run_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
-              T* c, std::int64_t ldc, const Plan& plan, Scratch& scratch, ThreadPool* pool) {
+              T* c, std::int64_t ldc, const Plan& plan, Scratch& scratch, ThreadPool* pool,
+              bool accumulate = false) {
   // Packed blocks start on 64-byte boundaries (the panels' own sizes need not be multiples).
   const std::int64_t line = 64 / sizeof(T);
   const std::int64_t b_elems = round_up(plan.kc * round_up(plan.nc, cfg.nr), line);
@@ -305,11 +314,100 @@ void run_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::H
   Job<T> job{&cfg, &a, &b, c, ldc, plan, base,
              {base + outer_elems, base + outer_elems + inner_elems},
              phases.get(), phases.get() + plan.outer_blocks(),
-             phases.get() + plan.outer_blocks() + plan.steps(), &progress};
+             phases.get() + plan.outer_blocks() + plan.steps(), &progress, accumulate};
   if (pool)
     pool->run(plan.threads, &run_thread<T>, &job);
   else
     run_thread<T>(&job, 0);
+}
+
+// Whether a multi-threaded plan runs better as split_k: one block of C (M <= mc, N <= nc) and a
+// long K. The blocked plan would then step through K one block at a time, every thread at every
+// step: a handful of micro-tiles between two waits for each other (64 x 16384 @ 16384 x 256:
+// 64 steps of 8 Mflop), and each B block packed by all threads, then computed by all. Split
+// along K, each thread runs a single-threaded plan on its own stretches of K, packing and
+// computing at its own pace (one streams memory while another computes), into a partial sum of
+// its own; the partial sums, M x N each, are added at the end. Only for a small C (at most
+// kSplitKBytes, so that each partial sum stays in L2 while it accumulates): 2-core machine,
+// float32, one process each, blocked / split (ms): 64 x 16384 @ 16384 x 256 5.0-5.4 / 4.4-4.9,
+// 64 x 65536 @ 65536 x 64 6.2-6.9 / 5.0-5.5; with a wide C no better or worse: 16 x 4096 @
+// 4096 x 4096 7.6-8.1 / 8.8-10.7, 64 x 4096 @ 4096 x 4096 16.1-17.3 / 17.5-18.7.
+constexpr std::int64_t kSplitKBytes = 64 << 10;
+bool split_k_wins(const Plan& p, std::size_t elem) {
+  return p.threads > 1 && p.ic_blocks == 1 && p.jc_blocks == 1 && p.pc_blocks >= 2 * p.threads &&
+         p.m * p.n * static_cast<std::int64_t>(elem) <= kSplitKBytes;
+}
+
+template <class T>
+struct SplitK {
+  const GemmConfig<T>* cfg;
+  const core::HostMatrix* a;
+  const core::HostMatrix* b;
+  std::int64_t m, n, k, chunk, chunks;
+  T* partial;                    // [threads][m * n], thread t's sum over the chunks it took
+  std::atomic<bool>* used;       // [threads], whether thread t took a chunk
+  std::atomic<std::int64_t> next{0};
+};
+
+template <class T>
+void split_k_thread(void* ctx, int tid) {
+  auto& j = *static_cast<SplitK<T>*>(ctx);
+  T* part = j.partial + tid * j.m * j.n;
+  bool used = false;
+  Scratch& scratch = thread_scratch();
+  for (std::int64_t x; (x = j.next.fetch_add(1, std::memory_order_relaxed)) < j.chunks;) {
+    const std::int64_t k0 = x * j.chunk, k = std::min(j.chunk, j.k - k0);
+    core::HostMatrix a = *j.a, b = *j.b;  // columns [k0, k0 + k) of a, rows of b
+    a.cols = k, b.rows = k;
+    a.offset += static_cast<std::size_t>(a.col_major ? k0 * a.ld : k0);
+    b.offset += static_cast<std::size_t>(b.col_major ? k0 : k0 * b.ld);
+    const Plan plan = make_plan(*j.cfg, j.m, j.n, k, 1, 0.0);
+    run_plan(*j.cfg, a, b, part, j.n, plan, scratch, nullptr, used);
+    used = true;
+  }
+  j.used[tid].store(used, std::memory_order_release);
+}
+
+template <class T>
+void split_k(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
+             std::int64_t ldc, int threads, ThreadPool& pool) {
+  const std::int64_t m = a.rows, n = b.cols, k = a.cols;
+  static Scratch partials;  // guarded by the pool's lock, as gemm's shared scratch
+  SplitK<T> job{&cfg, &a, &b, m, n, k, 0, 0,
+                static_cast<T*>(partials.get(static_cast<std::size_t>(threads * m * n) * sizeof(T))), nullptr};
+  // Chunks of whole kc blocks, about four a thread (a late thread holds the others up by one).
+  job.chunk = round_up(ceil_div(k, 4 * threads), cfg.kc);
+  job.chunks = ceil_div(k, job.chunk);
+  std::unique_ptr<std::atomic<bool>[]> used(new std::atomic<bool>[threads]());
+  job.used = used.get();
+  pool.run(threads, &split_k_thread<T>, &job);
+  // c = the sum of the partial sums, rows shared out the same way.
+  struct Sum {
+    const SplitK<T>* job;
+    int threads;
+    T* c;
+    std::int64_t ldc, rows_per;
+    std::atomic<std::int64_t> next{0};
+  } sum{&job, threads, c, ldc, std::max<std::int64_t>(1, ceil_div(m, 4 * threads))};
+  pool.run(threads, [](void* ctx, int) {
+    auto& s = *static_cast<Sum*>(ctx);
+    const SplitK<T>& j = *s.job;
+    for (std::int64_t x; (x = s.next.fetch_add(1, std::memory_order_relaxed)) * s.rows_per < j.m;) {
+      for (std::int64_t i = x * s.rows_per; i < std::min(j.m, (x + 1) * s.rows_per); ++i) {
+        T* row = s.c + i * s.ldc;
+        bool first = true;
+        for (int t = 0; t < s.threads; ++t) {
+          if (!j.used[t].load(std::memory_order_acquire)) continue;
+          const T* p = j.partial + (t * j.m + i) * j.n;
+          if (first)
+            std::memcpy(row, p, static_cast<std::size_t>(j.n) * sizeof(T));
+          else
+            for (std::int64_t x2 = 0; x2 < j.n; ++x2) row[x2] += p[x2];
+          first = false;
+        }
+      }
+    }
+  }, &sum);
 }
 
 }  // namespace
@@ -426,13 +524,13 @@ void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostM
           std::int64_t ldc, int threads, double min_flops_per_thread) {
   const Plan plan = make_plan(cfg, a.rows, b.cols, a.cols, threads, min_flops_per_thread);
   if (plan.threads == 1) {  // on the caller's thread, concurrently with other callers
-    thread_local Scratch scratch;
-    run_plan(cfg, a, b, c, ldc, plan, scratch, nullptr);
+    run_plan(cfg, a, b, c, ldc, plan, thread_scratch(), nullptr);
     return;
   }
   ThreadPool& pool = ThreadPool::instance();
   static Scratch shared;  // guarded by the pool's lock
   std::lock_guard<std::mutex> lock(pool.lock());
+  if (split_k_wins(plan, sizeof(T))) return split_k(cfg, a, b, c, ldc, plan.threads, pool);
   run_plan(cfg, a, b, c, ldc, plan, shared, &pool);
 }
 

@@ -413,6 +413,21 @@ TEST_P(KernelSets, DriverThreadsLargeProducts) {
   }
 }
 
+TEST_P(KernelSets, DriverSplitK) {
+  // One block of C (M <= mc, N <= nc), small, and a long K: the driver splits K between threads
+  // (split_k), each summing its chunks into a partial sum of its own. Every layout, 2 and 3
+  // threads, K not a multiple of kc.
+  std::mt19937 rng(5);
+  for (int threads : {2, 3})
+    for (bool a_col : {false, true})
+      for (bool b_col : {false, true}) {
+        for (auto [m, k, n] : {std::tuple{64, 5000, 100}, {7, 3001, 33}, {1, 4099, 17}})
+          EXPECT_LE(run_driver<float>(set().f32, m, k, n, a_col, b_col, threads, rng, 0.0), 1.0)
+              << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
+        EXPECT_LE(run_driver<double>(set().f64, 30, 4000, 50, a_col, b_col, threads, rng, 0.0), 1.0);
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cpu, KernelSets, ::testing::ValuesIn([] {
                            std::vector<std::string> isas;
                            for (const auto& s : portmat::cpu::supported_kernel_sets())
