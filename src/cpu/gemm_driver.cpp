@@ -100,6 +100,9 @@ struct Plan {
   std::int64_t outer_blocks() const { return steps() / inner_blocks(); }
 };
 
+constexpr std::int64_t kMaxBlockGrowth = 16;
+constexpr std::int64_t kMaxTinyMBBytes = 8 << 20;
+
 template <class T>
 Plan make_plan(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t n, std::int64_t k,
                int max_threads, double min_flops_per_thread) {
@@ -109,10 +112,21 @@ Plan make_plan(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t n, std::in
   // Equal blocks rather than full ones plus a runt: a K of 400 with kc 384 becomes 2 x 200.
   p.pc_blocks = ceil_div(k, cfg.kc);
   p.kc = ceil_div(k, p.pc_blocks);
-  p.jc_blocks = ceil_div(n, cfg.nc);
+  // The cache budgets are the blocks' bytes (mc x kc and kc x nc elements): a K shorter than kc
+  // leaves them partly unused, so mc and nc grow in proportion (up to kMaxBlockGrowth times).
+  // Fewer, larger steps: 16 x 16 @ 16 x 65536 took 256 steps of 16 x 16 x 256 on the H200's
+  // host (nc 256), each a wait for every thread.
+  const std::int64_t grow = std::clamp<std::int64_t>(cfg.kc / p.kc, 1, kMaxBlockGrowth);
+  // An A block of one or two micro-panels (a few rows of c) uses each B block only that often, so
+  // B blocks need not fit a cache: as wide as kMaxTinyMBBytes allow (8 x 4096 @ 4096 x 4096 took
+  // 128 steps of a 512 x 256 B block on the H200's host).
+  const std::int64_t tiny_m_nc = kMaxTinyMBBytes / (p.kc * static_cast<std::int64_t>(sizeof(T)));
+  const std::int64_t nc_max = ceil_div(m, cfg.mr) <= 2 ? std::max(cfg.nc * grow, std::min(cfg.nc * kMaxBlockGrowth, tiny_m_nc))
+                                                       : cfg.nc * grow;
+  p.jc_blocks = ceil_div(n, nc_max);
   p.nc = round_up(ceil_div(n, p.jc_blocks), cfg.nr);
   p.jc_blocks = ceil_div(n, p.nc);
-  p.ic_blocks = ceil_div(m, cfg.mc);
+  p.ic_blocks = ceil_div(m, cfg.mc * grow);
   p.mc = round_up(ceil_div(m, p.ic_blocks), cfg.mr);
   p.ic_blocks = ceil_div(m, p.mc);
   const double flops = 2.0 * m * n * k;
