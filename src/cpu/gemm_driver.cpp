@@ -95,6 +95,7 @@ struct Plan {
   std::int64_t chunks;              // compute items per outer micro-panel
   int threads;
   bool a_outer;
+  bool group_a = false, group_b = false;  // pack that operand in groups of panels (pack_group)
   std::int64_t steps() const { return jc_blocks * pc_blocks * ic_blocks; }
   std::int64_t inner_blocks() const { return a_outer ? jc_blocks : ic_blocks; }  // per outer
   std::int64_t outer_blocks() const { return steps() / inner_blocks(); }
@@ -102,6 +103,7 @@ struct Plan {
 
 constexpr std::int64_t kMaxBlockGrowth = 16;
 constexpr std::int64_t kMaxTinyMBBytes = 8 << 20;
+constexpr std::int64_t kTinyMPanels = 8;
 
 template <class T>
 Plan make_plan(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t n, std::int64_t k,
@@ -117,12 +119,14 @@ Plan make_plan(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t n, std::in
   // Fewer, larger steps: 16 x 16 @ 16 x 65536 took 256 steps of 16 x 16 x 256 on the H200's
   // host (nc 256), each a wait for every thread.
   const std::int64_t grow = std::clamp<std::int64_t>(cfg.kc / p.kc, 1, kMaxBlockGrowth);
-  // An A block of one or two micro-panels (a few rows of c) uses each B block only that often, so
-  // B blocks need not fit a cache: as wide as kMaxTinyMBBytes allow (8 x 4096 @ 4096 x 4096 took
-  // 128 steps of a 512 x 256 B block on the H200's host).
+  // An A block of a few micro-panels (at most kTinyMPanels: few rows of c) uses each B block only
+  // that often, so B blocks need not fit a cache: as wide as kMaxTinyMBBytes allow. On the H200's
+  // host (A outer, nc 256) 8 x 4096 @ 4096 x 4096 took 128 steps of a 512 x 256 B block, each a
+  // wait for 16 threads: 0.39x NumPy; with B blocks of 4096 columns 1.08x (16 rows 0.41x -> 0.60x).
   const std::int64_t tiny_m_nc = kMaxTinyMBBytes / (p.kc * static_cast<std::int64_t>(sizeof(T)));
-  const std::int64_t nc_max = ceil_div(m, cfg.mr) <= 2 ? std::max(cfg.nc * grow, std::min(cfg.nc * kMaxBlockGrowth, tiny_m_nc))
-                                                       : cfg.nc * grow;
+  const std::int64_t nc_max = ceil_div(m, cfg.mr) <= kTinyMPanels
+                                  ? std::max(cfg.nc * grow, std::min(cfg.nc * kMaxBlockGrowth, tiny_m_nc))
+                                  : cfg.nc * grow;
   p.jc_blocks = ceil_div(n, nc_max);
   p.nc = round_up(ceil_div(n, p.jc_blocks), cfg.nr);
   p.jc_blocks = ceil_div(n, p.nc);
@@ -157,11 +161,14 @@ struct Step {
   std::int64_t inner_items() const { return (inner_panels + inner_group - 1) / inner_group; }
 };
 
-// Micro-panels per packing item: enough that a packer reading an operand along its long side
-// (pack_a_panels' column-major case) reads stretches of at least 512 bytes of each line of
-// memory, which the prefetchers follow, and few enough to give each thread two items.
+// Micro-panels per packing item of an operand stored along the panels (a column-major a, a
+// row-major b: pack_a_panels' column-major case, which reads along its long side): enough that
+// the packer reads 4 KiB of each row (or column) at a time, which the prefetchers follow, and few
+// enough to give each thread two items. One panel an item for the other layout (the packer then
+// reads a few rows along k, streams the prefetchers follow anyway), which balances best.
 constexpr std::int64_t kPackStretchBytes = 4096;
-std::int64_t pack_group(std::int64_t panels, int panel_width, std::size_t elem, int threads) {
+std::int64_t pack_group(bool grouped, std::int64_t panels, int panel_width, std::size_t elem, int threads) {
+  if (!grouped) return 1;
   const std::int64_t stretch = std::max<std::int64_t>(1, kPackStretchBytes / (panel_width * static_cast<std::int64_t>(elem)));
   return std::max<std::int64_t>(1, std::min(stretch, ceil_div(panels, 2 * threads)));
 }
@@ -180,8 +187,8 @@ Step step_of(const Plan& p, int mr, int nr, std::size_t elem, std::int64_t s) {
   t.chunks = std::min(p.chunks, t.inner_panels);  // fewer when this inner block is a short runt
   t.chunk_panels = ceil_div(t.inner_panels, t.chunks);
   t.chunks = ceil_div(t.inner_panels, t.chunk_panels);  // no empty chunk at the end
-  t.outer_group = pack_group(t.outer_panels, p.a_outer ? mr : nr, elem, p.threads);
-  t.inner_group = pack_group(t.inner_panels, p.a_outer ? nr : mr, elem, p.threads);
+  t.outer_group = pack_group(p.a_outer ? p.group_a : p.group_b, t.outer_panels, p.a_outer ? mr : nr, elem, p.threads);
+  t.inner_group = pack_group(p.a_outer ? p.group_b : p.group_a, t.inner_panels, p.a_outer ? nr : mr, elem, p.threads);
   return t;
 }
 
@@ -375,7 +382,8 @@ void split_k_thread(void* ctx, int tid) {
     a.cols = k, b.rows = k;
     a.offset += static_cast<std::size_t>(a.col_major ? k0 * a.ld : k0);
     b.offset += static_cast<std::size_t>(b.col_major ? k0 : k0 * b.ld);
-    const Plan plan = make_plan(*j.cfg, j.m, j.n, k, 1, 0.0);
+    Plan plan = make_plan(*j.cfg, j.m, j.n, k, 1, 0.0);
+    plan.group_a = a.col_major, plan.group_b = !b.col_major;
     run_plan(*j.cfg, a, b, part, j.n, plan, scratch, nullptr, used);
     used = true;
   }
@@ -536,7 +544,8 @@ template PackFn<double> complex_b_packer<double>(int);
 template <class T>
 void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
           std::int64_t ldc, int threads, double min_flops_per_thread) {
-  const Plan plan = make_plan(cfg, a.rows, b.cols, a.cols, threads, min_flops_per_thread);
+  Plan plan = make_plan(cfg, a.rows, b.cols, a.cols, threads, min_flops_per_thread);
+  plan.group_a = a.col_major, plan.group_b = !b.col_major;
   if (plan.threads == 1) {  // on the caller's thread, concurrently with other callers
     run_plan(cfg, a, b, c, ldc, plan, thread_scratch(), nullptr);
     return;
