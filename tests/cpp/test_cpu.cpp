@@ -276,13 +276,20 @@ void check_skinny() {
   std::mt19937 rng(5);
   const T poison = T(-7777);
   for (auto [m, k, n] : {std::tuple{1, 1, 1}, {1, 37, 300}, {4, 1000, 9}, {3, 5, 2}, {2, 129, 1025},
-                         {300, 70, 1}, {513, 64, 4}, {1, 4099, 3}})
+                         {300, 70, 1}, {513, 64, 4}, {1, 4099, 3},
+                         // a long K and fewer row pieces than threads: the threads split K
+                         {1, 600001, 1}, {3, 200003, 1}, {1, 200001, 2}})
     for (bool a_col : {false, true})
       for (bool b_col : {false, true})
         for (int threads : {1, 3}) {
           const std::int64_t lda = (a_col ? m : k) + 2, ldb = (b_col ? k : n) + 3, ldc = n + 1, off = 3;
           auto a = random_vector<T>(off + lda * (a_col ? k : m), rng);
           auto b = random_vector<T>(off + ldb * (b_col ? n : k), rng);
+          // Over a long K, float32's bound (K * eps * |a| @ |b|) would pass a sum that lost a
+          // stretch of random-sign terms: positive terms make every stretch count.
+          if (k > 100000)
+            for (auto* v : {&a, &b})
+              for (auto& x : *v) x = std::abs(x);
           std::vector<T> c(m * ldc, poison);
           portmat::core::HostMatrix ha{a.data(), off, m, k, lda, a_col, dtype_of<T>()};
           portmat::core::HostMatrix hb{b.data(), off, k, n, ldb, b_col, dtype_of<T>()};
