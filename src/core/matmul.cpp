@@ -104,24 +104,17 @@ bool exact_in_f64(const core::Batch& p) {
 }
 
 // A complex stack whose every product the device multiplies with b as it is
-// (Device::matmul_complex_b_host); a: p.a as a matrix of complex elements contiguous along k.
-// False, with nothing done, where it declines or an operand is not dense in place.
-bool complex_b_on_device(core::Device& dev, const core::Batch& p, const MatrixView& a, std::int64_t a_step,
-                         DType real) {
-  const MatrixView a_real{a.data, a.rows, 2 * a.cols, 2 * a.row_stride, 1, real};
-  const auto ha = core::dense_in_place(a_real);
-  const auto hb = core::dense_in_place(p.b);
-  if (!ha || !hb || (p.count > 1 && (!dense_stack(a_real) || !dense_stack(p.b))) || a.rows > kMaxDim ||
-      a.cols > kMaxDim || p.b.cols > kMaxDim)
+// (Device::matmul_complex_b_host): r holds the real product's a and c (interleaved parts) and the
+// complex b. False, with nothing done, where the device declines or an operand is not dense in
+// place.
+bool complex_b_on_device(core::Device& dev, const core::Batch& r) {
+  if (!core::dense_in_place(r.a) || !core::dense_in_place(r.b) ||
+      (r.count > 1 && (!dense_stack(r.a) || !dense_stack(r.b))) || r.a.rows > kMaxDim || r.b.rows > kMaxDim ||
+      r.b.cols > kMaxDim)
     return false;
-  const std::size_t es = dtype_size(p.c.dtype);
-  for (std::int64_t i = 0; i < p.count; ++i) {
-    core::HostMatrix ai = *ha, bi = *hb;
-    ai.data = static_cast<const unsigned char*>(ha->data) + i * a_step * static_cast<std::int64_t>(es);
-    bi.data = static_cast<const unsigned char*>(hb->data) + i * p.b_step * static_cast<std::int64_t>(es);
-    const MatrixView ci{static_cast<unsigned char*>(p.c.data) + i * p.c_step * static_cast<std::int64_t>(es),
-                        p.c.rows, 2 * p.c.cols, 2 * p.c.row_stride, 1, real};
-    if (!dev.matmul_complex_b_host(ai, bi, ci)) {
+  for (std::int64_t i = 0; i < r.count; ++i) {
+    if (!dev.matmul_complex_b_host(*core::dense_in_place(core::nth(r.a, r.a_step, i)),
+                                   *core::dense_in_place(core::nth(r.b, r.b_step, i)), core::nth(r.c, r.c_step, i))) {
       if (i == 0) return false;  // every product of a stack has the same shape: declined at the first
       throw std::logic_error("matmul: the device declined a complex product of a stack it had taken");
     }
@@ -155,13 +148,14 @@ void route(core::Device& dev, const core::Batch& p, const std::string& device) {
         a_packed = core::convert_stack(p.a, p.a_step, p.count, t);
         a = a_packed.view, a_step = a_packed.step;
       }
-      if (complex_b_on_device(dev, p, a, a_step, real)) return;
-      const core::Converted b2 = core::complex_b(p.b, p.b_step, p.count);
       core::Batch r;
       r.a = {a.data, a.rows, 2 * a.cols, 2 * a.row_stride, 1, real};
-      r.b = b2.view;
+      r.b = p.b;  // complex: taken as it is by a device that can, else b's real form
       r.c = {p.c.data, p.c.rows, 2 * p.c.cols, 2 * p.c.row_stride, 1, real};
-      r.count = p.count, r.a_step = 2 * a_step, r.b_step = b2.step, r.c_step = 2 * p.c_step;
+      r.count = p.count, r.a_step = 2 * a_step, r.b_step = p.b_step, r.c_step = 2 * p.c_step;
+      if (complex_b_on_device(dev, r)) return;
+      const core::Converted b2 = core::complex_b(p.b, p.b_step, p.count);
+      r.b = b2.view, r.b_step = b2.step;
       return route(dev, r, device);
     }
     case DType::i32:

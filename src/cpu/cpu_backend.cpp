@@ -255,16 +255,16 @@ class CpuDevice final : public core::Device {
   }
 
  private:
-  // c = a @ b: small products run unpacked (small.hpp: every matrix of a stack on its thread;
-  // single products on one thread up to kSmallOneThread multiply-adds, below which a second thread
-  // costs more than it saves, on `threads` past it), products with few rows or few columns stream their long operand unpacked
-  // (skinny.hpp), the rest go through the packed GEMM.
   // Whether multiply() takes the packed GEMM for an M x K x N product of `size`-byte elements
   // whatever the layouts: neither small.hpp's nor skinny.hpp's shapes.
   static bool takes_packed_gemm(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size) {
     return M > kSkinnyMax && N > kSkinnyMax && !small_shape(M, K, N, size);
   }
 
+  // c = a @ b: small products run unpacked (small.hpp: every matrix of a stack on its thread;
+  // single products on one thread up to kSmallOneThread multiply-adds, below which a second thread
+  // costs more than it saves, on `threads` past it), products with few rows or few columns stream
+  // their long operand unpacked (skinny.hpp), the rest go through the packed GEMM.
   template <class T>
   static void multiply(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
                        std::int64_t ldc, int threads) {

@@ -105,12 +105,15 @@ constexpr std::int64_t kMaxBlockGrowth = 16;
 constexpr std::int64_t kMaxTinyMBBytes = 8 << 20;
 constexpr std::int64_t kTinyMPanels = 8;
 
+// The plan for c = a @ b.
 template <class T>
-Plan make_plan(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t n, std::int64_t k,
+Plan make_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
                int max_threads, double min_flops_per_thread) {
+  const std::int64_t m = a.rows, n = b.cols, k = a.cols;
   Plan p{};
   p.m = m, p.n = n, p.k = k;
   p.a_outer = cfg.a_outer;
+  p.group_a = a.col_major, p.group_b = !b.col_major;  // stored along the panels
   // Equal blocks rather than full ones plus a runt: a K of 400 with kc 384 becomes 2 x 200.
   p.pc_blocks = ceil_div(k, cfg.kc);
   p.kc = ceil_div(k, p.pc_blocks);
@@ -382,9 +385,7 @@ void split_k_thread(void* ctx, int tid) {
     a.cols = k, b.rows = k;
     a.offset += static_cast<std::size_t>(a.col_major ? k0 * a.ld : k0);
     b.offset += static_cast<std::size_t>(b.col_major ? k0 : k0 * b.ld);
-    Plan plan = make_plan(*j.cfg, j.m, j.n, k, 1, 0.0);
-    plan.group_a = a.col_major, plan.group_b = !b.col_major;
-    run_plan(*j.cfg, a, b, part, j.n, plan, scratch, nullptr, used);
+    run_plan(*j.cfg, a, b, part, j.n, make_plan(*j.cfg, a, b, 1, 0.0), scratch, nullptr, used);
     used = true;
   }
   j.used[tid].store(used, std::memory_order_release);
@@ -544,8 +545,7 @@ template PackFn<double> complex_b_packer<double>(int);
 template <class T>
 void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
           std::int64_t ldc, int threads, double min_flops_per_thread) {
-  Plan plan = make_plan(cfg, a.rows, b.cols, a.cols, threads, min_flops_per_thread);
-  plan.group_a = a.col_major, plan.group_b = !b.col_major;
+  const Plan plan = make_plan(cfg, a, b, threads, min_flops_per_thread);
   if (plan.threads == 1) {  // on the caller's thread, concurrently with other callers
     run_plan(cfg, a, b, c, ldc, plan, thread_scratch(), nullptr);
     return;

@@ -7,9 +7,9 @@
 // 32x32 product that copy, the driver's blocking and its thread hand-off cost more than the 32K
 // multiply-adds: a stack of 10000 such products ran at 1.4x NumPy on 2 cores; unpacked, at 3.3x
 // (0.96 us a 32x32 product on one core, about 85% of its peak). Here register tiles of c (6 rows x
-// 2 vectors: 6x16 floats, 6x8 doubles) accumulate over all of K, reading a's elements (broadcast) and b's row segments where
-// they are; the operands of a small product sit in L1/L2 anyway. Compiled for AVX2 + FMA and for
-// baseline x86-64, chosen at run time (as skinny.cpp).
+// 2 vectors: 6x16 floats, 6x8 doubles) accumulate over all of K, reading a's elements (broadcast)
+// and b's row segments where they are; the operands of a small product sit in L1/L2 anyway.
+// Compiled for AVX2 + FMA and for baseline x86-64, chosen at run time (as skinny.cpp).
 #pragma once
 
 #include <cstddef>
@@ -27,8 +27,8 @@ constexpr std::int64_t kSmallElements = std::int64_t(1) << 17;
 
 // Past that size, products with at most kStripBytes of columns (16 floats, 8 doubles: one strip
 // of the tiles; more than skinny.hpp's few) are still unpacked: 6-row tiles read a in place, once,
-// and b's strip (K x N) stays in L2. The packed GEMM
-// would copy a first, a second pass over memory for at most 16 multiply-adds an element. 2-core
+// and b's strip (K x N) stays in L2. The packed GEMM would copy a first, a second pass over
+// memory for at most 16 multiply-adds an element. 2-core
 // machine, float32, against NumPy, packed / unpacked: 4096 x 4096 @ 4096 x 8 0.64x / 2.1x, x 16
 // 0.57x / 0.92x; 65536 x 16 @ 16 x 16 0.33x / 1.5x; 16 x 65536 @ 65536 x 16 0.59x / 2.9x.
 // (Few rows are not the mirror image: b's strips walked down all of K, thousands of rows apart,
