@@ -70,6 +70,7 @@ target_sources(portmat_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cuda_backend.cpp
   ${CMAKE_CURRENT_LIST_DIR}/host_copy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pinned_pool.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tile_choice.cpp
   ${cuda_fatbin_cpp})
 target_include_directories(portmat_core PUBLIC $<BUILD_INTERFACE:${PORTMAT_CUDA_INCLUDE_DIR}>)
 target_compile_definitions(portmat_core PUBLIC PORTMAT_WITH_CUDA)

@@ -31,6 +31,7 @@
 #include "cuda/cuda_api.hpp"
 #include "cuda/host_copy.hpp"
 #include "cuda/kernels/gemm_tiles.h"
+#include "cuda/tile_choice.hpp"
 #include "cuda/pinned_pool.hpp"
 
 // kernels/gemm.cu compiled by nvcc, embedded by cuda.cmake (.incbin)
@@ -365,25 +366,29 @@ class CudaDevice final : public core::Device {
   }
 
   // ---- kernels -----------------------------------------------------------------------------------
-  const GemmTile& choose_tile(DType dtype, std::int64_t m, std::int64_t n) const {
-    if (dtype == DType::f64) return kF64_64x64;
-    if (dtype == DType::u32) return kU32_64x64;
-    if (dtype == DType::u64) return kU64_64x64;
+  // The tile of a product (and for float32 whether its tiles are all shared stream-K): float64 and
+  // the integers have one tile each; float32 follows the model of tile_choice.cpp, which weighs
+  // 128x256 (the fastest per SM: on its own and on launch()'s hybrid grid from a wave of tiles up;
+  // H200 49.6-52 TFLOP/s at n = 2048-8192, gemm_tiles.h), 64x128, 128x64 (both also stream-K)
+  // and 64x64 by the waves of each on this GPU's SMs. PORTMAT_CUDA_TILE names one instead.
+  TileChoice choose_tile(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool whole) const {
+    if (dtype == DType::f64) return {&kF64_64x64, false, 0, 0.0};
+    if (dtype == DType::u32) return {&kU32_64x64, false, 0, 0.0};
+    if (dtype == DType::u64) return {&kU64_64x64, false, 0, 0.0};
     if (const char* e = std::getenv("PORTMAT_CUDA_TILE"))
-      if (const GemmTile* t = tile_by_name(e)) return *t;
-    // Measured on the H200 (records 2026-11-29_h200_cuda_round2.json, _round1.json): 128x256
-    // (8x16 per thread) with register double-buffered fragments and unchecked copies for interior
-    // slabs (_fp) is fastest at n = 4096 / 8192: 49.6 / 49.8 TFLOP/s, against 45.7 / 46.8 for _db,
-    // 45.1 / 46.4 for 128x128_fp (round 2) and 41.3 / 41.8 for the plain 128x256 (round 1). When
-    // there are fewer 128x128 tiles than SMs, 64x64 tiles (4x as many) fill the GPU better: 26.3
-    // against 16.1-16.6 TFLOP/s for 128x128 at n = 1024 (record cuda_h200.json).
-    // 128x256 tiles run on the hybrid grid of _sk (launch(): _fp for the whole waves, the stream-K
-    // kernel for the rest): +0.8% / +2.8% over _fp alone at n = 4096 / 8192 (gemm_tiles.h). On
-    // sm_90 the warp-specialized pair _ws / _wsk on the same grid: +0.4% / +1.2% over _sk at
-    // 4096 / 8192, +1.8% at 6144 (record 2026-11-29_h200_s7_ws_rule.json).
-    const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128);
-    if (big_tiles < info_.compute_units) return kF32_64x64;
-    return warp_specialized() ? kF32_128x256_wsk : kF32_128x256_sk;
+      if (const GemmTile* t = tile_by_name(e)) return {t, false, 0, 0.0};
+    return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole);
+  }
+
+  // The data-parallel kernel of a stream-K tile's shape: _ws for _wsk, _fp for the _sk ones.
+  static const GemmTile& data_parallel_partner(const GemmTile& t) {
+    const GemmTile& dp = &t == &kF32_128x256_wsk ? kF32_128x256_ws
+                         : &t == &kF32_128x256_sk ? kF32_128x256_fp
+                         : &t == &kF32_64x128_sk  ? kF32_64x128_fp
+                         : &t == &kF32_128x64_sk  ? kF32_128x64_fp
+                                                  : t;
+    if (&dp == &t || dp.bm != t.bm || dp.bn != t.bn) throw std::logic_error("CUDA gemm: no data-parallel partner");
+    return dp;
   }
 
   // The warp-specialized kernels (_ws, _wsk: setmaxnreg) exist as sm_90a machine code only: H100
@@ -459,7 +464,9 @@ class CudaDevice final : public core::Device {
     const std::size_t es = dtype_size(am.dtype);
     if (accumulate && am.dtype != DType::f32)
       throw std::logic_error("CUDA gemm: accumulating launches are float32 only");
-    const GemmTile& t = accumulate ? kF32_128x256_fpa : choose_tile(am.dtype, m, n);
+    const TileChoice choice = accumulate ? TileChoice{&kF32_128x256_fpa, false, 0, 0.0}
+                                         : choose_tile(am.dtype, m, n, k, whole);
+    const GemmTile& t = *choice.tile;
     GemmArgs args = gemm_args(t, a, am, 0, b, bm, 0, c, ldc, 0, m, n, k);
     const std::int64_t tiles = args.sk_first;
     const std::string what = where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) +
@@ -494,15 +501,14 @@ class CudaDevice final : public core::Device {
     // parts: slower code for the stream-K kernel (227 registers against 247, 2% slower).
     // PORTMAT_CUDA_SK_UNITS replaces the SM count (tests: small shapes through the stream-K path);
     // PORTMAT_CUDA_SK_ALL=1 shares every tile of any product, 0 none (measurements).
-    static_assert(kF32_128x256_sk.bm == kF32_128x256_fp.bm && kF32_128x256_sk.bn == kF32_128x256_fp.bn,
-                  "the data-parallel partner of _sk computes the same tiles");
-    // the data-parallel partner: _ws for _wsk, _fp for _sk
-    const GemmTile& dp = t.producer_warps ? kF32_128x256_ws : kF32_128x256_fp;
-    const std::int64_t w = env_long("PORTMAT_CUDA_SK_UNITS", info_.compute_units);
+    const GemmTile& dp = data_parallel_partner(t);
+    const std::int64_t w = env_long("PORTMAT_CUDA_SK_UNITS", choice.sk_blocks > 0 ? choice.sk_blocks
+                                                                                 : info_.compute_units * t.min_blocks);
     const std::int64_t k_tiles = (k + t.bk - 1) / t.bk;
     const long all_env = env_long("PORTMAT_CUDA_SK_ALL", -1);
     const std::int64_t all_waves = t.producer_warps ? kWsSkAllWaves : kSkAllWaves;
-    const bool all = all_env == 1 || (all_env == -1 && whole && tiles > w && tiles <= all_waves * w);
+    const bool all = all_env == 1 || (all_env == -1 && (choice.share_all ||
+                                                        (whole && tiles > w && tiles <= all_waves * w)));
     const std::int64_t sk_tiles = all ? tiles : w > 0 ? tiles % w : 0;  // w <= 0: data-parallel below
     // A block's run must be worth a pipeline's start and end: at least kMinSkSlabs slabs. Less
     // than a wave of tiles stays data-parallel (the NumPy path's row chunks, whose kernels
@@ -631,7 +637,6 @@ class CudaDevice final : public core::Device {
   std::shared_ptr<core::HostBlockPool> pinned_pool_;
   std::shared_ptr<HostPins> pins_;
   static constexpr std::int64_t kMaxSkBlocks = 4096;  // stream-K blocks per launch, at most
-  static constexpr std::int64_t kMinSkSlabs = 8;      // slabs per stream-K block, at least
   // Products of up to this many flops run as stacks (matmul_batch_host): about n = 1260, past
   // which a product's own pipeline hides its transfers better than one stack copy can.
   static constexpr double kStackMaxFlops = 4e9;

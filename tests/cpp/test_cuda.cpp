@@ -21,6 +21,7 @@
 #include "test_util.hpp"
 #include "cuda/cuda_api.hpp"
 #include "cuda/kernels/gemm_tiles.h"
+#include "cuda/tile_choice.hpp"
 
 using portmat::DType;
 using portmat::testing::dtype_of;
@@ -131,7 +132,7 @@ static bool tile_runs_here(const std::string& dev, const std::string& tile) {
 
 // The stream-K tiles this GPU runs: _sk everywhere, _wsk on sm_90.
 static std::vector<std::string> stream_k_tiles(const std::string& dev) {
-  std::vector<std::string> out{"128x256_sk"};
+  std::vector<std::string> out{"128x256_sk", "64x128_sk", "128x64_sk"};
   if (tile_runs_here(dev, "128x256_wsk")) out.push_back("128x256_wsk");
   return out;
 }
@@ -431,4 +432,61 @@ TEST_P(CudaStreamK, SplitTilesCorrectAndDeterministic) {
     ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float))) << "run " << rep;
   }
 }
-INSTANTIATE_TEST_SUITE_P(Tiles, CudaStreamK, ::testing::Values("128x256_sk", "128x256_wsk"));
+INSTANTIATE_TEST_SUITE_P(Tiles, CudaStreamK,
+                         ::testing::Values("128x256_sk", "128x256_wsk", "64x128_sk", "128x64_sk"));
+
+// The float32 tile model (tile_choice.cpp) on the H200's 132 SMs, no GPU needed: the choices that
+// measured best there (docs/cuda.md, "Tiles for mid sizes and thin sides"), and the rules around
+// them: large products keep 128x256 (and launch()'s own grid), nothing is shared stream-K unless
+// the product is alone on the GPU, and more work is never estimated much faster.
+TEST(CudaTileChoice, ModelPicksWhatMeasuredBestOnTheH200) {
+  using portmat::cuda::choose_f32_tile;
+  struct Case {
+    long m, n, k;
+    const portmat::cuda::GemmTile* tile;
+    bool shared;
+  };
+  const Case cases[] = {
+      {8192, 8192, 8192, &portmat::cuda::kF32_128x256_wsk, false},
+      {4096, 4096, 4096, &portmat::cuda::kF32_128x256_wsk, false},
+      {2048, 2048, 2048, &portmat::cuda::kF32_128x256_wsk, false},  // 128 tiles: one wave, data-parallel
+      {1536, 1536, 1536, &portmat::cuda::kF32_128x256_wsk, true},
+      {1280, 1280, 1280, &portmat::cuda::kF32_128x256_wsk, true},
+      {1024, 1024, 1024, &portmat::cuda::kF32_64x128_fp, false},
+      {768, 768, 768, &portmat::cuda::kF32_64x128_sk, true},
+      {512, 512, 512, &portmat::cuda::kF32_64x64, false},
+      {256, 256, 256, &portmat::cuda::kF32_64x64, false},
+      {4096, 64, 4096, &portmat::cuda::kF32_128x64_sk, true},   // (4096 x 4096) @ (4096 x 64)
+      {64, 4096, 4096, &portmat::cuda::kF32_64x128_sk, true},   // (64 x 4096) @ (4096 x 4096)
+      {16, 4096, 4096, &portmat::cuda::kF32_64x128_sk, true},
+      {8192, 256, 256, &portmat::cuda::kF32_64x128_fp, false},
+      {65536, 64, 64, &portmat::cuda::kF32_128x64_fp, false},
+  };
+  // A 64 x 64 result over k = 65536: shared, but by fewer blocks than SMs (each block a tile is
+  // split into costs a hand-over, one after another).
+  const auto long_k = choose_f32_tile(64, 64, 65536, 132, true, true);
+  EXPECT_TRUE(long_k.share_all);
+  EXPECT_GT(long_k.sk_blocks, 1);
+  EXPECT_LT(long_k.sk_blocks, 132);
+  for (const Case& c : cases) {
+    const auto got = choose_f32_tile(c.m, c.n, c.k, 132, true, true);
+    EXPECT_EQ(got.tile, c.tile) << c.m << "x" << c.k << " @ " << c.k << "x" << c.n << ": " << got.tile->name;
+    EXPECT_EQ(got.share_all, c.shared) << c.m << "x" << c.k << " @ " << c.k << "x" << c.n;
+    EXPECT_GT(got.estimate_s, 0.0);
+    // Without the sm_90a kernels, the same shapes on _fp / _sk.
+    const auto plain = choose_f32_tile(c.m, c.n, c.k, 132, false, true);
+    EXPECT_EQ(plain.tile->producer_warps, 0) << plain.tile->name;
+  }
+  for (long n = 64; n <= 8192; n *= 2) {
+    for (long k : {64L, 1000L, 4096L}) {
+      // The NumPy path's row chunks overlap on two streams: never every tile shared.
+      EXPECT_FALSE(choose_f32_tile(n, n, k, 132, true, false).share_all) << n << " " << k;
+      // Four times the work never takes much less time (equal below a wave: the GPU is not full;
+      // the stream-K block counts are powers of two apart, hence the slack).
+      EXPECT_LE(choose_f32_tile(n, n, k, 132, true, true).estimate_s,
+                1.05 * choose_f32_tile(2 * n, 2 * n, k, 132, true, true).estimate_s) << n << " " << k;
+    }
+  }
+  // A GPU with few SMs fills with fewer, larger tiles.
+  EXPECT_EQ(choose_f32_tile(1024, 1024, 1024, 8, false, true).tile, &portmat::cuda::kF32_128x256_sk);
+}

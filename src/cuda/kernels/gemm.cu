@@ -29,7 +29,8 @@
 //                      the swizzle, SlabLoader, and the stream-K schedule of _sk and _wsk;
 //  - gemm_body.cuh     gemm_body, the plain body: 128x256, 64x64 and float64's 64x64;
 //  - gemm_body_db.cuh  gemm_body_db, fragments double-buffered in registers: _db, _ak;
-//  - gemm_body_fp.cuh  gemm_body_fp, unchecked copies inside: _fp, 128x128_fp, _fpa, stream-K _sk;
+//  - gemm_body_fp.cuh  gemm_body_fp, unchecked copies inside: _fp, 128x128_fp, 64x128_fp,
+//                      128x64_fp, _fpa, and the stream-K _sk of 128x256, 64x128 and 128x64;
 //  - gemm_body_ws.cuh  gemm_body_ws, warp-specialized (sm_90a): _ws, stream-K _wsk;
 //  - gemm_batched.cuh  strided batches (_fpb, 64x64b, _small) and complex_b (complex b as real).
 // This file is the one translation unit that includes them, with every kernel's entry point at its
@@ -110,6 +111,26 @@ __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rr(GemmArgs 
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, true, true, 2>(p); }
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, false, false, 3>(p); }
 __global__ void PM_BOUNDS(kF32_128x128_fp) gemm_sm80_f32_128x128_fp_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x128_fp, false, true, 2>(p); }
+
+__global__ void PM_BOUNDS(kF32_64x128_fp) gemm_sm80_f32_64x128_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_fp, true, false, 2>(p); }
+__global__ void PM_BOUNDS(kF32_64x128_fp) gemm_sm80_f32_64x128_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_fp, true, true, 2>(p); }
+__global__ void PM_BOUNDS(kF32_64x128_fp) gemm_sm80_f32_64x128_fp_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_fp, false, false, 3>(p); }
+__global__ void PM_BOUNDS(kF32_64x128_fp) gemm_sm80_f32_64x128_fp_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_fp, false, true, 2>(p); }
+
+__global__ void PM_BOUNDS(kF32_64x128_sk) gemm_sm80_f32_64x128_sk_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sk, true, false, 2, true>(p); }
+__global__ void PM_BOUNDS(kF32_64x128_sk) gemm_sm80_f32_64x128_sk_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sk, true, true, 2, true>(p); }
+__global__ void PM_BOUNDS(kF32_64x128_sk) gemm_sm80_f32_64x128_sk_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sk, false, false, 3, true>(p); }
+__global__ void PM_BOUNDS(kF32_64x128_sk) gemm_sm80_f32_64x128_sk_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sk, false, true, 2, true>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x64_fp) gemm_sm80_f32_128x64_fp_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_fp, true, false, 2>(p); }
+__global__ void PM_BOUNDS(kF32_128x64_fp) gemm_sm80_f32_128x64_fp_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_fp, true, true, 2>(p); }
+__global__ void PM_BOUNDS(kF32_128x64_fp) gemm_sm80_f32_128x64_fp_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_fp, false, false, 3>(p); }
+__global__ void PM_BOUNDS(kF32_128x64_fp) gemm_sm80_f32_128x64_fp_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_fp, false, true, 2>(p); }
+
+__global__ void PM_BOUNDS(kF32_128x64_sk) gemm_sm80_f32_128x64_sk_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_sk, true, false, 2, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x64_sk) gemm_sm80_f32_128x64_sk_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_sk, true, true, 2, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x64_sk) gemm_sm80_f32_128x64_sk_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_sk, false, false, 3, true>(p); }
+__global__ void PM_BOUNDS(kF32_128x64_sk) gemm_sm80_f32_128x64_sk_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_sk, false, true, 2, true>(p); }
 
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_rr(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, true, false>(p); }
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_rc(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, true, true>(p); }

@@ -121,6 +121,19 @@ inline constexpr GemmTile kF32_128x128_fp{"gemm_sm80_f32_128x128_fp", 128, 128, 
 // 50.9 / 50.8, 8192 52.0 / 51.4 / 51.2; _wsk with every tile shared 48.8-50.6.
 inline constexpr GemmTile kF32_128x256_ws{"gemm_sm80_f32_128x256_ws", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 0, 4};
 inline constexpr GemmTile kF32_128x256_wsk{"gemm_sm80_f32_128x256_wsk", 128, 256, 16, 64, 64, 2, 4, 4, 4, 1, 0, 1, 4};
+// Mid-size and skinny tiles (issue 16): 8x8 per thread in 4 warps (128 threads), on gemm_body_fp,
+// 3 blocks per SM (at 4, 128 registers, the rr and rc kernels spilled 40-120 bytes), each with its
+// stream-K partner (_sk: the same body with SK; every tile shared, no hybrid grid). For products
+// with too few 128x256 tiles to fill the GPU and for a side of 64, where a 128x256 tile would idle
+// over half or more of itself; tile_choice.cpp weighs them. H200, device-resident, against cuBLAS
+// (torch, TF32 off), 2026-12-01: n = 768 0.61x -> 0.93x (64x128_sk), 1024 0.77x -> 0.95x
+// (64x128_fp), (4096 x 4096) @ (4096 x 64) 0.37x -> 0.74x (128x64_sk), (64 x 4096) @
+// (4096 x 4096) 0.33x -> 0.70x (64x128_sk); docs/cuda.md has the table. 128x128_fp on stream-K
+// (128x128_sk) was never the best choice (n = 1024 0.84x, 1280 1.11x against 1.18x for _wsk).
+inline constexpr GemmTile kF32_64x128_fp{"gemm_sm80_f32_64x128_fp", 64, 128, 16, 32, 64, 2, 2, 4, 4, 3};
+inline constexpr GemmTile kF32_64x128_sk{"gemm_sm80_f32_64x128_sk", 64, 128, 16, 32, 64, 2, 2, 4, 4, 3, 0, 1};
+inline constexpr GemmTile kF32_128x64_fp{"gemm_sm80_f32_128x64_fp", 128, 64, 16, 64, 32, 2, 2, 4, 4, 3};
+inline constexpr GemmTile kF32_128x64_sk{"gemm_sm80_f32_128x64_sk", 128, 64, 16, 64, 32, 2, 2, 4, 4, 3, 0, 1};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
 
@@ -158,7 +171,9 @@ inline constexpr NamedTile kF32Tiles[] = {
     {"128x256_db", &kF32_128x256_db}, {"128x256_ak", &kF32_128x256_ak},
     {"128x256_fp", &kF32_128x256_fp}, {"128x128_fp", &kF32_128x128_fp},
     {"128x256_sk", &kF32_128x256_sk}, {"128x256_ws", &kF32_128x256_ws},
-    {"128x256_wsk", &kF32_128x256_wsk},
+    {"128x256_wsk", &kF32_128x256_wsk}, {"64x128_fp", &kF32_64x128_fp},
+    {"64x128_sk", &kF32_64x128_sk},   {"128x64_fp", &kF32_128x64_fp},
+    {"128x64_sk", &kF32_128x64_sk},
 };
 
 }  // namespace portmat::cuda
