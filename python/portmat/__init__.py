@@ -143,12 +143,13 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
     Both 1-D: a NumPy scalar, as np.matmul returns.
     """
     # The common small case first, in one call (issue 16: NumPy's own call takes ~1.3-2.5 us at
-    # n = 8): plain 1-2 dimensional float32 / float64 arrays of one dtype, nothing else asked, a
-    # small result. _ext.matmul_small returns None for anything else, and the general path below
-    # decides (and raises NumPy's errors).
-    if out is None and dtype is None and casting == "same_kind":
+    # n = 8): plain 1-2 dimensional float32 / float64 arrays of one dtype, a small result, no dtype
+    # or casting asked, and out, if given, a plain array the result can go straight into.
+    # _ext.matmul_small returns None for anything else, and the general path below decides (and
+    # raises NumPy's errors).
+    if dtype is None and casting == "same_kind" and (out is None or type(out) is _np.ndarray):
         c = _ext.matmul_small(a, b, device if type(device) is str else
-                              "" if device is None else _device_spec(device))
+                              "" if device is None else _device_spec(device), out)
         if c is not None:
             return c
     spec = _device_spec(device)

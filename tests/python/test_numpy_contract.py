@@ -171,6 +171,45 @@ def test_out_overlapping_an_operand_gives_numpys_answer(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_out_of_small_plain_products_written_in_place_or_as_numpy(device, dtype):
+    # The small-product fast path (_ext.matmul_small) writes a plain out directly; any out that
+    # shares memory with a or b, or is not C-contiguous, must still give NumPy's answer.
+    rng = np.random.default_rng()
+    eps = np.finfo(dtype).eps
+    buf = random_values(rng, (9, 7), dtype)
+    cases = [  # (a, b, out): vector and matrix results, out apart, equal to, inside or reversed
+        (lambda: (buf[:7, :7].copy(), buf[2:9].copy(), np.empty((7, 7), dtype))),
+        (lambda: (buf[:7, :7], buf[:7, :7].copy(), buf[:7, :7])),            # out is a
+        (lambda: (buf[1:8, :7].copy(), buf[:7, :7], buf[:7, :7])),            # out is b
+        (lambda: (buf[:7, :7], buf[1:8, :7].copy(), buf[2:9, :7])),           # out overlaps a's rows
+        (lambda: (buf[:7, :7], buf[:7, :7].copy(), buf[6::-1, :7])),          # reversed rows of a
+        (lambda: (buf[:7, :7].copy(), buf[:7, 0].copy(), buf[:7, 3])),        # strided vector out
+        (lambda: (buf[:7, 0], buf[:7, :7].copy(), buf[0, :7])),               # vector out over a's start
+        (lambda: (buf[:7, :7].copy(), buf[:7, :7].copy(), np.empty((7, 7), dtype, order="F"))),
+        (lambda: (buf[:4, :7].copy(), buf[:7, :3].copy(), np.empty((4, 3), dtype)[:, ::-1])),
+    ]
+    for make in cases:
+        a, b, out = make()
+        want = np.matmul(a.copy(), b.copy())
+        mag = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+        got = portmat.matmul(a, b, out=out, device=device)
+        assert got is out
+        assert np.all(np.abs(out - want) <= 4 * a.shape[-1] * eps * mag)
+    # The wrong dtype, shape or a read-only out: NumPy's casting and errors (the general path).
+    a, b = random_values(rng, (3, 4), dtype), random_values(rng, (4, 5), dtype)
+    wide = np.empty((3, 5), np.complex128)
+    assert portmat.matmul(a, b, out=wide, device=device) is wide
+    assert np.allclose(wide, a.astype(np.float64) @ b)
+    with pytest.raises(ValueError):
+        portmat.matmul(a, b, out=np.empty((5, 3), dtype), device=device)
+    frozen = np.empty((3, 5), dtype)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError):
+        portmat.matmul(a, b, out=frozen, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
 def test_single_rows_and_columns_with_gaps(device):
     """A one-row a or b (and a one-column one) whose elements are not adjacent: every other
     element of a wider array, or a column of a matrix. Such a view is a column-major matrix whose
