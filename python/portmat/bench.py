@@ -17,7 +17,8 @@ up again.
   one-off call costs;
 - kernel_s:  portmat's kernel alone on device-resident data (device timer; on a GPU each run is the
   mean of _RESIDENT_LAUNCHES products queued back to back, peers alike: one product between two
-  events would also time its launch, which costs a Python library more than portmat's C++);
+  events would also time its launch, which costs a Python library more than portmat's C++; torch
+  is also timed replaying them as a CUDA graph, and the faster counts: peers.py);
 - max_rel_error: max |c - ref| / (|a| @ |b|) over the checked entries: the componentwise error,
   which float32 arithmetic keeps near sqrt(n) * 6e-8 and never above n * 6e-8.
 Peers (peers.py: cuBLAS through CuPy and torch on NVIDIA GPUs, Intel MKL on the CPU) are verified
@@ -320,7 +321,7 @@ def table(records: list[dict]) -> str:
         "(NumPy in, NumPy out, "
         "same arrays each call); new arrays = one call on arrays portmat has not seen; "
         f"kernel = device-resident (on a GPU each run the mean of {_RESIDENT_LAUNCHES} queued products, "
-        "peers alike); "
+        "peers alike; torch's also as a CUDA graph, the faster counting); "
         "peers: NumPy in/out ms, vs peer = its time / portmat's, and device-resident GFLOP/s (GPU peers)",
         "",
     ]

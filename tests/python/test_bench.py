@@ -264,3 +264,88 @@ def test_bench_shapes_auto_records_the_automatic_choice(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     (rec,) = json.loads(out.read_text())
     assert rec["device"] == "auto:" + portmat._ext.device_for("", 3, 5, 4).id and rec["verified"]
+
+
+class _FakeTorch:
+    """Just enough of torch for TorchPeer.resident: events that report preset times (ms) per run,
+    queued or replayed, and graph capture that works or raises. (The real thing runs on the H200.)"""
+
+    def __init__(self, queued_ms, replay_ms, capture_fails=False):
+        from types import SimpleNamespace as NS
+
+        self.synced = 0
+        self.mode = "queued"
+        times = {"queued": list(queued_ms), "replay": list(replay_ms)}
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self):
+                pass
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return times[fake.mode].pop(0)
+
+        class Graph:
+            def replay(self):
+                fake.mode = "replay"
+
+        class Context:
+            def __init__(self, fails=False):
+                self.fails = fails
+
+            def __enter__(self):
+                if self.fails:
+                    raise RuntimeError("capture refused")
+
+            def __exit__(self, *exc):
+                return False
+
+        def synchronize():
+            fake.synced += 1
+
+        stream = NS(wait_stream=lambda other: None)
+        self.cuda = NS(Event=Event, CUDAGraph=Graph, is_available=lambda: True, Stream=lambda: stream,
+                       current_stream=lambda: stream, stream=lambda s: Context(),
+                       graph=lambda g: Context(capture_fails), synchronize=synchronize)
+        self.backends = NS(cuda=NS(matmul=NS()), cudnn=NS())
+        self.__version__ = "fake"
+
+        class Array:
+            def __init__(self, x):
+                self.x = x
+
+            def cuda(self):
+                return self
+
+            def __matmul__(self, other):
+                return Array(self.x @ other.x)
+
+        self.from_numpy = Array
+
+    def matmul(self, a, b, out=None):
+        pass
+
+
+def test_torch_peer_takes_the_faster_of_queued_and_graph_timings(monkeypatch):
+    from portmat import peers
+
+    a, b = np.ones((4, 4), np.float32), np.ones((4, 4), np.float32)
+    # Queued runs of 5 products at 100 us each (launch-bound), a graph replay of 5 at 40 us.
+    fake = _FakeTorch(queued_ms=[0.5, 0.5, 0.5], replay_ms=[0.2, 0.2, 0.2])
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert peers.TorchPeer().resident(a, b, repeat=3, launches=5) == pytest.approx([40e-6] * 3)
+    # Slower as a graph: the queued times stand.
+    fake = _FakeTorch(queued_ms=[0.1, 0.1, 0.1], replay_ms=[0.3, 0.3, 0.3])
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert peers.TorchPeer().resident(a, b, repeat=3, launches=5) == pytest.approx([20e-6] * 3)
+    # Capture refused: the queued times, after a synchronize.
+    fake = _FakeTorch(queued_ms=[0.5, 0.5, 0.5], replay_ms=[], capture_fails=True)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert peers.TorchPeer().resident(a, b, repeat=3, launches=5) == pytest.approx([100e-6] * 3)
+    assert fake.synced >= 1
