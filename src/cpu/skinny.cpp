@@ -219,6 +219,18 @@ void axpy_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std
 // Bytes of the long operand per thread when a dot-product kernel splits K (skinny_gemm).
 constexpr std::int64_t kDotsSplitBytes = 1 << 20;
 
+// out[x * out_stride] = the sum over p < parts of part[p * part_stride + x], for x < count, added
+// in p order: the partial sums of threads that split K, one stretch of K each.
+template <class T>
+void add_parts(const T* part, std::int64_t part_stride, int parts, std::int64_t count, T* out,
+               std::int64_t out_stride) {
+  for (std::int64_t x = 0; x < count; ++x) {
+    T sum = part[x];
+    for (int p = 1; p < parts; ++p) sum += part[p * part_stride + x];
+    out[x * out_stride] = sum;
+  }
+}
+
 template <class T>
 T at(const core::HostMatrix& m, std::int64_t i, std::int64_t j) {
   const T* p = static_cast<const T*>(m.data) + m.offset;
@@ -293,11 +305,7 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
         }
         dots_kernel<T>(L + k0, ldl, Sp + k0, k, 0, span, 1, 1, out, 1, span);
       });
-      for (std::int64_t r = 0; r < span; ++r) {
-        T sum = partial[r];
-        for (int p = 1; p < k_parts; ++p) sum += partial[p * span + r];
-        c[r * o_long] = sum;
-      }
+      add_parts(partial.data(), span, k_parts, span, c, o_long);
       return true;
     }
     run_parts(pieces, use, [&](std::int64_t p) {
@@ -313,12 +321,7 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
     const std::int64_t k0 = p * share, k1 = std::min(K, k0 + share);
     if (k0 < k1) axpy_kernel<T>(L, ldl, Sp, k0, k1, span, NS, partial.data() + p * NS * span);
   });
-  for (int s = 0; s < ns; ++s)
-    for (std::int64_t x = 0; x < span; ++x) {
-      T sum = partial[s * span + x];
-      for (int p = 1; p < use; ++p) sum += partial[(p * NS + s) * span + x];
-      c[s * o_short + x * o_long] = sum;
-    }
+  for (int s = 0; s < ns; ++s) add_parts(partial.data() + s * span, NS * span, use, span, c + s * o_short, o_long);
   return true;
 }
 
