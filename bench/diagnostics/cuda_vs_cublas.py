@@ -13,7 +13,9 @@ import statistics
 import torch
 
 import portmat
+from bench_cuda import torch_operands  # this script's folder is on sys.path
 from portmat import _ext
+from portmat.peers import _queued_seconds, torch_graph
 
 LAUNCHES, RUNS = 10, 21
 SHAPES = [(n, n, n) for n in (256, 384, 512, 640, 768, 1024, 1280, 1536, 2048, 4096)] + [  # (M, K, N)
@@ -24,41 +26,17 @@ SHAPES = [(n, n, n) for n in (256, 384, 512, 640, 768, 1024, 1280, 1536, 2048, 4
 
 def cublas_seconds(m, n, k):
     """(queued, graph-replayed) seconds per product, medians of RUNS runs of LAUNCHES products."""
-    a = torch.rand(m, k, device="cuda") - 0.5
-    b = torch.rand(k, n, device="cuda") - 0.5
-    c = torch.empty(m, n, device="cuda")
-    for _ in range(5):
-        torch.matmul(a, b, out=c)
-    torch.cuda.synchronize()
-
-    def timed(run):
-        ts = []
-        for _ in range(RUNS):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            run()
-            e1.record()
-            e1.synchronize()
-            ts.append(e0.elapsed_time(e1) * 1e-3 / LAUNCHES)
-        return statistics.median(ts)
-
-    queued = timed(lambda: [torch.matmul(a, b, out=c) for _ in range(LAUNCHES)])
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            torch.matmul(a, b, out=c)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(LAUNCHES):
-            torch.matmul(a, b, out=c)
-    return queued, timed(graph.replay)
+    a, b, c = torch_operands(m, n, k)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    elapsed_ms = lambda: start.elapsed_time(stop)  # noqa: E731
+    product = lambda: torch.matmul(a, b, out=c)  # noqa: E731
+    queued = _queued_seconds(start, stop, elapsed_ms, product, RUNS, LAUNCHES)
+    graph = torch_graph(torch, product, LAUNCHES)
+    replayed = [t / LAUNCHES for t in _queued_seconds(start, stop, elapsed_ms, graph.replay, RUNS, 1)]
+    return statistics.median(queued), statistics.median(replayed)
 
 
 def main():
-    torch.backends.cuda.matmul.allow_tf32 = False
     dev = next(d.id for d in portmat.devices() if d.backend == "cuda")
     print("(M x K) @ (K x N): portmat us, cuBLAS queued / graph us, the faster cuBLAS / portmat")
     for m, k, n in SHAPES:

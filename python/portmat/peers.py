@@ -60,6 +60,24 @@ class CuPyPeer:
                                lambda: a @ b, repeat, launches)
 
 
+def torch_graph(torch, product, launches):
+    """A CUDA graph of `launches` product() calls, captured after three warm-up calls on a side
+    stream (as capture wants: the work a first call sets up stays out of the graph). product()
+    must write into memory allocated before (torch.matmul(a, b, out=c))."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            product()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            product()
+    return graph
+
+
 class TorchPeer:
     name = "torch"
 
@@ -89,17 +107,7 @@ class TorchPeer:
         queued = _queued_seconds(start, stop, lambda: start.elapsed_time(stop),
                                  lambda: torch.matmul(a, b, out=c), repeat, launches)
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up off the default stream, as capture wants
-                for _ in range(3):
-                    torch.matmul(a, b, out=c)
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(launches):
-                    torch.matmul(a, b, out=c)
+            graph = torch_graph(torch, lambda: torch.matmul(a, b, out=c), launches)
             replayed = _queued_seconds(start, stop, lambda: start.elapsed_time(stop), graph.replay,
                                        repeat, 1)
             replayed = [t / launches for t in replayed]
