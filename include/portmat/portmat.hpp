@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -120,6 +121,57 @@ void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out,
 // broadcast).
 std::vector<std::int64_t> matmul_shape(const std::vector<std::int64_t>& a,
                                        const std::vector<std::int64_t>& b);
+
+// ---- arrays that stay on a device ---------------------------------------------------------------
+// A C-contiguous array (a matrix, a vector or a stack) held in one device's memory, so that
+// products chain on the device without crossing the link: matmul of DeviceArrays returns a
+// DeviceArray on their device. Copies of a DeviceArray share its memory (released with the last).
+// Every backend: CUDA and OpenCL GPUs, OpenCL CPU devices and the native CPU backend (host memory).
+// dtypes: float32, float64 where the device has it, and the integers whose products the device
+// computes with wrap-around (int32, uint32, int64, uint64).
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  // Uninitialised memory for an array of this shape on `device` (a spec as for matmul).
+  static DeviceArray empty(const std::string& device, DType dtype, const std::vector<std::int64_t>& shape);
+  // A copy of the host array `host` (any strides) on `device`.
+  static DeviceArray from_host(const ArrayView& host, const std::string& device);
+  // Copies the array into the host array `dst` of the same shape and dtype (any strides).
+  void to_host(const ArrayView& dst) const;
+
+  bool valid() const { return state_ != nullptr; }
+  const std::vector<std::int64_t>& shape() const;
+  DType dtype() const;
+  const DeviceInfo& device() const;
+  std::int64_t size() const;  // elements
+  // The memory's address where it has one a foreign library can use: a CUdeviceptr on CUDA, a
+  // host pointer on the CPU backend; 0 on OpenCL (a cl_mem has none).
+  std::uintptr_t address() const;
+
+  struct State;  // the device and its buffer (src/core/device_arrays.cpp)
+  const std::shared_ptr<State>& state() const { return state_; }
+
+ private:
+  explicit DeviceArray(std::shared_ptr<State> s) : state_(std::move(s)) {}
+  std::shared_ptr<State> state_;
+};
+
+// out = a @ b with np.matmul's shapes, on the device that holds all three (one dtype; out has
+// exactly matmul_shape(a.shape(), b.shape()) and shares no memory with a or b). Returns when the
+// product is done: the next call, or a copy to the host, sees it.
+void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out);
+DeviceArray matmul(const DeviceArray& a, const DeviceArray& b);
+
+// out = a @ b on memory another library owns on a CUDA GPU (a CuPy array's, a torch tensor's):
+// the views' `data` are device addresses, strides in elements as for the host overload. The work
+// is queued on `stream` (a CUstream; 0: the legacy default stream) and not waited for, as a
+// DLPack consumer does: the caller's stream orders it after the operands' producers and before
+// whatever reads out. `workspace` (device memory of workspace_bytes(a, b), owned by the caller
+// until the queued work is done) is needed for complex dtypes only. float32, float64, complex64,
+// complex128 and the 32/64-bit integers.
+void matmul_on_stream(const ArrayView& a, const ArrayView& b, const ArrayView& out, const std::string& device,
+                      std::uintptr_t stream, std::uintptr_t workspace = 0);
+std::size_t workspace_bytes(const ArrayView& a, const ArrayView& b);
 
 // Kernel-only timing: runs a (M,K)x(K,N) product on device-resident random data `repeat` times and
 // returns each run's seconds (device event time where the backend has one). For benchmarks. With

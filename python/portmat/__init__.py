@@ -4,6 +4,9 @@
     c = portmat.matmul(a, b)                  # NumPy in, NumPy out, on the default device
     portmat.devices()                         # every device; pick one with device=...
     c = portmat.matmul(a, b, device="opencl:0")
+    x = portmat.asarray(a, device="cuda:0")   # an Array that stays on the device
+    y = x @ x @ x                             # chained there; y.numpy() brings it back
+    portmat.matmul(cupy_a, cupy_b)            # CuPy / torch GPU arrays in, the same kind out
 
 This module owns NumPy semantics (array-likes, dtype promotion, the output array); the C++ core
 (portmat._ext) owns devices and kernels.
@@ -15,11 +18,14 @@ import sys as _sys
 
 import numpy as _np
 
-from . import _ext, _host_memory
+from . import _arrays, _ext, _host_memory
+from ._arrays import Array, asarray
 from ._ext import DeviceError, DeviceInfo, Error, OutOfDeviceMemory
 
 __all__ = [
     "matmul",
+    "Array",
+    "asarray",
     "devices",
     "default_device",
     "set_default_device",
@@ -152,6 +158,16 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
                               "" if device is None else _device_spec(device), out)
         if c is not None:
             return c
+    if type(a) is not _np.ndarray or type(b) is not _np.ndarray:
+        # Arrays that stay on a device: portmat's own, or another library's GPU arrays (_arrays).
+        if isinstance(a, Array) or isinstance(b, Array):
+            if isinstance(out, tuple) and len(out) == 1:
+                out = out[0]
+            return _arrays._matmul_arrays(a, b, out, dtype, device)
+        if _arrays.is_foreign(a) or _arrays.is_foreign(b):
+            if isinstance(out, tuple) and len(out) == 1:
+                out = out[0]
+            return _arrays.matmul_foreign(a, b, out, dtype, device, casting)
     spec = _device_spec(device)
     a = _as_operand(a, "a")
     b = _as_operand(b, "b")

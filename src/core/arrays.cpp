@@ -3,6 +3,7 @@
 // products (batch.hpp). Broadcast axes keep stride 0, so a stack is never copied to its full
 // size; adjacent batch axes whose strides line up for all three operands merge into one, so that
 // a contiguous stack of any rank is a single batch (one launch on a GPU).
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,7 +53,10 @@ std::vector<std::int64_t> matmul_shape(const std::vector<std::int64_t>& a, const
   return out;
 }
 
-void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const std::string& device) {
+namespace core {
+
+bool for_each_batch(const ArrayView& a, const ArrayView& b, const ArrayView& out,
+                    const std::function<void(const Batch&)>& fn) {
   for (auto [v, name] : {std::pair{&a, "a"}, {&b, "b"}, {&out, "out"}})
     if (v->strides.size() != v->shape.size())
       throw std::invalid_argument(std::string("matmul: ") + name + " has " + std::to_string(v->shape.size()) +
@@ -67,11 +71,7 @@ void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const 
 
   std::int64_t elements = 1;
   for (auto d : out.shape) elements *= d;
-  if (elements == 0) {  // nothing to compute (and NumPy gives empty arrays zero strides); the
-    MatrixView none{out.data, 0, 0, 0, 0, out.dtype};  // device is still resolved: bad specs raise
-    core::multiply_batch({none, none, none, 0}, device);
-    return;
-  }
+  if (elements == 0) return false;  // nothing to compute (and NumPy gives empty arrays zero strides)
 
   // The matrices: a 1-D a is one row (stride 0 across its single row), a 1-D b one column; out
   // lacks the axes they lack.
@@ -86,7 +86,7 @@ void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const 
   if (ra > 1) mc.row_stride = out.strides[ro - 1 - core_axes], ++core_axes;
   if (mc.cols == 1) mc.col_stride = 1;  // one column: its stride means nothing
   if (mc.rows == 1) mc.row_stride = mc.cols;
-  core::check_views(ma, mb, mc);
+  check_views(ma, mb, mc);
 
   // Batch axes (out's leading ones), each with the three operands' strides (0 where broadcast).
   struct Axis {
@@ -112,22 +112,34 @@ void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const 
     axes.push_back(x);
   }
 
+  if (axes.empty()) {
+    fn({ma, mb, mc});
+    return true;
+  }
+  // The innermost axis is the batch; the outer ones are walked one index at a time.
+  const Axis inner = axes.back();
+  axes.pop_back();
+  std::vector<std::int64_t> index(axes.size(), 0);
+  for (;;) {
+    std::int64_t oa = 0, ob = 0, oc = 0;
+    for (std::size_t i = 0; i < axes.size(); ++i)
+      oa += index[i] * axes[i].sa, ob += index[i] * axes[i].sb, oc += index[i] * axes[i].sc;
+    fn({nth(ma, 1, oa), nth(mb, 1, ob), nth(mc, 1, oc), inner.size, inner.sa, inner.sb, inner.sc});
+    std::size_t d = axes.size();
+    while (d > 0 && ++index[d - 1] == axes[d - 1].size) index[--d] = 0;
+    if (d == 0) break;
+  }
+  return true;
+}
+
+}  // namespace core
+
+void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const std::string& device) {
   core::with_enough_stack([&] {
-    if (axes.empty()) return core::multiply_batch({ma, mb, mc}, device);
-    // The innermost axis is the batch; the outer ones are walked one index at a time.
-    const Axis inner = axes.back();
-    axes.pop_back();
-    std::vector<std::int64_t> index(axes.size(), 0);
-    for (;;) {
-      std::int64_t oa = 0, ob = 0, oc = 0;
-      for (std::size_t i = 0; i < axes.size(); ++i)
-        oa += index[i] * axes[i].sa, ob += index[i] * axes[i].sb, oc += index[i] * axes[i].sc;
-      core::multiply_batch({core::nth(ma, 1, oa), core::nth(mb, 1, ob), core::nth(mc, 1, oc), inner.size,
-                            inner.sa, inner.sb, inner.sc},
-                           device);
-      std::size_t d = axes.size();
-      while (d > 0 && ++index[d - 1] == axes[d - 1].size) index[--d] = 0;
-      if (d == 0) break;
+    const bool any = core::for_each_batch(a, b, out, [&](const core::Batch& p) { core::multiply_batch(p, device); });
+    if (!any) {  // the device is still resolved: bad specs raise
+      MatrixView none{out.data, 0, 0, 0, 0, out.dtype};
+      core::multiply_batch({none, none, none, 0}, device);
     }
   });
 }

@@ -40,6 +40,7 @@ struct DenseMatrix {
 };
 using HostMatrix = DenseMatrix<const void*>;
 using DeviceMatrix = DenseMatrix<const Buffer*>;
+using AddressMatrix = DenseMatrix<std::uintptr_t>;  // data: a device address, offset 0
 
 class Device {
  public:
@@ -86,6 +87,29 @@ class Device {
       }
     return s / launches;
   }
+
+  // c[i] = a[i] @ b[i] on device-resident stacks, as gemm_batch_repeated once but untimed, and in
+  // every dtype computes() names: portmat's device arrays (device_arrays.cpp). Returns when done.
+  virtual void gemm_batch(const DeviceMatrix& a, std::int64_t a_step, const DeviceMatrix& b, std::int64_t b_step,
+                          const DeviceMatrix& c, std::int64_t c_step, std::int64_t count) {
+    gemm_batch_repeated(a, a_step, b, b_step, c, c_step, count, 1);
+  }
+
+  // c[i] = a[i] @ b[i] on memory another library owns (`data` is a device address, e.g. a CuPy
+  // array's), queued on that library's `stream` (a CUstream) and not waited for: the DLPack
+  // consumer's contract (matmul_on_stream). float32 / float64, the uint32 / uint64 products, and
+  // complex64 / complex128 with b's real form built in `workspace` (workspace_bytes). Only devices
+  // whose memory has addresses (CUDA) implement it.
+  virtual void gemm_on_stream(const AddressMatrix& /*a*/, std::int64_t /*a_step*/, const AddressMatrix& /*b*/,
+                              std::int64_t /*b_step*/, const AddressMatrix& /*c*/, std::int64_t /*c_step*/,
+                              std::int64_t /*count*/, std::uintptr_t /*stream*/, std::uintptr_t /*workspace*/) {
+    throw DeviceError("matmul: " + info().id() + " (" + info().name + ") does not take other libraries' device "
+                      "arrays; only CUDA devices do");
+  }
+
+  // The device address of a buffer's first byte where its memory has one a foreign library can
+  // use (CUDA: a CUdeviceptr; the CPU backend: a host pointer), else 0.
+  virtual std::uintptr_t address_of(const Buffer& /*b*/) const { return 0; }
 
   // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0,
   // in a dtype the device computes (computes()).

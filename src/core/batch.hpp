@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,12 @@ MatrixView nth(const MatrixView& v, std::int64_t step, std::int64_t i);
 // Throws std::invalid_argument unless c = a @ b is a product of consistent shapes and one dtype,
 // with c row-major (unit column stride) and every matrix aligned to its element size.
 void check_views(const MatrixView& a, const MatrixView& b, const MatrixView& c);
+
+// np.matmul's shapes (portmat::matmul(ArrayView...)) as strided batches: checks the three views
+// (shapes, one dtype, out row-major) and calls fn for each batch, in order; false, without a call,
+// when out is empty. arrays.cpp.
+bool for_each_batch(const ArrayView& a, const ArrayView& b, const ArrayView& out,
+                    const std::function<void(const Batch&)>& fn);
 
 // c[i] = a[i] @ b[i] on the device `device` names (matmul.cpp). Arguments already checked.
 void multiply_batch(const Batch& p, const std::string& device);

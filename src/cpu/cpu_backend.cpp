@@ -143,6 +143,10 @@ class CpuDevice final : public core::Device {
     std::memcpy(dst, host_of(&src), bytes);
   }
 
+  std::uintptr_t address_of(const core::Buffer& b) const override {
+    return reinterpret_cast<std::uintptr_t>(host_of(&b));
+  }
+
   double gemm(const core::DeviceMatrix& a, const core::DeviceMatrix& b,
               const core::DeviceMatrix& c) override {
     const auto t0 = std::chrono::steady_clock::now();

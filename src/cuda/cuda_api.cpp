@@ -61,6 +61,7 @@ CuApi* load_api() {
       load(lib, "cuMemcpyHtoDAsync_v2", api->MemcpyHtoDAsync) &&
       load(lib, "cuMemcpyDtoHAsync_v2", api->MemcpyDtoHAsync) &&
       load(lib, "cuMemsetD32Async", api->MemsetD32Async) &&
+      load(lib, "cuMemsetD2D8Async", api->MemsetD2D8Async) &&
       load(lib, "cuStreamCreate", api->StreamCreate) &&
       load(lib, "cuStreamSynchronize", api->StreamSynchronize) &&
       load(lib, "cuStreamWaitEvent", api->StreamWaitEvent) &&

@@ -42,6 +42,7 @@ struct CuApi {
   decltype(&::cuMemcpyHtoDAsync_v2) MemcpyHtoDAsync;
   decltype(&::cuMemcpyDtoHAsync_v2) MemcpyDtoHAsync;
   decltype(&::cuMemsetD32Async) MemsetD32Async;
+  decltype(&::cuMemsetD2D8Async) MemsetD2D8Async;
   decltype(&::cuStreamCreate) StreamCreate;
   decltype(&::cuStreamSynchronize) StreamSynchronize;
   decltype(&::cuStreamWaitEvent) StreamWaitEvent;

@@ -223,6 +223,64 @@ class CudaDevice final : public core::Device {
     return ms * 1e-3 / launches;
   }
 
+  // portmat's device arrays: one launch per stack on the first kernel stream, waited for. Every
+  // dtype computes() names (float32, float64, and the integers as uint32 / uint64).
+  void gemm_batch(const core::DeviceMatrix& a, std::int64_t a_step, const core::DeviceMatrix& b,
+                  std::int64_t b_step, const core::DeviceMatrix& c, std::int64_t c_step,
+                  std::int64_t count) override {
+    if (!computes(a.dtype))
+      throw DeviceError(std::string("device-resident ") + dtype_name(a.dtype) + " products are not implemented on " + where_);
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    const std::size_t es = dtype_size(a.dtype);
+    launch_batch(kstream_[0], ptr_of(a.data) + a.offset * es, a, a_step, ptr_of(b.data) + b.offset * es, b, b_step,
+                 ptr_of(c.data) + c.offset * es, c.ld, c_step, a.rows, b.cols, a.cols, count, true);
+    cu_check(cu_.StreamSynchronize(kstream_[0]), "gemm of device arrays (cuStreamSynchronize)", where_);
+  }
+
+  // Other libraries' memory (CuPy, torch), queued on their stream and not waited for. Complex: b's
+  // real form B'' built in the caller's workspace first, on the same stream (the workspace is free
+  // again once the stream has passed the product; complex_b overwrites it for the next batch only
+  // after the product before it, in stream order).
+  void gemm_on_stream(const core::AddressMatrix& a, std::int64_t a_step, const core::AddressMatrix& b,
+                      std::int64_t b_step, const core::AddressMatrix& c, std::int64_t c_step, std::int64_t count,
+                      std::uintptr_t stream, std::uintptr_t workspace) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    const CUstream s = reinterpret_cast<CUstream>(stream);
+    const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+    const bool complex = a.dtype == DType::c64 || a.dtype == DType::c128;
+    const DType real = a.dtype == DType::c64 ? DType::f32 : a.dtype == DType::c128 ? DType::f64 : a.dtype;
+    if (!computes(real))
+      throw DeviceError(std::string("device-resident ") + dtype_name(a.dtype) + " products are not implemented on " + where_);
+    const std::size_t es = dtype_size(a.dtype);
+    if (M == 0 || N == 0 || count == 0) return;
+    if (K == 0) {  // the empty sum: zeros, row by row of each matrix of c
+      for (std::int64_t i = 0; i < count; ++i)
+        cu_check(cu_.MemsetD2D8Async(c.data + static_cast<std::size_t>(i * c_step) * es, c.ld * es, 0, N * es, M, s),
+                 "cuMemsetD2D8Async (K = 0)", where_);
+      return;
+    }
+    auto as_device = [](const core::AddressMatrix& x, DType t) {
+      return core::DeviceMatrix{nullptr, 0, x.rows, x.cols, x.ld, x.col_major, t};
+    };
+    if (!complex) {
+      launch_batch(s, a.data, as_device(a, a.dtype), a_step, b.data, as_device(b, b.dtype), b_step, c.data, c.ld, c_step,
+                   M, N, K, count, true);
+      return;
+    }
+    if (a.col_major && K > 1) throw std::invalid_argument("CUDA complex gemm: a must be row-major");
+    if (workspace == 0) throw std::invalid_argument("CUDA complex gemm: no workspace for b's real form");
+    const std::int64_t b_count = b_step == 0 ? 1 : count;
+    complex_b(s, b.data, as_device(b, b.dtype), b_step, b_count, workspace);
+    const core::DeviceMatrix ar{nullptr, 0, M, 2 * K, 2 * (M > 1 ? a.ld : K), false, real};
+    const core::DeviceMatrix br{nullptr, 0, 2 * K, 2 * N, 2 * N, false, real};
+    launch_batch(s, a.data, ar, 2 * a_step, workspace, br, b_step == 0 ? 0 : 4 * K * N, c.data, 2 * c.ld, 2 * c_step,
+                 M, 2 * N, 2 * K, count, true);
+  }
+
+  std::uintptr_t address_of(const core::Buffer& b) const override { return ptr_of(&b); }
+
   // The link's host-to-device rate: 32 MiB from pinned memory, best of 3 (a few ms, once).
   double host_bytes_per_s() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -300,18 +358,21 @@ class CudaDevice final : public core::Device {
     ctx_ = ctx;
   }
 
-  // The stream-K hand-over flags (gemm_common.cuh, sk_signal / sk_wait) of the launches that
-  // belong to kernel stream si: one zeroed array per kernel stream, since its stream-K launches
-  // run one after the other and leave every flag cleared, while those of the two streams may
-  // overlap.
-  int* sk_flags(int si, std::int64_t blocks) {
+  // The stream-K hand-over flags (gemm_common.cuh, sk_signal / sk_wait) of the launches on
+  // `stream`: one zeroed array per stream, since the stream-K launches of one stream run one after
+  // the other and leave every flag cleared, while those of two streams may overlap. Our two
+  // kernel streams have one each; so does each stream of another library that gemm_on_stream was
+  // given (a stream handle reused after its stream was destroyed finds its flags cleared).
+  int* sk_flags(CUstream stream, std::int64_t blocks) {
     if (blocks > kMaxSkBlocks) throw std::logic_error("CUDA gemm: too many stream-K blocks");
-    if (!sk_flags_[si]) {
-      sk_flags_[si] = create_buffer(kMaxSkBlocks * sizeof(int));
-      cu_check(cu_.MemsetD32Async(sk_flags_[si]->ptr(), 0, kMaxSkBlocks, kstream_[si]),
-               "cuMemsetD32Async (stream-K flags)", where_);
+    std::unique_ptr<CuBuffer>& flags = stream == kstream_[0]   ? sk_flags_[0]
+                                       : stream == kstream_[1] ? sk_flags_[1]
+                                                               : foreign_sk_flags_[stream];
+    if (!flags) {
+      flags = create_buffer(kMaxSkBlocks * sizeof(int));
+      cu_check(cu_.MemsetD32Async(flags->ptr(), 0, kMaxSkBlocks, stream), "cuMemsetD32Async (stream-K flags)", where_);
     }
-    return reinterpret_cast<int*>(sk_flags_[si]->ptr());
+    return reinterpret_cast<int*>(flags->ptr());
   }
 
   // An event without timing, from a free list (events are cheap but not free to create).
@@ -525,7 +586,7 @@ class CudaDevice final : public core::Device {
     args.sk_first = static_cast<int>(first);
     args.sk_tiles = static_cast<int>(sk_tiles);
     args.sk_blocks = static_cast<int>(w);
-    args.sk_flags = sk_flags(stream == kstream_[1] ? 1 : 0, w);  // launches come on kstream_[0 or 1]
+    args.sk_flags = sk_flags(stream, w);
     run(dp, first, stream);
     run(t, w, stream);
   }
@@ -646,6 +707,7 @@ class CudaDevice final : public core::Device {
   static constexpr long kEarlyRows = 2048;            // matmul_host: rows of a in the k-split start
   static constexpr int kSkAllGroupM = 4;              // ... and the block swizzle's group then
   std::unique_ptr<CuBuffer> sk_flags_[2];             // per kernel stream (sk_flags)
+  std::map<CUstream, std::unique_ptr<CuBuffer>> foreign_sk_flags_;  // per stream of gemm_on_stream's callers
   double link_rate_ = 0;                              // host_bytes_per_s(), once measured
 };
 
@@ -1054,7 +1116,8 @@ class CudaBackend final : public core::Backend {
       int major = 0;
       cu->DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
       if (major < 8) continue;  // the kernels need cp.async (sm_80+); older GPUs stay with OpenCL
-      out.push_back(std::make_shared<CudaDevice>(*cu, d, static_cast<int>(out.size())));
+      // cuda:i is CUDA's ordinal i, as torch's and CuPy's device i (their arrays name it).
+      out.push_back(std::make_shared<CudaDevice>(*cu, d, i));
     }
     return out;
   }

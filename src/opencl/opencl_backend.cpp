@@ -234,6 +234,16 @@ class OpenClDevice final : public core::Device {
     cl_check(cl_.Finish(queue_), "clFinish(stack)", where_);
   }
 
+  // portmat's device arrays: a stack as one launch, waited for, in every dtype computes() names.
+  void gemm_batch(const core::DeviceMatrix& a, std::int64_t a_step, const core::DeviceMatrix& b, std::int64_t b_step,
+                  const core::DeviceMatrix& c, std::int64_t c_step, std::int64_t count) override {
+    if (!computes(a.dtype))
+      throw DeviceError(std::string("device-resident ") + dtype_name(a.dtype) + " products are not implemented on " + where_);
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    wait(enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c, true, count, a_step, b_step, c_step));
+  }
+
   // Device-resident stacks: one launch per stack, the kernels' own (profiled) times summed.
   double gemm_batch_repeated(const core::DeviceMatrix& a, std::int64_t a_step, const core::DeviceMatrix& b,
                              std::int64_t b_step, const core::DeviceMatrix& c, std::int64_t c_step,

@@ -314,6 +314,41 @@ nb::object matmul_small(nb::handle a_obj, nb::handle b_obj, const char* device, 
   return c_obj;
 }
 
+// ---- arrays on a device (issue 17) --------------------------------------------------------------
+// DLPack's element type of a dtype (for exporting a DeviceArray).
+nb::dlpack::dtype dlpack_dtype(portmat::DType t) {
+  using Code = nb::dlpack::dtype_code;
+  using portmat::DType;
+  auto make = [](Code c, int bits) {
+    nb::dlpack::dtype d;
+    d.code = static_cast<std::uint8_t>(c), d.bits = static_cast<std::uint8_t>(bits), d.lanes = 1;
+    return d;
+  };
+  switch (t) {
+    case DType::f16: return make(Code::Float, 16);
+    case DType::f32: return make(Code::Float, 32);
+    case DType::f64: return make(Code::Float, 64);
+    case DType::c64: return make(Code::Complex, 64);
+    case DType::c128: return make(Code::Complex, 128);
+    case DType::boolean: return make(Code::Bool, 8);
+    case DType::i8: return make(Code::Int, 8);
+    case DType::i16: return make(Code::Int, 16);
+    case DType::i32: return make(Code::Int, 32);
+    case DType::i64: return make(Code::Int, 64);
+    case DType::u8: return make(Code::UInt, 8);
+    case DType::u16: return make(Code::UInt, 16);
+    case DType::u32: return make(Code::UInt, 32);
+    case DType::u64: return make(Code::UInt, 64);
+  }
+  throw std::logic_error("dlpack_dtype: unknown dtype");
+}
+
+// A view of memory another library owns on a GPU: (address, shape, strides in elements).
+portmat::ArrayView foreign_view(portmat::DType t, std::uintptr_t address, const std::vector<std::int64_t>& shape,
+                                const std::vector<std::int64_t>& strides) {
+  return portmat::ArrayView{reinterpret_cast<void*>(address), t, shape, strides};
+}
+
 }  // namespace
 
 NB_MODULE(_ext, m) {
@@ -455,6 +490,99 @@ NB_MODULE(_ext, m) {
       "`launches` products queued back to back; layout: a's and b's storage, 'r' row-major or "
       "'c' column-major each; batch: a stack of that many products, timed as one; complex "
       "dtypes where the device multiplies them itself)");
+
+  nb::class_<portmat::DeviceArray>(m, "DeviceArray",
+                                   "A C-contiguous array in one device's memory (portmat.Array wraps it)")
+      .def_static(
+          "from_numpy",
+          [](nb::ndarray<nb::ro, nb::device::cpu> host, const std::string& device) {
+            const portmat::ArrayView v = array_of(host, "x");
+            return without_gil([&] { return portmat::DeviceArray::from_host(v, device); });
+          },
+          "host"_a, "device"_a, "A copy of a NumPy array (any strides) on `device`")
+      .def_static(
+          "empty",
+          [](const std::string& device, const std::string& dtype, const std::vector<std::int64_t>& shape) {
+            const portmat::DType t = parse_dtype(dtype);
+            return without_gil([&] { return portmat::DeviceArray::empty(device, t, shape); });
+          },
+          "device"_a, "dtype"_a, "shape"_a, "Uninitialised memory for an array on `device`")
+      .def(
+          "to_numpy",
+          [](const portmat::DeviceArray& x, nb::ndarray<nb::device::cpu> out) {
+            const portmat::ArrayView v = array_of(out, "out");
+            without_gil([&] { x.to_host(v); });
+          },
+          "out"_a, "Copies the array into `out`, a NumPy array of its shape and dtype")
+      .def_prop_ro("shape",
+                   [](const portmat::DeviceArray& x) {
+                     nb::list l;
+                     for (auto d : x.shape()) l.append(d);
+                     return nb::tuple(l);
+                   })
+      .def_prop_ro("dtype", [](const portmat::DeviceArray& x) { return portmat::dtype_name(x.dtype()); })
+      .def_prop_ro("device", [](const portmat::DeviceArray& x) { return x.device(); })
+      .def_prop_ro("address", &portmat::DeviceArray::address,
+                   "The memory's device address (CUDA) or host address (CPU backend); 0 on OpenCL")
+      .def(
+          "dlpack_view",
+          [](nb::handle self) -> nb::object {
+            const auto& x = nb::cast<const portmat::DeviceArray&>(self);
+            const portmat::DeviceInfo& d = x.device();
+            std::int32_t device_type = 0;
+            if (d.backend == "cuda") device_type = nb::device::cuda::value;
+            if (d.backend == "cpu") device_type = nb::device::cpu::value;
+            if (device_type == 0 || x.address() == 0)
+              throw nb::buffer_error(("DLPack has no kind of device for portmat arrays on " + d.id() + " (" +
+                                      d.name + "); copy it to the host with numpy() first").c_str());
+            std::vector<std::size_t> shape(x.shape().begin(), x.shape().end());
+            std::vector<std::int64_t> strides(shape.size());
+            std::int64_t step = 1;
+            for (std::size_t i = shape.size(); i-- > 0;) {
+              strides[i] = step;
+              step *= static_cast<std::int64_t>(std::max<std::size_t>(shape[i], 1));
+            }
+            nb::ndarray<nb::array_api> view(reinterpret_cast<void*>(x.address()), shape.size(), shape.data(), self, strides.data(),
+                               dlpack_dtype(x.dtype()), device_type, d.backend == "cuda" ? d.index : 0);
+            return nb::cast(view);
+          },
+          "An object with __dlpack__ / __dlpack_device__ over the array's memory (CUDA and CPU devices), "
+          "keeping the array alive");
+
+  m.def(
+      "matmul_device_arrays",
+      [](const portmat::DeviceArray& a, const portmat::DeviceArray& b, nb::handle out) -> portmat::DeviceArray {
+        if (out.is_none()) return without_gil([&] { return portmat::matmul(a, b); });
+        const auto& o = nb::cast<const portmat::DeviceArray&>(out);
+        without_gil([&] { portmat::matmul(a, b, o); });
+        return o;
+      },
+      "a"_a, "b"_a, "out"_a = nb::none(),
+      "a @ b of device arrays on their device (np.matmul's shapes): a new array, or into out");
+
+  m.def(
+      "matmul_on_stream",
+      [](const std::string& dtype, std::uintptr_t a, const std::vector<std::int64_t>& a_shape,
+         const std::vector<std::int64_t>& a_strides, std::uintptr_t b, const std::vector<std::int64_t>& b_shape,
+         const std::vector<std::int64_t>& b_strides, std::uintptr_t out, const std::vector<std::int64_t>& out_shape,
+         const std::vector<std::int64_t>& out_strides, const std::string& device, std::uintptr_t stream,
+         std::uintptr_t workspace) {
+        const portmat::DType t = parse_dtype(dtype);
+        const portmat::ArrayView va = foreign_view(t, a, a_shape, a_strides), vb = foreign_view(t, b, b_shape, b_strides),
+                                 vo = foreign_view(t, out, out_shape, out_strides);
+        without_gil([&] { portmat::matmul_on_stream(va, vb, vo, device, stream, workspace); });
+      },
+      "dtype"_a, "a"_a, "a_shape"_a, "a_strides"_a, "b"_a, "b_shape"_a, "b_strides"_a, "out"_a, "out_shape"_a,
+      "out_strides"_a, "device"_a, "stream"_a, "workspace"_a = 0,
+      "out = a @ b on another library's GPU memory (addresses, strides in elements), queued on its "
+      "CUDA stream and not waited for");
+  m.def(
+      "workspace_bytes",
+      [](const std::string& dtype, const std::vector<std::int64_t>& b_shape) {
+        const portmat::DType t = parse_dtype(dtype);
+        return portmat::workspace_bytes(portmat::ArrayView{nullptr, t, {}, {}}, portmat::ArrayView{nullptr, t, b_shape, {}});
+      },
+      "dtype"_a, "b_shape"_a, "Device memory matmul_on_stream needs for b's real form (complex dtypes; else 0)");
 
   m.def(
       "_try_alloc",

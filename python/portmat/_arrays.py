@@ -1,0 +1,402 @@
+"""Arrays that stay on a device (issue 17): portmat's own Array, and other libraries' GPU arrays.
+
+- ``portmat.Array`` holds a matrix, vector or stack in one device's memory, on every backend
+  (CUDA, OpenCL, the native CPU backend), so that products chain there: ``matmul`` of Arrays
+  returns an Array on their device, and nothing crosses the link until ``numpy()``. It is small on
+  purpose (shape, dtype, device, ``@``, copies to and from NumPy, DLPack export on CUDA and CPU
+  devices); it is not a second NumPy.
+- CuPy arrays and torch tensors on a CUDA GPU are multiplied where they are: their memory goes to
+  the kernels by address, the work is queued on the caller's current stream (the stream their
+  library would use for ``a @ b``, so no synchronisation is needed and none is done), and the
+  result is an array of their own kind, allocated by their own (stream-aware, caching) allocator.
+  dtypes the kernels lack are computed through a wider one by the library itself, on the device:
+  float16 and bfloat16 in float32 (accumulating in float32, as NumPy's float16 does), bool and
+  8/16-bit integers in int32 (wrapping as NumPy's do; bool as the logical product).
+"""
+
+from __future__ import annotations
+
+import sys as _sys
+
+import numpy as _np
+
+from . import _ext
+
+# dtypes a portmat Array may hold (those the kernels multiply on a device: the integers through
+# the wrap-around uint32 / uint64 products).
+ARRAY_DTYPES = frozenset(_np.dtype(t) for t in (
+    _np.float32, _np.float64, _np.int32, _np.int64, _np.uint32, _np.uint64))
+
+
+class Array:
+    """A C-contiguous array on one portmat device. Make one with ``portmat.asarray(x, device=...)``;
+    ``portmat.matmul`` (or ``@``) of Arrays on one device returns an Array there."""
+
+    __slots__ = ("_x", "__weakref__")
+    __array_ufunc__ = None  # ndarray @ Array comes to Array.__rmatmul__ (which refuses a NumPy operand)
+
+    def __init__(self, x):
+        if not isinstance(x, _ext.DeviceArray):
+            raise TypeError("portmat.Array is made by portmat.asarray(x, device=...), not by calling it")
+        self._x = x
+
+    @property
+    def shape(self) -> tuple:
+        return self._x.shape
+
+    @property
+    def dtype(self) -> _np.dtype:
+        return _np.dtype(self._x.dtype)
+
+    @property
+    def device(self) -> _ext.DeviceInfo:
+        return self._x.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self._x.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self._x.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.ndim:
+            raise TypeError("len() of a 0-d portmat.Array")
+        return self.shape[0]
+
+    def numpy(self) -> _np.ndarray:
+        """A NumPy copy of the array (from the device's memory to the host's)."""
+        out = _np.empty(self.shape, self.dtype)
+        self._x.to_numpy(out)
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a portmat.Array cannot be viewed as a NumPy array without a copy")
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __matmul__(self, other):
+        return _matmul_arrays(self, other, None, None, None)
+
+    def __rmatmul__(self, other):
+        return _matmul_arrays(other, self, None, None, None)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        # Products of Arrays are finished when matmul returns, so no stream needs to wait.
+        view = self._x.dlpack_view()  # BufferError on OpenCL devices
+        return view.__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self):
+        return self._x.dlpack_view().__dlpack_device__()
+
+    def __repr__(self) -> str:
+        return f"portmat.Array(shape={self.shape}, dtype={self.dtype}, device='{self.device.id}')"
+
+    def __bool__(self):
+        raise TypeError("the truth value of a portmat.Array is not defined; use numpy() first")
+
+    __hash__ = None
+
+
+def asarray(x, device=None, dtype=None) -> Array:
+    """x as a portmat.Array on `device` (a spec such as 'cuda:0', 'opencl:1', 'cpu', or an entry of
+    portmat.devices(); None: the default device). An Array already there (and of that dtype) is
+    returned as it is; anything else is copied through a NumPy array."""
+    from . import _device_spec  # the package's spec parsing (no import cycle at load time)
+
+    spec = _device_spec(device)
+    if isinstance(x, Array):
+        same_device = not spec or _ext.find_device(spec).id == x.device.id
+        if same_device and (dtype is None or _np.dtype(dtype) == x.dtype):
+            return x
+        x = x.numpy()
+    if _foreign_kind(x) is not None:
+        raise TypeError(f"portmat.asarray: {type(x).__module__}.{type(x).__name__} is another library's "
+                        f"GPU array; portmat.matmul multiplies it where it is, or copy it to the host "
+                        f"first (e.g. cupy.asnumpy(x), x.cpu().numpy())")
+    try:
+        host = _np.asarray(x, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"portmat.asarray: {type(x).__name__} is not an array: {e}") from None
+    if host.dtype not in ARRAY_DTYPES:
+        raise TypeError(f"portmat.asarray: portmat arrays hold float32, float64, int32, int64, uint32 "
+                        f"and uint64, not {host.dtype}; convert with astype() first")
+    if not host.dtype.isnative:
+        host = host.astype(host.dtype.newbyteorder("="))
+    if not host.flags.aligned:
+        host = host.copy()
+    return Array(_ext.DeviceArray.from_numpy(host, spec))
+
+
+def _describe(x) -> str:
+    if isinstance(x, Array):
+        return f"a portmat.Array on {x.device.id}"
+    kind = _foreign_kind(x)
+    if kind is not None:
+        return f"a {kind} array on {_foreign_device(x, kind)}"
+    return f"a {type(x).__module__}.{type(x).__name__}"
+
+
+def _matmul_arrays(a, b, out, dtype, device):
+    """matmul where an operand is a portmat.Array: both must be, on one device."""
+    if not isinstance(a, Array) or not isinstance(b, Array):
+        raise TypeError(f"matmul: a is {_describe(a)} and b is {_describe(b)}; portmat arrays multiply "
+                        f"only with portmat arrays on the same device (move the other with "
+                        f"portmat.asarray(x, device=...), or come back with .numpy())")
+    if a.device.id != b.device.id:
+        raise ValueError(f"matmul: a is on {a.device.id} and b on {b.device.id}; copy one across first "
+                         f"(portmat.asarray(b, device=a.device))")
+    if device is not None:
+        from . import _device_spec
+
+        want = _ext.find_device(_device_spec(device)).id
+        if want != a.device.id:
+            raise ValueError(f"matmul: device={want} was asked for, but the arrays are on {a.device.id}")
+    if a.dtype != b.dtype or (dtype is not None and _np.dtype(dtype) != a.dtype):
+        raise TypeError(f"matmul: portmat arrays are not converted on the device: a is {a.dtype}, b is "
+                        f"{b.dtype}" + ("" if dtype is None else f", dtype={_np.dtype(dtype)}") +
+                        "; make them one dtype with portmat.asarray(x, dtype=...)")
+    if out is not None:
+        if not isinstance(out, Array):
+            raise TypeError(f"matmul: out must be a portmat.Array when the operands are, not {_describe(out)}")
+        if out.device.id != a.device.id:
+            raise ValueError(f"matmul: out is on {out.device.id}, the operands on {a.device.id}")
+        if out.dtype != a.dtype:
+            raise TypeError(f"matmul: out is {out.dtype}, the product {a.dtype}")
+        shape = tuple(_ext.matmul_shape(a.shape, b.shape))
+        if out.shape != shape:
+            raise ValueError(f"matmul: out has shape {out.shape}, expected {shape} for a of shape {a.shape} "
+                             f"and b of shape {b.shape}")
+        if out._x.address and out._x.address in (a._x.address, b._x.address) or out is a or out is b:
+            # The one way an Array overlaps another: it is the same memory.
+            tmp = Array(_ext.matmul_device_arrays(a._x, b._x))
+            return _copy_into(out, tmp)
+        _ext.matmul_device_arrays(a._x, b._x, out._x)
+        return out
+    return Array(_ext.matmul_device_arrays(a._x, b._x))
+
+
+def _copy_into(out: Array, src: Array) -> Array:
+    # out and a (or b) are the same memory: the product went to src; one more product would be as
+    # dear as the round trip, so the copy goes through the host (rare: x = x @ y with out=x).
+    host = src.numpy()
+    fresh = _ext.DeviceArray.from_numpy(host, out.device.id)
+    out._x = fresh
+    return out
+
+
+# ---- other libraries' GPU arrays ---------------------------------------------------------------
+def _foreign_kind(x):
+    """'torch' for a torch tensor on a CUDA GPU, 'cupy' for a CuPy array, else None."""
+    torch = _sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return "torch" if x.is_cuda else None
+    cupy = _sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return "cupy"
+    return None
+
+
+def _foreign_device(x, kind) -> str:
+    return f"cuda:{x.device.index if kind == 'torch' else x.device.id}"
+
+
+def is_foreign(x) -> bool:
+    return _foreign_kind(x) is not None
+
+
+def matmul_foreign(a, b, out, dtype, device, casting):
+    """a @ b for CuPy arrays or torch tensors on a CUDA GPU (at least one of a, b is)."""
+    ka, kb = _foreign_kind(a), _foreign_kind(b)
+    if ka is None or kb is None or ka != kb:
+        raise TypeError(f"matmul: a is {_describe(a)} and b is {_describe(b)}; both operands must be "
+                        f"arrays of one GPU library on one device (copy the other across first)")
+    da, db = _foreign_device(a, ka), _foreign_device(b, kb)
+    if da != db:
+        raise ValueError(f"matmul: a is on {da} and b on {db}; copy one across first")
+    if device is not None:
+        from . import _device_spec
+
+        want = _ext.find_device(_device_spec(device)).id
+        if want != da:
+            raise ValueError(f"matmul: device={want} was asked for, but the operands are {ka} arrays on {da}")
+    if out is not None and (_foreign_kind(out) != ka or _foreign_device(out, ka) != da):
+        raise TypeError(f"matmul: out is {_describe(out)}; it must be a {ka} array on {da}, as the operands are")
+    return (_torch_matmul if ka == "torch" else _cupy_matmul)(a, b, out, dtype, da, casting)
+
+
+def _dense_matrices(shape, strides) -> bool:
+    """Whether a kernel reads the (last two axes') matrices where they are: row- or column-major,
+    positive strides (element units)."""
+    if any(s < 0 for s in strides):
+        return False
+    if len(shape) < 2:
+        return True
+    rows, cols = shape[-2], shape[-1]
+    rs, cs = strides[-2], strides[-1]
+    row_major = (cols <= 1 or cs == 1) and (rows <= 1 or rs >= cols)
+    col_major = (rows <= 1 or rs == 1) and (cols <= 1 or cs >= rows)
+    return row_major or col_major
+
+
+def _row_major(shape, strides) -> bool:
+    return len(shape) < 1 or shape[-1] <= 1 or strides[-1] == 1
+
+
+def _overlaps(x_ptr, x_bytes, y_ptr, y_bytes) -> bool:
+    return x_ptr < y_ptr + y_bytes and y_ptr < x_ptr + x_bytes
+
+
+# The compute dtype of each result dtype the kernels lack, by name: float16 / bfloat16 in float32,
+# bool and the narrow integers in int32.
+_WIDER = {"float16": "float32", "bfloat16": "float32", "bool": "int32", "int8": "int32", "int16": "int32",
+          "uint8": "int32", "uint16": "int32"}
+_KERNEL = frozenset(("float32", "float64", "complex64", "complex128", "int32", "int64", "uint32", "uint64"))
+
+
+def _torch_matmul(a, b, out, dtype, dev, casting):
+    torch = _sys.modules["torch"]
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        raise ValueError("matmul: portmat does not record autograd; a torch tensor that requires grad must "
+                         "be multiplied under torch.no_grad() or passed as x.detach()")
+    rtype = dtype if dtype is not None else torch.promote_types(a.dtype, b.dtype)
+    if not isinstance(rtype, torch.dtype):
+        raise TypeError(f"matmul: dtype= for torch tensors must be a torch.dtype, not {rtype!r}")
+    name = str(rtype).removeprefix("torch.")
+    compute = _WIDER.get(name, name)
+    if compute not in _KERNEL:
+        raise TypeError(f"matmul: portmat has no product of torch {name} tensors")
+    ctype = getattr(torch, compute)
+    if out is not None and not torch.can_cast(rtype, out.dtype) and casting != "unsafe":
+        raise TypeError(f"matmul: cannot cast the {name} product to out's {out.dtype} (casting='{casting}')")
+
+    def operand(x):
+        if x.is_conj():
+            x = x.resolve_conj()
+        if x.is_neg():
+            x = x.resolve_neg()
+        if x.dtype != ctype:
+            x = x.to(ctype)
+        if not _dense_matrices(x.shape, x.stride()) or (compute.startswith("complex") and
+                                                       not _row_major(x.shape, x.stride())):
+            x = x.contiguous()
+        return x
+
+    a, b = operand(a), operand(b)
+    shape = tuple(_ext.matmul_shape(tuple(a.shape), tuple(b.shape)))
+    if out is not None and tuple(out.shape) != shape:
+        raise ValueError(f"matmul: out has shape {tuple(out.shape)}, expected {shape} for a of shape "
+                         f"{tuple(a.shape)} and b of shape {tuple(b.shape)}")
+    direct = (out is not None and out.dtype == ctype and not out.is_conj() and not out.is_neg() and
+              _out_writable(shape, out.stride()) and not _torch_overlap(out, a) and not _torch_overlap(out, b))
+    r = out if direct else torch.empty(shape, dtype=ctype, device=a.device)
+    index = a.device.index
+    stream = _torch_stream(torch, index)
+    ws = None
+    nbytes = _ext.workspace_bytes(compute, tuple(b.shape)) if compute.startswith("complex") else 0
+    if nbytes:
+        ws = torch.empty(nbytes, dtype=torch.uint8, device=a.device)  # freed in stream order
+    if r.numel():
+        _ext.matmul_on_stream(compute, a.data_ptr(), tuple(a.shape), a.stride(), b.data_ptr(), tuple(b.shape),
+                              b.stride(), r.data_ptr(), shape, r.stride(), dev, stream,
+                              0 if ws is None else ws.data_ptr())
+    if direct:
+        return out
+    if out is not None:
+        if out.dtype == torch.bool:
+            out.copy_(r != 0)
+        else:
+            out.copy_(r)
+        return out
+    if rtype == torch.bool:
+        return r != 0
+    return r if rtype == ctype else r.to(rtype)
+
+
+def _torch_stream(torch, index) -> int:
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # 0.2 us, where current_stream() takes 7
+    if raw is not None:
+        return int(raw(index))
+    return int(torch.cuda.current_stream(index).cuda_stream)
+
+
+def _torch_overlap(x, y) -> bool:
+    sx = x.untyped_storage()
+    sy = y.untyped_storage()
+    return _overlaps(sx.data_ptr(), sx.nbytes(), sy.data_ptr(), sy.nbytes())
+
+
+def _out_writable(shape, strides) -> bool:
+    """out's matrices row-major with unit column stride (the kernels' result layout)."""
+    if any(s < 0 for s in strides):
+        return False
+    if not shape or shape[-1] <= 1:
+        return True
+    if strides[-1] != 1:
+        return False
+    return len(shape) < 2 or shape[-2] <= 1 or strides[-2] >= shape[-1]
+
+
+def _cupy_matmul(a, b, out, dtype, dev, casting):
+    cupy = _sys.modules["cupy"]
+    rtype = _np.dtype(dtype) if dtype is not None else cupy.result_type(a.dtype, b.dtype)
+    if out is not None and not _np.can_cast(rtype, out.dtype, casting=casting):
+        raise TypeError(f"matmul: cannot cast the {rtype} product to out's {out.dtype} (casting='{casting}')")
+    name = rtype.name
+    compute = _WIDER.get(name, name)
+    if compute not in _KERNEL:
+        raise TypeError(f"matmul: portmat has no product of {name} arrays")
+    ctype = _np.dtype(compute)
+
+    def operand(x):
+        if x.dtype != ctype:
+            x = x.astype(ctype)
+        es = x.itemsize
+        if any(s % es for s in x.strides):
+            x = cupy.ascontiguousarray(x)
+        strides = tuple(s // es for s in x.strides)
+        if not _dense_matrices(x.shape, strides) or (compute.startswith("complex") and
+                                                     not _row_major(x.shape, strides)):
+            x = cupy.ascontiguousarray(x)
+            strides = tuple(s // es for s in x.strides)
+        return x, strides
+
+    (a, sa), (b, sb) = operand(a), operand(b)
+    shape = tuple(_ext.matmul_shape(a.shape, b.shape))
+    if out is not None and out.shape != shape:
+        raise ValueError(f"matmul: out has shape {out.shape}, expected {shape} for a of shape {a.shape} "
+                         f"and b of shape {b.shape}")
+    with cupy.cuda.Device(a.device.id):
+        direct = False
+        if out is not None and out.dtype == ctype and all(s % ctype.itemsize == 0 for s in out.strides):
+            so = tuple(s // ctype.itemsize for s in out.strides)
+            direct = _out_writable(shape, so) and not cupy.may_share_memory(out, a) and not cupy.may_share_memory(out, b)
+        r = out if direct else cupy.empty(shape, ctype)
+        so = tuple(s // ctype.itemsize for s in r.strides)
+        ws = None
+        nbytes = _ext.workspace_bytes(compute, b.shape) if compute.startswith("complex") else 0
+        if nbytes:
+            ws = cupy.empty(nbytes, _np.uint8)  # CuPy's pool reuses it in stream order
+        if r.size:
+            _ext.matmul_on_stream(compute, a.data.ptr, a.shape, sa, b.data.ptr, b.shape, sb, r.data.ptr, shape,
+                                  so, dev, cupy.cuda.get_current_stream().ptr, 0 if ws is None else ws.data.ptr)
+        if direct:
+            return out
+        if out is not None:
+            if out.dtype == _np.bool_:
+                cupy.copyto(out, r != 0, casting="unsafe")
+            else:
+                cupy.copyto(out, r, casting="unsafe")
+            return out
+        if rtype == _np.bool_:
+            return r != 0
+        return r if rtype == ctype else r.astype(rtype)
