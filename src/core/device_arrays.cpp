@@ -33,7 +33,7 @@ struct DeviceArray::State {
   ~State() {
     // In a process forked after this memory was allocated, a GPU driver cannot free it (its
     // threads are gone; the call could hang): the child only forgets it.
-    if (generation != core::fork_generation() && device->info().backend != "cpu") (void)buffer.release();
+    if (buffer && generation != core::fork_generation() && device->info().backend != "cpu") (void)buffer.release();
   }
 };
 

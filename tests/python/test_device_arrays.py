@@ -1,0 +1,403 @@
+"""Arrays that stay on a device (issue 17).
+
+portmat.Array on every device this machine has (CI: the CPU backend and PoCL's OpenCL device):
+products against a float64 reference, integers exact, np.matmul's shapes, chains, out=, DLPack
+export, and the errors. Then CuPy arrays and torch tensors on a CUDA GPU, multiplied where they
+are: every dtype, views, out=, the caller's stream order, and the errors; those tests skip, saying
+why, on machines without a CUDA device or without the library.
+"""
+
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import portmat
+from conftest import DEVICES, run_python
+
+EPS = {np.dtype(np.float32): np.finfo(np.float32).eps, np.dtype(np.float64): np.finfo(np.float64).eps,
+       np.dtype(np.float16): np.finfo(np.float16).eps}
+
+
+def info(device):
+    return next(d for d in DEVICES if d.id == device)
+
+
+def assert_close(c, a, b, eps, rel=0.0):
+    """Entrywise |c - ref| <= K * eps * (|a| @ |b|) (+ rel * |ref|: a result rounded to a narrower
+    dtype), ref in float64 / complex128."""
+    wide = np.complex128 if np.iscomplexobj(a) or np.iscomplexobj(b) else np.float64
+    a64, b64 = np.asarray(a).astype(wide), np.asarray(b).astype(wide)
+    ref = np.matmul(a64, b64)
+    k = a64.shape[-1]
+    bound = (k + 2) * eps * np.matmul(np.abs(a64), np.abs(b64)) + rel * np.abs(ref) + 1e-300
+    err = np.abs(np.asarray(c).astype(wide) - ref)
+    assert c.shape == ref.shape
+    assert np.all(err <= bound), f"max error / bound {np.max(err / bound):.3g}"
+
+
+SHAPES = [((17, 33), (33, 5)), ((1, 65), (65, 1)), ((3, 5, 7), (7, 4)), ((2, 1, 5, 7), (3, 7, 4)),
+          ((7,), (7, 4)), ((3, 5, 7), (7,)), ((33,), (33,)), ((4, 1, 6), (1, 6, 2)), ((6, 64, 48), (6, 48, 40))]
+
+
+# ---- portmat.Array on every device --------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+def test_array_products_match_numpy(device, rng, dtype, shapes):
+    if dtype == np.float64 and not info(device).supports_float64:
+        pytest.skip(f"{device} has no float64")
+    a = rng.uniform(-1, 1, shapes[0]).astype(dtype)
+    b = rng.uniform(-1, 1, shapes[1]).astype(dtype)
+    x, y = portmat.asarray(a, device=device), portmat.asarray(b, device=device)
+    assert isinstance(x, portmat.Array) and x.device.id == device and x.shape == a.shape and x.dtype == dtype
+    z = x @ y
+    assert isinstance(z, portmat.Array) and z.device.id == device and z.dtype == dtype
+    assert_close(z.numpy(), a, b, EPS[np.dtype(dtype)])
+    assert np.array_equal(np.asarray(portmat.matmul(x, y)), z.numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32, np.uint64])
+def test_integer_arrays_are_exact_and_wrap(device, rng, dtype):
+    info_ = np.iinfo(dtype)
+    a = rng.integers(info_.min // 2, info_.max // 2, (3, 9, 21), dtype=dtype, endpoint=True)
+    b = rng.integers(info_.min // 2, info_.max // 2, (21, 5), dtype=dtype, endpoint=True)
+    z = portmat.asarray(a, device=device) @ portmat.asarray(b, device=device)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(z.numpy(), np.matmul(a, b))
+
+
+def test_chain_stays_on_device(device, rng):
+    n = 48
+    a = (rng.uniform(-1, 1, (n, n)) / np.sqrt(n)).astype(np.float32)
+    x = portmat.asarray(a, device=device)
+    y = x
+    ref = a.astype(np.float64)
+    for _ in range(4):
+        y = x @ y
+        ref = a.astype(np.float64) @ ref
+    assert isinstance(y, portmat.Array)
+    # Each step's rounding is bounded; four steps of n-term sums of |entries| <= 1/sqrt(n) stay small.
+    assert np.max(np.abs(y.numpy() - ref)) <= 8 * n * EPS[np.dtype(np.float32)]
+
+
+def test_views_in_and_out(device, rng):
+    a = rng.uniform(-1, 1, (40, 30)).astype(np.float32)
+    for view in (a.T, a[::2], a[:, 3:17], a[::-3, ::2]):
+        x = portmat.asarray(view, device=device)
+        assert x.shape == view.shape
+        assert np.array_equal(x.numpy(), view)
+        assert np.array_equal(np.asarray(x), view)
+    # A transposed view multiplies as the matrix it shows.
+    b = rng.uniform(-1, 1, (40, 6)).astype(np.float32)
+    assert_close((portmat.asarray(a.T, device=device) @ portmat.asarray(b, device=device)).numpy(), a.T, b,
+                 EPS[np.dtype(np.float32)])
+
+
+def test_empty_and_empty_sums(device):
+    z = portmat.asarray(np.ones((3, 0), np.float32), device=device) @ portmat.asarray(np.ones((0, 4), np.float32),
+                                                                                      device=device)
+    assert np.array_equal(z.numpy(), np.zeros((3, 4), np.float32))
+    z = portmat.asarray(np.ones((0, 5, 2), np.float32), device=device) @ portmat.asarray(np.ones((2, 3), np.float32),
+                                                                                         device=device)
+    assert z.shape == (0, 5, 3)
+
+
+def test_out(device, rng):
+    a = rng.uniform(-1, 1, (2, 9, 11)).astype(np.float32)
+    b = rng.uniform(-1, 1, (11, 7)).astype(np.float32)
+    x, y = portmat.asarray(a, device=device), portmat.asarray(b, device=device)
+    o = portmat.asarray(np.full((2, 9, 7), np.nan, np.float32), device=device)
+    assert portmat.matmul(x, y, out=o) is o
+    assert_close(o.numpy(), a, b, EPS[np.dtype(np.float32)])
+    # out that is an operand: the answer NumPy gives (the product of the values before).
+    s = rng.uniform(-1, 1, (9, 9)).astype(np.float32)
+    xs = portmat.asarray(s, device=device)
+    assert portmat.matmul(xs, xs, out=xs) is xs
+    assert_close(xs.numpy(), s, s, EPS[np.dtype(np.float32)])
+    with pytest.raises(ValueError, match=r"out has shape \(9, 7\), expected \(2, 9, 7\)"):
+        portmat.matmul(x, y, out=portmat.asarray(np.zeros((9, 7), np.float32), device=device))
+    if info(device).supports_float64:
+        with pytest.raises(TypeError, match="out is float64"):
+            portmat.matmul(x, y, out=portmat.asarray(np.zeros((2, 9, 7)), device=device))
+    with pytest.raises(TypeError, match="out must be a portmat.Array"):
+        portmat.matmul(x, y, out=np.zeros((2, 9, 7), np.float32))
+
+
+def test_errors_name_what_is_wrong(device):
+    x = portmat.asarray(np.ones((4, 5), np.float32), device=device)
+    with pytest.raises(ValueError, match=r"a has shape \(4, 5\), b has shape \(4, 5\)"):
+        x @ x
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        x @ np.ones((5, 2), np.float32)
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        np.ones((3, 4), np.float32) @ x
+    with pytest.raises(TypeError, match="float16"):
+        portmat.asarray(np.ones((2, 2), np.float16), device=device)
+    with pytest.raises(TypeError, match="complex64"):
+        portmat.asarray(np.ones((2, 2), np.complex64), device=device)
+    if info(device).supports_float64:
+        with pytest.raises(TypeError, match="a is float32, b is float64"):
+            x @ portmat.asarray(np.ones((5, 2)), device=device)
+    with pytest.raises(TypeError, match="not defined"):
+        bool(x)
+    others = [d.id for d in DEVICES if d.id != device]
+    if others:
+        with pytest.raises(ValueError, match=f"a is on {device} and b on {others[0]}"):
+            x @ portmat.asarray(np.ones((5, 2), np.float32), device=others[0])
+        with pytest.raises(ValueError, match=f"device={others[0]}"):
+            portmat.matmul(x, portmat.asarray(np.ones((5, 2), np.float32), device=device), device=others[0])
+
+
+def test_asarray_keeps_or_moves(device):
+    x = portmat.asarray(np.arange(6, dtype=np.float32).reshape(2, 3), device=device)
+    assert portmat.asarray(x, device=device) is x
+    assert portmat.asarray(x) is x or portmat.default_device().id != device
+    moved = portmat.asarray(x, device="cpu")
+    assert moved.device.id == portmat.asarray(np.ones(1, np.float32), device="cpu").device.id
+    assert np.array_equal(moved.numpy(), x.numpy())
+    widened = portmat.asarray(x, device=device, dtype=np.int32)
+    assert widened.dtype == np.int32 and np.array_equal(widened.numpy(), np.arange(6).reshape(2, 3))
+    assert "shape=(2, 3)" in repr(x) and device in repr(x)
+    with pytest.raises(TypeError, match="made by portmat.asarray"):
+        portmat.Array(np.ones(3))
+
+
+def test_dlpack_export(device, rng):
+    a = rng.uniform(-1, 1, (3, 4, 5)).astype(np.float32)
+    x = portmat.asarray(a, device=device)
+    if info(device).backend == "cpu":
+        v = np.from_dlpack(x)
+        assert np.array_equal(v, a)
+        assert x.__dlpack_device__() == (1, 0)
+    elif info(device).backend == "opencl":
+        with pytest.raises(BufferError, match="numpy()"):
+            np.from_dlpack(x)
+
+
+def test_arrays_in_a_forked_child(device):
+    """A child forked after the device started: a product of the parent's arrays either works (the
+    CPU backend) or raises DeviceError naming fork (GPU drivers); never a crash or a hang."""
+    script = textwrap.dedent(f"""
+        import os, sys, numpy as np, portmat
+        x = portmat.asarray(np.eye(8, dtype=np.float32) * 2, device={device!r})
+        y = (x @ x).numpy()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                z = (x @ x).numpy()
+                os._exit(0 if np.array_equal(z, y) else 3)
+            except portmat.DeviceError as e:
+                os._exit(0 if "fork" in str(e) else 4)
+            except BaseException:
+                os._exit(5)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    r = run_python("-c", script, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---- other libraries' GPU arrays ----------------------------------------------------------------
+CUDA = [d.id for d in DEVICES if d.backend == "cuda"]
+
+
+def _library(name):
+    if not CUDA:
+        pytest.skip("no CUDA device here: CuPy / torch GPU arrays are tested on a machine with one")
+    mod = pytest.importorskip(name, reason=f"{name} is not installed")
+    if name == "torch" and not mod.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    return mod
+
+
+@pytest.fixture
+def torch():
+    t = _library("torch")
+    t.backends.cuda.matmul.allow_tf32 = False
+    return t
+
+
+@pytest.fixture
+def cupy():
+    return _library("cupy")
+
+
+TORCH_DTYPES = ["float32", "float64", "float16", "bfloat16", "complex64", "complex128", "int8", "int16", "int32",
+                "int64", "uint8", "bool"]
+
+
+def _torch_random(torch, rng, shape, name):
+    if name == "bool":
+        return torch.from_numpy(rng.integers(0, 2, shape).astype(bool)).cuda()
+    if name.startswith(("int", "uint")):
+        info_ = np.iinfo(np.dtype(name))
+        return torch.from_numpy(rng.integers(info_.min, info_.max, shape, endpoint=True).astype(name)).cuda()
+    if name.startswith("complex"):
+        re, im = rng.uniform(-1, 1, shape), rng.uniform(-1, 1, shape)
+        return torch.from_numpy((re + 1j * im).astype(name)).cuda()
+    t = torch.from_numpy(rng.uniform(-1, 1, shape)).cuda()
+    return t.to(getattr(torch, name))
+
+
+def _torch_host(t):
+    """A NumPy copy (bfloat16 widened to float32, exactly)."""
+    import torch as _t
+    if t.dtype == _t.bfloat16:
+        t = t.float()
+    return t.cpu().numpy()
+
+
+def _check_torch_result(torch, c, a, b):
+    want = torch.promote_types(a.dtype, b.dtype)
+    assert isinstance(c, torch.Tensor) and c.is_cuda and c.device == a.device and c.dtype == want
+    ha, hb, hc = _torch_host(a), _torch_host(b), _torch_host(c)
+    name = str(want).removeprefix("torch.")
+    if name == "bool" or name.startswith(("int", "uint")):
+        with np.errstate(over="ignore"):
+            assert np.array_equal(hc, np.matmul(ha, hb)), name
+        return
+    eps = {"float32": EPS[np.dtype(np.float32)], "complex64": EPS[np.dtype(np.float32)],
+           "float16": EPS[np.dtype(np.float32)], "bfloat16": EPS[np.dtype(np.float32)]}.get(name, EPS[np.dtype(np.float64)])
+    rel = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}.get(name, 0.0)  # the result's own rounding
+    assert_close(hc, ha, hb, eps, rel)
+
+
+@pytest.mark.parametrize("name", TORCH_DTYPES)
+def test_torch_every_dtype(torch, rng, name):
+    for sa, sb in [((33, 65), (65, 17)), ((3, 5, 7), (7, 4)), ((2, 1, 5, 7), (3, 7, 4)), ((9,), (9, 4)),
+                   ((3, 5, 7), (7,)), ((64, 48), (48, 40))]:
+        a, b = _torch_random(torch, rng, sa, name), _torch_random(torch, rng, sb, name)
+        _check_torch_result(torch, portmat.matmul(a, b), a, b)
+
+
+def test_torch_views_mixed_dtypes_and_empties(torch, rng):
+    a = _torch_random(torch, rng, (40, 30), "float32")
+    b = _torch_random(torch, rng, (40, 12), "float32")
+    for x in (a.T, a.T[:, ::2], a.T[3:20]):
+        y = b[: x.shape[1]]
+        _check_torch_result(torch, portmat.matmul(x, y), x, y)
+    e = _torch_random(torch, rng, (5, 7), "float32").expand(4, 5, 7)  # stride 0 across the stack
+    _check_torch_result(torch, portmat.matmul(e, b[:7]), e, b[:7])
+    z = _torch_random(torch, rng, (6, 5), "complex64")
+    w = _torch_random(torch, rng, (5, 3), "complex64")
+    _check_torch_result(torch, portmat.matmul(z.conj(), w), z.conj().resolve_conj(), w)
+    m = _torch_random(torch, rng, (6, 5), "float64")
+    _check_torch_result(torch, portmat.matmul(m, b[:5]), m, b[:5])  # float64 @ float32 -> float64
+    k0 = portmat.matmul(torch.ones(3, 0, device="cuda"), torch.ones(0, 4, device="cuda"))
+    assert torch.equal(k0, torch.zeros(3, 4, device="cuda"))
+    assert portmat.matmul(torch.ones(0, 3, 5, device="cuda"), torch.ones(5, 2, device="cuda")).shape == (0, 3, 2)
+
+
+def test_torch_out(torch, rng):
+    a = _torch_random(torch, rng, (2, 9, 11), "float32")
+    b = _torch_random(torch, rng, (11, 7), "float32")
+    o = torch.full((2, 9, 7), float("nan"), device="cuda")
+    assert portmat.matmul(a, b, out=o) is o
+    _check_torch_result(torch, o, a, b)
+    big = torch.full((2, 9, 14), float("nan"), device="cuda")
+    strided = big[:, :, ::2]  # not row-major: computed aside, then copied in
+    portmat.matmul(a, b, out=strided)
+    _check_torch_result(torch, strided.contiguous(), a, b)
+    assert torch.isnan(big[:, :, 1::2]).all()
+    s = _torch_random(torch, rng, (9, 9), "float32")
+    before = s.clone()
+    portmat.matmul(s, s, out=s)  # out is an operand: NumPy's answer, the product of the values before
+    _check_torch_result(torch, s, before, before)
+    wide = torch.zeros(2, 9, 7, dtype=torch.float64, device="cuda")
+    portmat.matmul(a, b, out=wide)
+    _check_torch_result(torch, wide.float(), a, b)
+
+
+def test_torch_waits_for_the_callers_stream(torch, rng):
+    """A product queued behind a producer's kernel on the caller's stream must see its result."""
+    s = torch.cuda.Stream()
+    n = 512
+    b = torch.eye(n, device="cuda")
+    with torch.cuda.stream(s):
+        a = torch.zeros(n, n, device="cuda")
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time before the fill below runs
+        a.fill_(3.0)
+        c = portmat.matmul(a, b)
+    s.synchronize()
+    assert torch.equal(c, torch.full((n, n), 3.0, device="cuda"))
+
+
+def test_torch_errors(torch):
+    g = torch.ones(4, 4, device="cuda")
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        portmat.matmul(g, np.ones((4, 4), np.float32))
+    with pytest.raises(TypeError, match="both operands must be arrays of one GPU library"):
+        portmat.matmul(g, torch.ones(4, 4))  # a host tensor
+    p = torch.ones(4, 4, device="cuda", requires_grad=True)
+    with pytest.raises(ValueError, match="autograd"):
+        portmat.matmul(p, g)
+    with torch.no_grad():
+        assert torch.equal(portmat.matmul(p, g), torch.full((4, 4), 4.0, device="cuda"))
+    with pytest.raises(ValueError, match=r"a has shape \(4, 4\), b has shape \(3, 4\)"):
+        portmat.matmul(g, torch.ones(3, 4, device="cuda"))
+
+
+def test_cupy_dtypes_views_and_out(cupy, rng):
+    for name in ["float32", "float64", "float16", "complex64", "complex128", "int8", "int32", "int64", "bool"]:
+        a_h = rng.uniform(-1, 1, (3, 21, 17)).astype(name) if not name.startswith(("int", "bool")) else \
+            rng.integers(-100, 100, (3, 21, 17)).astype(name)
+        b_h = rng.uniform(-1, 1, (17, 6)).astype(name) if not name.startswith(("int", "bool")) else \
+            rng.integers(-100, 100, (17, 6)).astype(name)
+        if name.startswith("complex"):
+            a_h = a_h + 1j * rng.uniform(-1, 1, a_h.shape).astype(name)
+        c = portmat.matmul(cupy.asarray(a_h), cupy.asarray(b_h))
+        assert isinstance(c, cupy.ndarray) and c.dtype == np.matmul(a_h[:1, :1, :1], b_h[:1, :1]).dtype
+        if name.startswith(("int", "bool")):
+            with np.errstate(over="ignore"):
+                assert np.array_equal(cupy.asnumpy(c), np.matmul(a_h, b_h)), name
+        else:
+            eps = EPS[np.dtype(np.float64)] if name in ("float64", "complex128") else EPS[np.dtype(np.float32)]
+            assert_close(cupy.asnumpy(c), a_h, b_h, eps, 2.0 ** -11 if name == "float16" else 0.0)
+    a_h = rng.uniform(-1, 1, (30, 40)).astype(np.float32)
+    a = cupy.asarray(a_h)
+    for view, host in ((a.T, a_h.T), (a[::-1], a_h[::-1]), (a[:, ::3], a_h[:, ::3])):
+        y_h = rng.uniform(-1, 1, (host.shape[1], 5)).astype(np.float32)
+        assert_close(cupy.asnumpy(portmat.matmul(view, cupy.asarray(y_h))), host, y_h, EPS[np.dtype(np.float32)])
+    o = cupy.full((30, 30), np.nan, np.float32)
+    assert portmat.matmul(a, a.T, out=o) is o
+    assert_close(cupy.asnumpy(o), a_h, a_h.T, EPS[np.dtype(np.float32)])
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        portmat.matmul(a, a_h.T)
+
+
+def test_cupy_waits_for_the_callers_stream(cupy):
+    n = 512
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        a = cupy.zeros((n, n), cupy.float32)
+        x = cupy.ones((4096, 4096), cupy.float32)
+        for _ in range(20):  # keep the stream busy before a's fill
+            x = x @ x * 0.0 + 1.0
+        a += x[:n, :n] * 3.0
+        c = portmat.matmul(a, cupy.eye(n, dtype=cupy.float32))
+    s.synchronize()
+    assert bool((c == 3.0).all())
+
+
+def test_portmat_arrays_go_to_torch_and_cupy_without_copies(rng):
+    if not CUDA:
+        pytest.skip("no CUDA device here")
+    a = rng.uniform(-1, 1, (3, 8, 5)).astype(np.float32)
+    x = portmat.asarray(a, device=CUDA[0])
+    assert x.__dlpack_device__()[0] == 2  # kDLCUDA
+    for name in ("torch", "cupy"):
+        try:
+            mod = __import__(name)
+        except ImportError:
+            continue
+        t = mod.from_dlpack(x)
+        got = t.cpu().numpy() if name == "torch" else mod.asnumpy(t)
+        assert np.array_equal(got, a)
+        ptr = t.data_ptr() if name == "torch" else t.data.ptr
+        assert ptr == x._x.address  # the same memory
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
