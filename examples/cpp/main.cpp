@@ -1,12 +1,15 @@
 // portmat from C++: a float32 product of strided matrices, then a broadcast stack of int32
-// products (wrapping as NumPy's do), each checked against a plain loop. Exits non-zero on any
-// mismatch, so it doubles as a test of the installed package.
+// products (wrapping as NumPy's do), then a chain of products on arrays that stay on the device
+// (DeviceArray), each checked against a plain loop. Exits non-zero on any mismatch, so it doubles
+// as a test of the installed package.
 #include <portmat/portmat.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 int main(int argc, char** argv) {
@@ -50,5 +53,41 @@ int main(int argc, char** argv) {
         wrong += static_cast<std::int32_t>(ref) != y[s * 15 + i * 3 + j];
       }
   std::printf("int32 stack (4, 5, 6) @ (6, 3): %d wrong entries\n", wrong);
-  return worst <= 1.0 && wrong == 0 ? 0 : 1;
+
+  // y = (x @ w1) @ w2 with the intermediate kept on the device: one copy in per operand, one out.
+  const std::int64_t R = 64, D1 = 48, D2 = 32, D3 = 16;
+  std::vector<float> xs(R * D1), w1(D1 * D2), w2(D2 * D3), ys(R * D3);
+  for (auto* v : {&xs, &w1, &w2})
+    for (auto& e : *v) e = u(rng);
+  auto host = [](std::vector<float>& v, std::vector<std::int64_t> shape) {
+    return portmat::ArrayView{v.data(), portmat::DType::f32, shape, {shape[1], 1}};
+  };
+  const auto dx = portmat::DeviceArray::from_host(host(xs, {R, D1}), device);
+  const auto dw1 = portmat::DeviceArray::from_host(host(w1, {D1, D2}), device);
+  const auto dw2 = portmat::DeviceArray::from_host(host(w2, {D2, D3}), device);
+  const portmat::DeviceArray dy = portmat::matmul(portmat::matmul(dx, dw1), dw2);
+  dy.to_host(host(ys, {R, D3}));
+  // The same chain in double on the host, with |x| @ |w1| @ |w2| for the error bound.
+  std::vector<double> t(R * D2), tmag(R * D2);
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t k = 0; k < D1; ++k)
+      for (std::int64_t j = 0; j < D2; ++j) {
+        const double p = double(xs[i * D1 + k]) * w1[k * D2 + j];
+        t[i * D2 + j] += p, tmag[i * D2 + j] += std::fabs(p);
+      }
+  double chain_worst = 0, checksum = 0;
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t j = 0; j < D3; ++j) {
+      double ref = 0, mag = 0;
+      for (std::int64_t k = 0; k < D2; ++k)
+        ref += t[i * D2 + k] * w2[k * D3 + j], mag += tmag[i * D2 + k] * std::fabs(w2[k * D3 + j]);
+      const double e = std::fabs(ys[i * D3 + j] - ref) / ((D1 + D2) * 1.2e-7 * mag);
+      if (!(e <= chain_worst)) chain_worst = e;  // a NaN stays and fails the check
+      checksum += ys[i * D3 + j];
+    }
+  std::printf("device chain (%lld x %lld) @ (%lld x %lld) @ (%lld x %lld) on %s: checksum %.6f, worst error %.2f "
+              "of the bound\n",
+              (long long)R, (long long)D1, (long long)D1, (long long)D2, (long long)D2, (long long)D3,
+              dy.device().id().c_str(), checksum, chain_worst);
+  return worst <= 1.0 && wrong == 0 && chain_worst <= 1.0 ? 0 : 1;
 }

@@ -275,7 +275,7 @@ void matmul_on_stream(const ArrayView& a, const ArrayView& b, const ArrayView& o
     throw std::invalid_argument("matmul: complex device arrays need a workspace of workspace_bytes(a, b) bytes");
   core::with_enough_stack([&] {
     auto dev = core::open_device(device);
-    core::for_each_batch(a, b, out, [&](const core::Batch& p0) {
+    const bool any = core::for_each_batch(a, b, out, [&](const core::Batch& p0) {
       const core::Batch p = complex ? p0 : merged(p0);
       for (auto [v, name] : {std::pair{&p.a, "a"}, {&p.b, "b"}})
         if (!core::dense_in_place(*v))
@@ -287,6 +287,8 @@ void matmul_on_stream(const ArrayView& a, const ArrayView& b, const ArrayView& o
       dev->gemm_on_stream(dense<std::uintptr_t>(p.a, 0, as), p.a_step, dense<std::uintptr_t>(p.b, 0, as),
                           p.b_step, dense<std::uintptr_t>(p.c, 0, as), p.c_step, p.count, stream, workspace);
     });
+    if (!any)  // nothing to compute, but a device that takes no foreign memory still says so
+      dev->gemm_on_stream({}, 0, {}, 0, {}, 0, 0, stream, workspace);
   });
 }
 
