@@ -214,6 +214,77 @@ def is_foreign(x) -> bool:
     return _foreign_kind(x) is not None
 
 
+# The common call first (issue 17: a 256 x 256 product must cost no more than the library's own
+# a @ b): two 2-D arrays of one library on one GPU, one dtype the kernels multiply directly, views
+# a kernel reads in place, no out, dtype or device. None where anything else holds: the general
+# path (matmul_foreign) decides, and raises.
+_TORCH_DIRECT: dict = {}  # torch dtype -> its name, for those dtypes (filled at the first call)
+_CUPY_DIRECT = frozenset(_np.dtype(t) for t in (_np.float32, _np.float64, _np.int32, _np.int64, _np.uint32,
+                                                _np.uint64))
+
+
+def matmul_fast(a, b):
+    torch = _sys.modules.get("torch")
+    if torch is not None and type(a) is torch.Tensor and type(b) is torch.Tensor:
+        if not _TORCH_DIRECT:
+            for name in ("float32", "float64", "int32", "int64"):
+                _TORCH_DIRECT[getattr(torch, name)] = name
+        dt = a.dtype
+        name = _TORCH_DIRECT.get(dt)
+        if (name is None or b.dtype != dt or a.dim() != 2 or b.dim() != 2 or not a.is_cuda or
+                ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled()) or a.is_neg() or b.is_neg()):
+            return None
+        index = a.get_device()
+        if b.get_device() != index:
+            return None
+        (m, k), (k2, n) = a.shape, b.shape
+        sa, sb = a.stride(), b.stride()
+        if k != k2 or not _dense_2d(m, k, sa) or not _dense_2d(k, n, sb):
+            return None
+        r = a.new_empty((m, n))
+        if m and n:
+            _ext.matmul_on_stream(name, a.data_ptr(), (m, k), sa, b.data_ptr(), (k, n), sb, r.data_ptr(), (m, n),
+                                  (n, 1), _cuda_ids[index], _torch_stream(torch, index))
+        return r
+    cupy = _sys.modules.get("cupy")
+    if cupy is not None and type(a) is cupy.ndarray and type(b) is cupy.ndarray:
+        dt = a.dtype
+        if dt != b.dtype or dt not in _CUPY_DIRECT or a.ndim != 2 or b.ndim != 2:
+            return None
+        index = a.data.device_id
+        if b.data.device_id != index or cupy.cuda.get_device_id() != index:
+            return None
+        (m, k), (k2, n) = a.shape, b.shape
+        es = dt.itemsize
+        (ra, ca), (rb, cb) = a.strides, b.strides
+        if ra % es or ca % es or rb % es or cb % es:
+            return None
+        sa, sb = (ra // es, ca // es), (rb // es, cb // es)
+        if k != k2 or not _dense_2d(m, k, sa) or not _dense_2d(k, n, sb):
+            return None
+        r = cupy.empty((m, n), dt)
+        if m and n:
+            _ext.matmul_on_stream(dt.name, a.data.ptr, (m, k), sa, b.data.ptr, (k, n), sb, r.data.ptr, (m, n),
+                                  (n, 1), _cuda_ids[index], cupy.cuda.get_current_stream().ptr)
+        return r
+    return None
+
+
+class _CudaIds(dict):
+    def __missing__(self, index):
+        self[index] = f"cuda:{index}"
+        return self[index]
+
+
+_cuda_ids = _CudaIds()
+
+
+def _dense_2d(rows, cols, strides) -> bool:
+    rs, cs = strides
+    return ((cols <= 1 or cs == 1) and (rows <= 1 or rs >= cols) and rs >= 0) or \
+        ((rows <= 1 or rs == 1) and (cols <= 1 or cs >= rows) and cs >= 0)
+
+
 def matmul_foreign(a, b, out, dtype, device, casting):
     """a @ b for CuPy arrays or torch tensors on a CUDA GPU (at least one of a, b is)."""
     ka, kb = _foreign_kind(a), _foreign_kind(b)
