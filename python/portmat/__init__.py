@@ -94,6 +94,15 @@ def _as_operand(x, name: str):
         )
     if isinstance(x, _np.ndarray):
         return x
+    if hasattr(x, "__dlpack__") and not hasattr(x, "__array__"):
+        # A DLPack exporter in host memory (NumPy would make it a 0-d object array): viewed
+        # without a copy; one on a device NumPy cannot reach raises here, naming it.
+        try:
+            return _np.from_dlpack(x)
+        except (TypeError, ValueError, BufferError, RuntimeError) as e:
+            raise TypeError(f"matmul: {name} ({type(x).__name__}) exports DLPack memory NumPy cannot view "
+                            f"({e}); portmat takes host memory, portmat Arrays, and GPU arrays of "
+                            f"CuPy, torch or any DLPack exporter on a CUDA device") from None
     try:
         return _np.asarray(x)
     except (TypeError, ValueError) as e:  # ragged lists and the like; MemoryError stays itself
@@ -172,6 +181,10 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
             if isinstance(out, tuple) and len(out) == 1:
                 out = out[0]
             return _arrays.matmul_foreign(a, b, out, dtype, device, casting)
+        if _arrays.dlpack_cuda_index(a) is not None or _arrays.dlpack_cuda_index(b) is not None:
+            if isinstance(out, tuple) and len(out) == 1:
+                out = out[0]
+            return _arrays.matmul_dlpack(a, b, out, dtype, device)
     spec = _device_spec(device)
     a = _as_operand(a, "a")
     b = _as_operand(b, "b")

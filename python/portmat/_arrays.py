@@ -98,6 +98,14 @@ class Array:
     def __dlpack_device__(self):
         return self._x.dlpack_view().__dlpack_device__()
 
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """CUDA arrays only (version 3; the data are ready: products of Arrays are finished)."""
+        if self.device.backend != "cuda":
+            raise AttributeError(f"a portmat.Array on {self.device.id} has no __cuda_array_interface__")
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self._x.address, False), "version": 3,
+                "strides": None, "stream": None}
+
     def __repr__(self) -> str:
         return f"portmat.Array(shape={self.shape}, dtype={self.dtype}, device='{self.device.id}')"
 
@@ -303,6 +311,81 @@ def matmul_foreign(a, b, out, dtype, device, casting):
     if out is not None and (_foreign_kind(out) != ka or _foreign_device(out, ka) != da):
         raise TypeError(f"matmul: out is {_describe(out)}; it must be a {ka} array on {da}, as the operands are")
     return (_torch_matmul if ka == "torch" else _cupy_matmul)(a, b, out, dtype, da, casting)
+
+
+# ---- any other DLPack exporter on a CUDA GPU (JAX, ...) -------------------------------------------
+def dlpack_cuda_index(x):
+    """The CUDA device index of a DLPack exporter that is neither a NumPy array, a portmat Array,
+    a torch tensor nor a CuPy array, on a CUDA GPU; else None."""
+    if isinstance(x, (_np.ndarray, Array)) or getattr(type(x), "__dlpack_device__", None) is None:
+        return None
+    try:
+        kind, index = x.__dlpack_device__()
+    except Exception:  # a producer that cannot say: not taken here
+        return None
+    return int(index) if int(kind) == 2 else None  # kDLCUDA
+
+
+def matmul_dlpack(a, b, out, dtype, device):
+    """a @ b for DLPack exporters on a CUDA GPU other than torch and CuPy (JAX arrays, ...).
+
+    The exporters are asked for their memory in the order of the legacy default stream
+    (``__dlpack__(stream=1)``: the producer makes it wait for its own work), the product runs
+    there, and waits for it on that stream only; the result is portmat's own memory, handed to the
+    operand's library through DLPack (``a.__array_namespace__().from_dlpack``) where it has one,
+    else returned as a portmat.Array. float32, float64 and the 32/64-bit integers, one dtype;
+    views must be row- or column-major (make them contiguous with their library first)."""
+    ia, ib = dlpack_cuda_index(a), dlpack_cuda_index(b)
+    if ia is None or ib is None:
+        raise TypeError(f"matmul: a is {_describe(a)} and b is {_describe(b)}; both operands must be "
+                        f"arrays of one GPU library on one device (copy the other across first)")
+    if type(a) is not type(b):
+        raise TypeError(f"matmul: a is a {type(a).__module__}.{type(a).__name__} and b a "
+                        f"{type(b).__module__}.{type(b).__name__}; both must be arrays of one library")
+    if ia != ib:
+        raise ValueError(f"matmul: a is on cuda:{ia} and b on cuda:{ib}; copy one across first")
+    dev = _cuda_ids[ia]
+    if device is not None:
+        from . import _device_spec
+
+        want = _ext.find_device(_device_spec(device)).id
+        if want != dev:
+            raise ValueError(f"matmul: device={want} was asked for, but the operands are on {dev}")
+    # The capsules are used at once; a and b (held by the caller) keep the memory alive.
+    pa, sha, sta, dta = _ext.dlpack_operand(a.__dlpack__(stream=1))[:4]
+    pb, shb, stb, dtb = _ext.dlpack_operand(b.__dlpack__(stream=1))[:4]
+    if dta != dtb or (dtype is not None and _np.dtype(dtype).name != dta):
+        raise TypeError(f"matmul: a is {dta} and b {dtb}" + ("" if dtype is None else f", dtype={_np.dtype(dtype)}") +
+                        f"; {type(a).__name__} operands must be of one dtype (convert them with their library)")
+    if _np.dtype(dta) not in ARRAY_DTYPES:
+        raise TypeError(f"matmul: portmat multiplies {type(a).__name__} arrays of float32, float64 and 32/64-bit "
+                        f"integers in place, not {dta}; convert them with their library (or pass CuPy / torch "
+                        f"arrays, which take every dtype)")
+    for name, shp, st in (("a", sha, sta), ("b", shb, stb)):
+        if not _dense_matrices(shp, st):
+            raise TypeError(f"matmul: {name}'s matrices are neither row- nor column-major (strides {st}); make "
+                            f"it contiguous with its library first")
+    shape = tuple(_ext.matmul_shape(sha, shb))
+    if out is not None:
+        if not isinstance(out, Array) or out.device.id != dev or out.dtype != _np.dtype(dta) or out.shape != shape:
+            raise TypeError(f"matmul: out for {type(a).__name__} operands must be a portmat.Array on {dev} of "
+                            f"dtype {dta} and shape {shape}, not {_describe(out)}")
+        r = out
+    else:
+        r = Array(_ext.DeviceArray.empty(dev, dta, list(shape)))
+    if r.size:
+        strides = []
+        step = 1
+        for d in reversed(shape):
+            strides.append(step)
+            step *= max(d, 1)
+        _ext.matmul_on_stream(dta, pa, sha, sta, pb, shb, stb, r._x.address, shape, tuple(reversed(strides)), dev, 0)
+        _ext.stream_synchronize(dev, 0)  # the legacy stream only: the Array's product is then finished
+    if out is not None:
+        return out
+    namespace = getattr(a, "__array_namespace__", None)
+    from_dlpack = getattr(namespace(), "from_dlpack", None) if namespace is not None else None
+    return from_dlpack(r) if from_dlpack is not None else r
 
 
 def _dense_matrices(shape, strides) -> bool:

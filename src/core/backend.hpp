@@ -107,6 +107,12 @@ class Device {
                       "arrays; only CUDA devices do");
   }
 
+  // Waits until the work queued on another library's `stream` (a CUstream) is done: products
+  // through gemm_on_stream whose result portmat itself hands out. CUDA only.
+  virtual void wait_for_stream(std::uintptr_t /*stream*/) {
+    throw DeviceError("matmul: " + info().id() + " (" + info().name + ") has no streams of other libraries");
+  }
+
   // The device address of a buffer's first byte where its memory has one a foreign library can
   // use (CUDA: a CUdeviceptr; the CPU backend: a host pointer), else 0.
   virtual std::uintptr_t address_of(const Buffer& /*b*/) const { return 0; }

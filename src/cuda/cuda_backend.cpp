@@ -280,6 +280,13 @@ class CudaDevice final : public core::Device {
   }
 
   std::uintptr_t address_of(const core::Buffer& b) const override { return ptr_of(&b); }
+  void wait_for_stream(std::uintptr_t stream) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    cu_check(cu_.StreamSynchronize(reinterpret_cast<CUstream>(stream)), "cuStreamSynchronize (a caller's stream)",
+             where_);
+  }
+
 
   // The link's host-to-device rate: 32 MiB from pinned memory, best of 3 (a few ms, once).
   double host_bytes_per_s() override {

@@ -577,6 +577,24 @@ NB_MODULE(_ext, m) {
       "out = a @ b on another library's GPU memory (addresses, strides in elements), queued on its "
       "CUDA stream and not waited for");
   m.def(
+      "stream_synchronize",
+      [](const std::string& device, std::uintptr_t stream) {
+        auto dev = portmat::core::open_device(device);
+        without_gil([&] { portmat::core::with_enough_stack([&] { dev->wait_for_stream(stream); }); });
+      },
+      "device"_a, "stream"_a, "Waits for the work queued on a CUDA stream of another library");
+  m.def(
+      "dlpack_operand",
+      [](nb::ndarray<nb::ro> x) {
+        const portmat::ArrayView v = array_of(x, "operand");
+        return nb::make_tuple(reinterpret_cast<std::uintptr_t>(v.data), nb::tuple(nb::cast(v.shape)),
+                              nb::tuple(nb::cast(v.strides)), portmat::dtype_name(v.dtype), x.device_type(),
+                              x.device_id());
+      },
+      "x"_a,
+      "(address, shape, strides in elements, dtype, DLPack device type, device id) of a DLPack capsule or "
+      "exporter; the caller keeps the exporter alive while it uses the address");
+  m.def(
       "workspace_bytes",
       [](const std::string& dtype, const std::vector<std::int64_t>& b_shape) {
         const portmat::DType t = parse_dtype(dtype);

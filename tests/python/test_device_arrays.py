@@ -381,6 +381,59 @@ def test_cupy_waits_for_the_callers_stream(cupy):
     assert bool((c == 3.0).all())
 
 
+class DLPackOnly:
+    """An array that shows itself only through DLPack, as a JAX array does (wrapping a torch tensor)."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, **kw):
+        return self.t.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+def test_any_dlpack_exporter_in_host_memory(rng):
+    a = rng.uniform(-1, 1, (5, 6)).astype(np.float32)
+    b = rng.uniform(-1, 1, (6, 3)).astype(np.float32)
+    c = portmat.matmul(DLPackOnly(a), DLPackOnly(b))
+    assert isinstance(c, np.ndarray)
+    assert_close(c, a, b, EPS[np.dtype(np.float32)])
+
+
+def test_any_dlpack_exporter_on_the_gpu(torch, rng):
+    import types
+
+    class WithNamespace(DLPackOnly):
+        def __array_namespace__(self):
+            return types.SimpleNamespace(from_dlpack=torch.from_dlpack)
+
+    for sa, sb in [((33, 65), (65, 17)), ((3, 5, 7), (7, 4)), ((9,), (9, 4))]:
+        a, b = _torch_random(torch, rng, sa, "float32"), _torch_random(torch, rng, sb, "float32")
+        c = portmat.matmul(DLPackOnly(a), DLPackOnly(b))
+        assert isinstance(c, portmat.Array) and c.device.id == f"cuda:{a.device.index}"
+        assert_close(c.numpy(), a.cpu().numpy(), b.cpu().numpy(), EPS[np.dtype(np.float32)])
+        t = portmat.matmul(WithNamespace(a), WithNamespace(b))  # the operands' library gets the result
+        assert isinstance(t, torch.Tensor) and t.is_cuda
+        assert_close(t.cpu().numpy(), a.cpu().numpy(), b.cpu().numpy(), EPS[np.dtype(np.float32)])
+    # The producer's stream order holds: its work on another stream comes before the product.
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        a = torch.zeros(512, 512, device="cuda")
+        torch.cuda._sleep(200_000_000)
+        a.fill_(3.0)
+    c = portmat.matmul(DLPackOnly(a), DLPackOnly(torch.eye(512, device="cuda")))
+    assert np.array_equal(c.numpy(), np.full((512, 512), 3.0, np.float32))
+    g = torch.ones(4, 4, device="cuda")
+    with pytest.raises(TypeError, match="float16"):
+        portmat.matmul(DLPackOnly(g.half()), DLPackOnly(g.half()))
+    with pytest.raises(TypeError):
+        portmat.matmul(DLPackOnly(g), g)
+    with pytest.raises(TypeError, match="row- nor column-major"):
+        portmat.matmul(DLPackOnly(g[::2, ::2]), DLPackOnly(g[:2, :2]))
+
+
 def test_portmat_arrays_go_to_torch_and_cupy_without_copies(rng):
     if not CUDA:
         pytest.skip("no CUDA device here")
