@@ -58,12 +58,19 @@ void check_array_dtype(core::Device& dev, DType t) {
                                 dtype_name(t) + "; convert with astype() first");
 }
 
-std::int64_t elements_of(const std::vector<std::int64_t>& shape) {
+// Elements of an array of this shape; throws std::invalid_argument for a negative dimension, and
+// OutOfDeviceMemory for one whose bytes (of elem_bytes each) overflow 63 bits: no device has them.
+std::int64_t elements_of(const std::vector<std::int64_t>& shape, std::size_t elem_bytes = 1) {
   std::int64_t n = 1;
+  bool overflow = false;
   for (auto d : shape) {
     if (d < 0) throw std::invalid_argument("portmat array: negative dimension");
-    n *= d;
+    overflow = overflow || __builtin_mul_overflow(n, d, &n);
   }
+  std::int64_t bytes = 0;
+  if (overflow || __builtin_mul_overflow(n, static_cast<std::int64_t>(elem_bytes), &bytes))
+    throw OutOfDeviceMemory("portmat array: an array of shape " + ArrayView{nullptr, DType::f32, shape, {}}.shape_str() +
+                            " would need more than 2**63 bytes");
   return n;
 }
 
@@ -156,7 +163,7 @@ DeviceArray DeviceArray::empty(const std::string& device, DType dtype, const std
     auto s = std::make_shared<State>();
     s->device = core::open_device(device);
     check_array_dtype(*s->device, dtype);
-    s->shape = shape, s->dtype = dtype, s->size = elements_of(shape);
+    s->shape = shape, s->dtype = dtype, s->size = elements_of(shape, dtype_size(dtype));
     s->generation = core::fork_generation();
     s->buffer = s->device->alloc(std::max<std::size_t>(static_cast<std::size_t>(s->size) * dtype_size(dtype), 1));
     return DeviceArray(std::move(s));

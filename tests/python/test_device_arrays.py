@@ -199,6 +199,69 @@ def test_arrays_in_a_forked_child(device):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_arrays_from_many_threads_and_small_stacks(device, rng):
+    """Arrays shared by threads, some with a small stack: every product right, no crash."""
+    import threading
+
+    a = rng.uniform(-1, 1, (3, 40, 50)).astype(np.float32)
+    b = rng.uniform(-1, 1, (50, 30)).astype(np.float32)
+    x, y = portmat.asarray(a, device=device), portmat.asarray(b, device=device)
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(3):
+                results.append((x @ y).numpy())
+        except BaseException as e:  # reported below, not lost in the thread
+            errors.append(e)
+
+    old = threading.stack_size()
+    threading.stack_size(256 * 1024)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(4)]
+    finally:
+        threading.stack_size(old)
+    threads += [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len(results) == 18
+    for r in results:
+        assert_close(r, a, b, EPS[np.dtype(np.float32)])
+
+
+def test_arrays_alive_at_exit(device):
+    """Arrays still held at interpreter exit (globals, a daemon thread multiplying them): the
+    process ends cleanly."""
+    script = textwrap.dedent(f"""
+        import threading, numpy as np, portmat
+        x = portmat.asarray(np.ones((300, 300), np.float32), device={device!r})
+        keep = [x @ x for _ in range(3)]
+        def loop():
+            while True:
+                y = x @ x
+        threading.Thread(target=loop, daemon=True).start()
+        print("ok", (keep[0].numpy() == 300).all())
+    """)
+    r = run_python("-c", script, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok True" in r.stdout
+
+
+def test_impossible_sizes_raise(device):
+    with pytest.raises(MemoryError):  # OutOfDeviceMemory is a MemoryError too
+        portmat._ext.DeviceArray.empty(device, "float32", [2**40, 2**40])
+    with pytest.raises(ValueError, match="negative"):
+        portmat._ext.DeviceArray.empty(device, "float32", [-1, 3])
+    huge = portmat.asarray(np.ones((2, 1, 1), np.float32), device=device)
+    # A broadcast result of 2 x 2**62 elements is refused before any memory is touched.
+    with pytest.raises((MemoryError, ValueError)):
+        portmat._ext.DeviceArray.empty(device, "float32", [2, 2**62])
+    assert huge.shape == (2, 1, 1)
+
+
 # ---- other libraries' GPU arrays ----------------------------------------------------------------
 CUDA = [d.id for d in DEVICES if d.backend == "cuda"]
 
