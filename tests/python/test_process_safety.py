@@ -348,11 +348,12 @@ def test_damaged_program_cache_is_rebuilt(tmp_path, kind):
     assert len(files) >= 2, files
     data = {f: f.read_bytes() for f in files}
     _damage(kind, files, data)
-    damaged = {f: f.stat().st_ino for f in files if f.is_file() and f.read_bytes() != data[f]}
+    damaged = {f: f.read_bytes() for f in files if f.is_file() and f.read_bytes() != data[f]}
     second = run_child(code, env=env, timeout=600)
     assert second.returncode == 0 and "ok" in second.stdout, second.stderr
-    # Every damaged entry was rewritten (rename() brings a new inode) ...
-    assert all(f.stat().st_ino != ino for f, ino in damaged.items()), kind
+    # Every damaged entry was rewritten. (Compared by content, not inode: with Intel's OpenCL
+    # runtime beside PoCL a rewritten entry was seen to get its old inode number back.)
+    assert all(f.is_file() and f.read_bytes() != bad for f, bad in damaged.items()), kind
     # ... and what was rebuilt serves the next process, read and not rewritten.
     stamps = {f: f.stat().st_mtime_ns for f in files if f.is_file()}
     third = run_child(code, env=env, timeout=600)
