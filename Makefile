@@ -5,7 +5,8 @@
 #                bench/results/$(MACHINE)-<device>-<dtype>.json and the tables of bench/results/README.md
 #                and README.md; MACHINE defaults to "<cores>core" (BENCH_ARGS="--only cpu --sizes 512,1024")
 #   make test    every test suite: C++ (GoogleTest via ctest), Python (pytest), and the installed
-#                CMake package built into examples/cpp (test-example)
+#                CMake package built into examples/cpp (test-example); then both suites again on
+#                Intel's OpenCL CPU runtime (test-intel-opencl), a second vendor's OpenCL compiler
 #   make sanitize  the C++ tests under sanitizers, as CI runs them after `make test`: all of them
 #                under AddressSanitizer + UBSan (make sanitize-asan, in build/asan), the CPU
 #                backend's and the core's under ThreadSanitizer (make sanitize-tsan, build/tsan)
@@ -54,12 +55,12 @@ ASAN_ENV := ASAN_OPTIONS=fast_unwind_on_malloc=0:check_initialization_order=1:us
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-.PHONY: bench bench-packages test test-cpp test-python test-example sanitize sanitize-asan sanitize-tsan system venv install clean
+.PHONY: bench bench-packages test test-intel-opencl test-cpp test-python test-example sanitize sanitize-asan sanitize-tsan system venv install clean
 bench: install bench-packages
 	$(VPY) -m portmat devices
 	$(VPY) bench/every_device.py --machine $(MACHINE) $(BENCH_ARGS)
 
-test: test-cpp test-python test-example
+test: test-cpp test-python test-example test-intel-opencl
 
 test-cpp: system
 	cmake -S . -B $(BUILD_CPP) -G Ninja -DPORTMAT_BUILD_TESTS=ON -DPORTMAT_BUILD_PYTHON=OFF $(CMAKE_ARGS)
@@ -77,6 +78,30 @@ test-python: install
 	$(VPY) -m pytest -q tests/python
 
 sanitize: sanitize-asan sanitize-tsan
+
+# The C++ and Python suites on Intel's OpenCL CPU runtime (PyPI intel-opencl-rt; issue 19), so that
+# every change is compiled by two independent OpenCL compilers (PoCL's, above, and Intel's). The
+# wheel's own .icd names a placeholder path, so build/intel-opencl/vendors holds ours, naming its
+# libintelocl.so; its libraries are found through a folder of links to the venv's (not the venv's
+# lib itself, whose libOpenCL.so.1 would shadow the system's ICD loader). x86-64 only: where the
+# wheel cannot be installed, or OFFLINE=1, this says so and passes.
+INTEL_OCL := $(CURDIR)/build/intel-opencl
+INTEL_ENV := OCL_ICD_VENDORS=$(INTEL_OCL)/vendors LD_LIBRARY_PATH=$(INTEL_OCL)/lib
+test-intel-opencl: install test-cpp
+ifeq ($(OFFLINE),1)
+	@echo "test-intel-opencl: skipped (OFFLINE=1)"
+else
+	@if ! $(VPY) -m pip install -q intel-opencl-rt intel-cmplr-lib-rt; then \
+	  echo "test-intel-opencl: skipped: Intel's OpenCL runtime cannot be installed here"; exit 0; fi; \
+	rm -rf $(INTEL_OCL) && mkdir -p $(INTEL_OCL)/vendors $(INTEL_OCL)/lib && \
+	echo "$(CURDIR)/$(VENV)/lib/libintelocl.so" > $(INTEL_OCL)/vendors/intel.icd && \
+	for f in $(CURDIR)/$(VENV)/lib/*.so*; do \
+	  case $$(basename $$f) in libOpenCL*) ;; *) ln -sf $$f $(INTEL_OCL)/lib/ ;; esac; done && \
+	$(INTEL_ENV) $(VPY) -m portmat devices && \
+	$(INTEL_ENV) $(VPY) -c "import portmat, sys; sys.exit(0 if any(d.backend == 'opencl' for d in portmat.devices()) else 'no Intel OpenCL device')" && \
+	$(INTEL_ENV) ctest --test-dir $(BUILD_CPP) --output-on-failure -j $(JOBS) && \
+	$(INTEL_ENV) $(VPY) -m pytest -q tests/python
+endif
 
 # Every C++ test: core, CPU backend, OpenCL on whatever device the machine has (PoCL on CI).
 sanitize-asan: system
