@@ -11,6 +11,12 @@
 namespace portmat::opencl {
 
 std::string GemmParams::invalid_reason() const {
+  if (direct != 0 && direct != 1) return "DIRECT must be 0 or 1";
+  if (direct) {
+    if (mwg < 1 || mwg > 32) return "MWG (rows per work-item of the direct kernel) must be 1-32";
+    if (mdimc != 1 || ndimc < 1) return "the direct kernel's work-groups are NDIMC x 1 (MDIMC=1)";
+    return {};
+  }
   auto pow2 = [](int v) { return v == 2 || v == 4 || v == 8; };
   if (mwg <= 0 || nwg <= 0 || kwg <= 0 || mdimc <= 0 || ndimc <= 0) return "sizes must be positive";
   if (!pow2(vwm) || !pow2(vwn)) return "VWM and VWN must be 2, 4 or 8";
@@ -38,7 +44,8 @@ constexpr Field kFields[] = {{"MWG", &GemmParams::mwg},     {"NWG", &GemmParams:
                              {"KWG", &GemmParams::kwg},     {"MDIMC", &GemmParams::mdimc},
                              {"NDIMC", &GemmParams::ndimc}, {"VWM", &GemmParams::vwm},
                              {"VWN", &GemmParams::vwn},     {"PADA", &GemmParams::pada},
-                             {"PADB", &GemmParams::padb},   {"GVW", &GemmParams::gvw}};
+                             {"PADB", &GemmParams::padb},   {"GVW", &GemmParams::gvw},
+                             {"DIRECT", &GemmParams::direct}};
 }  // namespace
 
 std::string GemmParams::defines() const {
@@ -82,7 +89,18 @@ GemmParams parse_params(const std::string& text, GemmParams p) {
 
 GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count) {
   GemmParams p;  // GPU float32: 128x128x16 blocks, 16x16 work-items of 8x8
-  if (count > 1 && m <= 32 && n <= 32) {
+  if (dev.kind == DeviceKind::cpu && dev.vendor.find("Intel") != std::string::npos) {
+    // Intel's OpenCL CPU runtime packs neighbouring work-items into SIMD lanes: the direct kernel
+    // (gemm_direct.cl), 8 rows per work-item, work-groups of 32. 2-core AMD EPYC (Zen 3),
+    // 2026-12-02, n = 1024 float32 kernel-only (bench/diagnostics/tune_opencl.py's sweep and a
+    // prototype over rows 4-16 and widths 16-128): 15.8 GFLOP/s with gemm.cl's CPU parameters
+    // (none of its 16 candidates above 18); the direct kernel 57 at 8 x 32, 42-56 at 8 x 16-128,
+    // 27-29 at 4 rows, 15-19 at 16 (accumulators spill).
+    p.direct = 1;
+    p.mwg = 8;
+    p.ndimc = 32;
+    p.mdimc = 1;
+  } else if (count > 1 && m <= 32 && n <= 32) {
     // A stack of small matrices: a 32x32 block of 8x8 work-items of 4x4 per matrix (a 64- or
     // 128-wide block would compute mostly padding), the stack filling the device.
     p.mwg = p.nwg = 32;
@@ -105,7 +123,9 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
       p.mdimc = 8;
     }
   }
-  if (dtype_size(dtype) == 8 && p.mwg > 32) {  // float64, and uint64 alike
+  if (p.direct) {
+    // One kernel for every dtype: the lanes hold half as many doubles, the rows stay.
+  } else if (dtype_size(dtype) == 8 && p.mwg > 32) {  // float64, and uint64 alike
     p.mwg = p.nwg = 64;
     if (dev.kind != DeviceKind::cpu) p.mdimc = p.ndimc = 16;  // 4x4 doubles per work-item
     p.vwm = p.vwn = 2;

@@ -1,5 +1,5 @@
 // Tunables of kernels/gemm.cl and how they are chosen per device and problem: a small database
-// (vendor/kind -> defaults), a switch to smaller tiles when a problem has too few blocks to fill the
+// (vendor/kind -> defaults, and which of the two kernels), a switch to smaller tiles when a problem has too few blocks to fill the
 // device, and an override ($PORTMAT_OPENCL_PARAMS="MWG=64,KWG=32,...") for tuning sweeps.
 #pragma once
 
@@ -15,11 +15,14 @@ struct GemmParams {
   int vwm = 4, vwn = 4;                // local-memory vector widths
   int pada = 4, padb = 0;              // local row padding
   int gvw = 4;  // global load vector width, used when a problem has no edges and aligned rows
+  // 1: kernels/gemm_direct.cl instead (CPU runtimes that vectorize across work-items): MWG rows of
+  // C per work-item, work-groups NDIMC wide and MDIMC (1) high; the other fields are unused.
+  int direct = 0;
 
   int threads() const { return mdimc * ndimc; }
-  // Bytes of local memory the kernel declares (two slices of A and of B).
+  // Bytes of local memory the kernel declares (two slices of A and of B; none for the direct one).
   std::size_t local_bytes(std::size_t elem) const {
-    return 2 * static_cast<std::size_t>(kwg) * ((mwg + pada) + (nwg + padb)) * elem;
+    return direct ? 0 : 2 * static_cast<std::size_t>(kwg) * ((mwg + pada) + (nwg + padb)) * elem;
   }
   // Empty when the combination is valid, else why not (mirrors the #error checks in gemm.cl).
   std::string invalid_reason() const;

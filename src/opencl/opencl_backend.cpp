@@ -24,7 +24,8 @@
 #include "opencl/program_cache.hpp"
 
 namespace portmat::kernels {
-extern const char gemm_cl[];  // kernels/gemm.cl, embedded by CMake (cmake/Embed.cmake)
+extern const char gemm_cl[];         // kernels/gemm.cl, embedded by CMake (cmake/Embed.cmake)
+extern const char gemm_direct_cl[];  // kernels/gemm_direct.cl (CPU runtimes that vectorize work-items)
 }
 
 namespace portmat::opencl {
@@ -323,7 +324,8 @@ class OpenClDevice final : public core::Device {
     // Driver compilers (PoCL's LLVM) recurse deeply: never on the caller's stack, which may be a
     // small thread's.
     cl_program prog = core::on_big_stack(
-        [&] { return build_program(cl_, context_, dev_, where_, kernels::gemm_cl, options); });
+        [&] { return build_program(cl_, context_, dev_, where_, p.direct ? kernels::gemm_direct_cl : kernels::gemm_cl,
+                                   options); });
     cl_int err = CL_SUCCESS;
     cl_kernel k = cl_.CreateKernel(prog, "gemm", &err);
     cl_.ReleaseProgram(prog);  // the kernel keeps it alive
@@ -343,14 +345,17 @@ class OpenClDevice final : public core::Device {
                         std::int64_t b_step = 0, std::int64_t c_step = 0) {
     const cl_int M = static_cast<cl_int>(a.rows), N = static_cast<cl_int>(b.cols),
                  K = static_cast<cl_int>(a.cols);
-    const GemmParams p = choose_params({info_.kind, info_.vendor, info_.compute_units}, a.dtype, M, N, count);
-    const bool edges = M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0;
+    GemmParams p = choose_params({info_.kind, info_.vendor, info_.compute_units}, a.dtype, M, N, count);
+    if (p.direct && std::max({a.span(), b.span(), c.span()}) > 2147483647u)  // its int indices (gemm_direct.cl)
+      p = choose_params({info_.kind, std::string(), info_.compute_units}, a.dtype, M, N, count);
+    const bool edges = !p.direct && (M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0);
     // Vector loads read whole aligned vectors: every row start must be a multiple of GVW.
     auto aligned = [&](const core::DeviceMatrix& x, std::int64_t step, int w) {
       return x.ld % w == 0 && x.offset % static_cast<std::size_t>(w) == 0 && step % w == 0;
     };
-    const int gvw =
-        !edges && bases_aligned && aligned(a, a_step, p.gvw) && aligned(b, b_step, p.gvw) ? p.gvw : 1;
+    const int gvw = !p.direct && !edges && bases_aligned && aligned(a, a_step, p.gvw) && aligned(b, b_step, p.gvw)
+                        ? p.gvw
+                        : 1;
     cl_kernel k = kernel_for(p, a.col_major, b.col_major, edges, gvw, a.dtype);
     const cl_long a_off = static_cast<cl_long>(a.offset), b_off = static_cast<cl_long>(b.offset),
                   c_off = static_cast<cl_long>(c.offset);
@@ -370,9 +375,13 @@ class OpenClDevice final : public core::Device {
       cl_check(cl_.SetKernelArg(k, i, sizes[i], args[i]), "clSetKernelArg(gemm)", where_);
     const std::size_t local[3] = {static_cast<std::size_t>(p.ndimc),
                                   static_cast<std::size_t>(p.mdimc), 1};
-    const std::size_t global[3] = {static_cast<std::size_t>((N + p.nwg - 1) / p.nwg) * p.ndimc,
-                                   static_cast<std::size_t>((M + p.mwg - 1) / p.mwg) * p.mdimc,
-                                   static_cast<std::size_t>(count)};
+    // gemm.cl: a work-group per NWG x MWG block; gemm_direct.cl: a work-item per column and MWG rows.
+    const std::size_t global[3] = {
+        p.direct ? static_cast<std::size_t>((N + p.ndimc - 1) / p.ndimc) * p.ndimc
+                 : static_cast<std::size_t>((N + p.nwg - 1) / p.nwg) * p.ndimc,
+        p.direct ? static_cast<std::size_t>((M + p.mwg - 1) / p.mwg)
+                 : static_cast<std::size_t>((M + p.mwg - 1) / p.mwg) * p.mdimc,
+        static_cast<std::size_t>(count)};
     cl_event ev = nullptr;
     cl_int err = cl_.EnqueueNDRangeKernel(queue_, k, 3, nullptr, global, local, 0, nullptr, &ev);
     cl_check(err, "clEnqueueNDRangeKernel(gemm)",
