@@ -89,7 +89,9 @@ GemmParams parse_params(const std::string& text, GemmParams p) {
 
 GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count) {
   GemmParams p;  // GPU float32: 128x128x16 blocks, 16x16 work-items of 8x8
-  if (dev.kind == DeviceKind::cpu && dev.vendor.find("Intel") != std::string::npos) {
+  // Intel's runtime says "Intel(R) Corporation"; PoCL on an Intel CPU says "GenuineIntel" (the
+  // H200 machine's host), and PoCL does not vectorize the direct kernel.
+  if (dev.kind == DeviceKind::cpu && dev.vendor.find("Intel(R) Corporation") != std::string::npos) {
     // Intel's OpenCL CPU runtime packs neighbouring work-items into SIMD lanes: the direct kernel
     // (gemm_direct.cl), 8 rows per work-item, work-groups of 32. 2-core AMD EPYC (Zen 3),
     // 2026-12-02, n = 1024 float32 kernel-only (bench/diagnostics/tune_opencl.py's sweep and a

@@ -30,6 +30,28 @@ TEST(OpenClParams, DefaultsAreValidAndBadOnesAreNamed) {
   EXPECT_THROW(portmat::opencl::parse_params("MWG", {}), std::invalid_argument);
 }
 
+// The direct kernel (gemm_direct.cl) goes to Intel's CPU runtime only: PoCL, which names an Intel
+// CPU's vendor "GenuineIntel", does not vectorize it (5.9 against 57 GFLOP/s), and GPUs keep
+// gemm.cl. Its parameters are valid, every dtype, and DIRECT=1 with gemm.cl's fields is refused.
+TEST(OpenClParams, DirectKernelForIntelsCpuRuntimeOnly) {
+  using portmat::opencl::DeviceTraits;
+  const DeviceTraits intel{portmat::DeviceKind::cpu, "Intel(R) Corporation", 2};
+  const DeviceTraits pocl_on_intel{portmat::DeviceKind::cpu, "GenuineIntel", 16};
+  const DeviceTraits intel_gpu{portmat::DeviceKind::gpu, "Intel(R) Corporation", 96};
+  for (auto d : {DType::f32, DType::f64, DType::u32, DType::u64})
+    for (long n : {1L, 31L, 1024L}) {
+      const auto p = portmat::opencl::choose_params(intel, d, n, n, n == 31 ? 100 : 1);
+      EXPECT_EQ(p.direct, 1);
+      EXPECT_EQ(p.invalid_reason(), "");
+      EXPECT_EQ(p.local_bytes(8), 0u);
+      EXPECT_EQ(portmat::opencl::choose_params(pocl_on_intel, d, n, n).direct, 0);
+      EXPECT_EQ(portmat::opencl::choose_params(intel_gpu, d, n, n).direct, 0);
+    }
+  EXPECT_NE(portmat::opencl::parse_params("DIRECT=1", {}).invalid_reason(), "");  // MDIMC=16: not a direct shape
+  EXPECT_NE(portmat::opencl::parse_params("DIRECT=2", {}).invalid_reason(), "");
+  EXPECT_EQ(portmat::opencl::parse_params("DIRECT=1,MWG=8,MDIMC=1,NDIMC=32", {}).invalid_reason(), "");
+}
+
 class OpenClDevice : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OpenClDevice, BuildFailureCarriesTheLogAndTheDeviceKeepsWorking) {
