@@ -73,7 +73,7 @@ def test_bad_kernel_parameters_raise_and_recover(device, monkeypatch):
         pytest.skip("OpenCL kernel parameters")
     monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "MWG=48")  # not a multiple of MDIMC*VWM
     a = random_matrix(np.random.default_rng(), (70, 70))
-    with pytest.raises(ValueError, match="MWG must be a multiple"):
+    with pytest.raises(ValueError, match="MWG"):  # gemm.cl's rule, or gemm_direct.cl's (Intel's runtime)
         portmat.matmul(a, a, device=device)
     monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "NOPE=1")
     with pytest.raises(ValueError, match="unknown kernel parameter 'NOPE'"):

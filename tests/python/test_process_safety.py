@@ -300,6 +300,8 @@ CACHE_CHILD = """
 for device in {devices!r}:
     for shape in ((64, 64, 64), (37, 41, 29), (130, 70, 66)):  # aligned and edge kernels
         product(device, *shape)
+    a, b = rand(37, 41), rand(41, 29)  # a transposed view: a program of its own on every kernel
+    check(portmat.matmul(a.T.copy().T, b, device=device), a, b)
 print("ok")
 """
 
