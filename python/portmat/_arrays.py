@@ -247,7 +247,7 @@ def matmul_fast(a, b):
             return None
         (m, k), (k2, n) = a.shape, b.shape
         sa, sb = a.stride(), b.stride()
-        if k != k2 or not _dense_2d(m, k, sa) or not _dense_2d(k, n, sb):
+        if k != k2 or not _dense_matrices((m, k), sa) or not _dense_matrices((k, n), sb):
             return None
         r = a.new_empty((m, n))
         if m and n:
@@ -268,7 +268,7 @@ def matmul_fast(a, b):
         if ra % es or ca % es or rb % es or cb % es:
             return None
         sa, sb = (ra // es, ca // es), (rb // es, cb // es)
-        if k != k2 or not _dense_2d(m, k, sa) or not _dense_2d(k, n, sb):
+        if k != k2 or not _dense_matrices((m, k), sa) or not _dense_matrices((k, n), sb):
             return None
         r = cupy.empty((m, n), dt)
         if m and n:
@@ -285,12 +285,6 @@ class _CudaIds(dict):
 
 
 _cuda_ids = _CudaIds()
-
-
-def _dense_2d(rows, cols, strides) -> bool:
-    rs, cs = strides
-    return ((cols <= 1 or cs == 1) and (rows <= 1 or rs >= cols) and rs >= 0) or \
-        ((rows <= 1 or rs == 1) and (cols <= 1 or cs >= rows) and cs >= 0)
 
 
 def matmul_foreign(a, b, out, dtype, device, casting):
