@@ -185,6 +185,10 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
             if isinstance(out, tuple) and len(out) == 1:
                 out = out[0]
             return _arrays.matmul_dlpack(a, b, out, dtype, device)
+        if _arrays.has_cuda_array_interface(a) or _arrays.has_cuda_array_interface(b):
+            if isinstance(out, tuple) and len(out) == 1:
+                out = out[0]
+            return _arrays.matmul_cai(a, b, out, dtype, device)
     spec = _device_spec(device)
     a = _as_operand(a, "a")
     b = _as_operand(b, "b")

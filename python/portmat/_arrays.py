@@ -307,7 +307,7 @@ def matmul_foreign(a, b, out, dtype, device, casting):
     return (_torch_matmul if ka == "torch" else _cupy_matmul)(a, b, out, dtype, da, casting)
 
 
-# ---- any other DLPack exporter on a CUDA GPU (JAX, ...) -------------------------------------------
+# ---- any other DLPack exporter or __cuda_array_interface__ object on a CUDA GPU -----------------
 def dlpack_cuda_index(x):
     """The CUDA device index of a DLPack exporter that is neither a NumPy array, a portmat Array,
     a torch tensor nor a CuPy array, on a CUDA GPU; else None."""
@@ -318,6 +318,49 @@ def dlpack_cuda_index(x):
     except Exception:  # a producer that cannot say: not taken here
         return None
     return int(index) if int(kind) == 2 else None  # kDLCUDA
+
+
+def has_cuda_array_interface(x) -> bool:
+    """Whether x shows its memory only through __cuda_array_interface__ (Numba's device arrays,
+    PyCUDA's, ...): no DLPack, and not an array portmat knows by its type."""
+    return (not isinstance(x, (_np.ndarray, Array)) and getattr(type(x), "__dlpack_device__", None) is None
+            and hasattr(type(x), "__cuda_array_interface__"))
+
+
+def _cai_operand(x, name):
+    """(address, shape, strides in elements, dtype name, CUDA index, stream) of a
+    __cuda_array_interface__ object (version 2 or 3)."""
+    cai = x.__cuda_array_interface__
+    if cai.get("mask") is not None:
+        raise TypeError(f"matmul: {name} is a masked array (__cuda_array_interface__ mask); portmat does not take masks")
+    dt = _np.dtype(cai["typestr"])
+    shape = tuple(int(d) for d in cai["shape"])
+    ptr = int(cai["data"][0])
+    if cai.get("strides") is None:
+        strides, step = [], 1
+        for d in reversed(shape):
+            strides.append(step)
+            step *= max(d, 1)
+        strides = tuple(reversed(strides))
+    else:
+        if any(s % dt.itemsize for s in cai["strides"]):
+            raise TypeError(f"matmul: {name}'s strides {tuple(cai['strides'])} are not whole {dt} elements")
+        strides = tuple(int(s) // dt.itemsize for s in cai["strides"])
+    # Version 3: the consumer orders its work after the producer's on this stream (1: the legacy
+    # default stream, 2: the per-thread one, else a CUstream); None or absent: the data are ready.
+    stream = cai.get("stream") if int(cai.get("version", 2)) >= 3 else None
+    if stream == 0:
+        raise TypeError(f"matmul: {name}'s __cuda_array_interface__ names stream 0, which the protocol forbids")
+    index = None
+    if ptr != 0 and _np.prod(shape, dtype=_np.int64) > 0:
+        for d in _ext.devices():
+            if d.backend == "cuda" and _ext.device_holds_address(d.id, ptr):
+                index = d.index
+                break
+        if index is None:
+            raise TypeError(f"matmul: {name}'s memory (__cuda_array_interface__ pointer {ptr:#x}) is not on a CUDA "
+                            f"device portmat has")
+    return ptr, shape, strides, dt.name, index, stream
 
 
 def matmul_dlpack(a, b, out, dtype, device):
@@ -333,26 +376,73 @@ def matmul_dlpack(a, b, out, dtype, device):
     if ia is None or ib is None:
         raise TypeError(f"matmul: a is {_describe(a)} and b is {_describe(b)}; both operands must be "
                         f"arrays of one GPU library on one device (copy the other across first)")
+    _same_library(a, b)
+    if ia != ib:
+        raise ValueError(f"matmul: a is on cuda:{ia} and b on cuda:{ib}; copy one across first")
+    # The capsules are used at once; a and b (held by the caller) keep the memory alive.
+    pa, sha, sta, dta = _ext.dlpack_operand(a.__dlpack__(stream=1))[:4]
+    pb, shb, stb, dtb = _ext.dlpack_operand(b.__dlpack__(stream=1))[:4]
+    r = _matmul_addresses(type(a).__name__, (pa, sha, sta, dta), (pb, shb, stb, dtb), out, dtype,
+                          _checked_device(_cuda_ids[ia], device), 0)
+    if out is not None:
+        return out
+    namespace = getattr(a, "__array_namespace__", None)
+    from_dlpack = getattr(namespace(), "from_dlpack", None) if namespace is not None else None
+    return from_dlpack(r) if from_dlpack is not None else r
+
+
+def matmul_cai(a, b, out, dtype, device):
+    """a @ b for objects that offer only __cuda_array_interface__ (Numba's device arrays, ...),
+    multiplied where they are: on the stream the producer names (version 3), waited for there;
+    the result is a portmat.Array on that GPU (which itself offers __cuda_array_interface__, so
+    ``numba.cuda.as_cuda_array(c)`` and the like take it without a copy). Same dtypes and
+    layouts as matmul_dlpack."""
+    if not (has_cuda_array_interface(a) and has_cuda_array_interface(b)):
+        raise TypeError(f"matmul: a is {_describe(a)} and b is {_describe(b)}; both operands must be "
+                        f"arrays of one GPU library on one device (copy the other across first)")
+    _same_library(a, b)
+    pa, sha, sta, dta, ia, sa = _cai_operand(a, "a")
+    pb, shb, stb, dtb, ib, sb = _cai_operand(b, "b")
+    if ia is not None and ib is not None and ia != ib:
+        raise ValueError(f"matmul: a is on cuda:{ia} and b on cuda:{ib}; copy one across first")
+    index = ia if ia is not None else ib
+    if index is None:  # empty operands: the device asked for, else the first GPU
+        from . import _device_spec
+        dev = _ext.find_device(_device_spec(device) if device is not None else "cuda").id
+    else:
+        dev = _checked_device(_cuda_ids[index], device)
+    if sa is not None and sb is not None and sa != sb:
+        _ext.stream_synchronize(dev, sb)  # b's producer first; the product then follows a's stream
+    stream = sa if sa is not None else sb if sb is not None else 1
+    return _matmul_addresses(type(a).__name__, (pa, sha, sta, dta), (pb, shb, stb, dtb), out, dtype, dev, stream)
+
+
+def _same_library(a, b):
     if type(a) is not type(b):
         raise TypeError(f"matmul: a is a {type(a).__module__}.{type(a).__name__} and b a "
                         f"{type(b).__module__}.{type(b).__name__}; both must be arrays of one library")
-    if ia != ib:
-        raise ValueError(f"matmul: a is on cuda:{ia} and b on cuda:{ib}; copy one across first")
-    dev = _cuda_ids[ia]
+
+
+def _checked_device(dev, device):
     if device is not None:
         from . import _device_spec
 
         want = _ext.find_device(_device_spec(device)).id
         if want != dev:
             raise ValueError(f"matmul: device={want} was asked for, but the operands are on {dev}")
-    # The capsules are used at once; a and b (held by the caller) keep the memory alive.
-    pa, sha, sta, dta = _ext.dlpack_operand(a.__dlpack__(stream=1))[:4]
-    pb, shb, stb, dtb = _ext.dlpack_operand(b.__dlpack__(stream=1))[:4]
+    return dev
+
+
+def _matmul_addresses(kind, oa, ob, out, dtype, dev, stream):
+    """The product of two operands given as (address, shape, strides in elements, dtype name) on
+    CUDA device dev, queued on `stream` and waited for there; into out (a portmat.Array) or a new
+    Array."""
+    (pa, sha, sta, dta), (pb, shb, stb, dtb) = oa, ob
     if dta != dtb or (dtype is not None and _np.dtype(dtype).name != dta):
         raise TypeError(f"matmul: a is {dta} and b {dtb}" + ("" if dtype is None else f", dtype={_np.dtype(dtype)}") +
-                        f"; {type(a).__name__} operands must be of one dtype (convert them with their library)")
+                        f"; {kind} operands must be of one dtype (convert them with their library)")
     if _np.dtype(dta) not in ARRAY_DTYPES:
-        raise TypeError(f"matmul: portmat multiplies {type(a).__name__} arrays of float32, float64 and 32/64-bit "
+        raise TypeError(f"matmul: portmat multiplies {kind} arrays of float32, float64 and 32/64-bit "
                         f"integers in place, not {dta}; convert them with their library (or pass CuPy / torch "
                         f"arrays, which take every dtype)")
     for name, shp, st in (("a", sha, sta), ("b", shb, stb)):
@@ -362,24 +452,20 @@ def matmul_dlpack(a, b, out, dtype, device):
     shape = tuple(_ext.matmul_shape(sha, shb))
     if out is not None:
         if not isinstance(out, Array) or out.device.id != dev or out.dtype != _np.dtype(dta) or out.shape != shape:
-            raise TypeError(f"matmul: out for {type(a).__name__} operands must be a portmat.Array on {dev} of "
+            raise TypeError(f"matmul: out for {kind} operands must be a portmat.Array on {dev} of "
                             f"dtype {dta} and shape {shape}, not {_describe(out)}")
         r = out
     else:
         r = Array(_ext.DeviceArray.empty(dev, dta, list(shape)))
     if r.size:
-        strides = []
-        step = 1
+        strides, step = [], 1
         for d in reversed(shape):
             strides.append(step)
             step *= max(d, 1)
-        _ext.matmul_on_stream(dta, pa, sha, sta, pb, shb, stb, r._x.address, shape, tuple(reversed(strides)), dev, 0)
-        _ext.stream_synchronize(dev, 0)  # the legacy stream only: the Array's product is then finished
-    if out is not None:
-        return out
-    namespace = getattr(a, "__array_namespace__", None)
-    from_dlpack = getattr(namespace(), "from_dlpack", None) if namespace is not None else None
-    return from_dlpack(r) if from_dlpack is not None else r
+        _ext.matmul_on_stream(dta, pa, sha, sta, pb, shb, stb, r._x.address, shape, tuple(reversed(strides)), dev,
+                              stream)
+        _ext.stream_synchronize(dev, stream)  # that stream only: the Array's product is then finished
+    return r
 
 
 def _dense_matrices(shape, strides) -> bool:

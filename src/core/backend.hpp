@@ -117,6 +117,10 @@ class Device {
   // use (CUDA: a CUdeviceptr; the CPU backend: a host pointer), else 0.
   virtual std::uintptr_t address_of(const Buffer& /*b*/) const { return 0; }
 
+  // Whether `address` is memory of this device that another library allocated (CUDA: a device
+  // pointer of this GPU, as a __cuda_array_interface__ names it). CUDA only; others say false.
+  virtual bool holds_address(std::uintptr_t /*address*/) const { return false; }
+
   // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0,
   // in a dtype the device computes (computes()).
   // Each backend moves data its own best way: in place on shared memory, copies on discrete

@@ -70,6 +70,7 @@ CuApi* load_api() {
       load(lib, "cuEventRecord", api->EventRecord) &&
       load(lib, "cuEventSynchronize", api->EventSynchronize) &&
       load(lib, "cuEventQuery", api->EventQuery) &&
+      load(lib, "cuPointerGetAttribute", api->PointerGetAttribute) &&
       load(lib, "cuGetErrorName", api->GetErrorName);
   if (!ok) {
     if (!api->EventElapsedTime) reason() = "libcuda.so.1 lacks cuEventElapsedTime";

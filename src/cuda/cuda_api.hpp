@@ -52,6 +52,7 @@ struct CuApi {
   decltype(&::cuEventSynchronize) EventSynchronize;
   decltype(&::cuEventQuery) EventQuery;
   decltype(&::cuEventElapsedTime) EventElapsedTime;  // _v2 where the driver has it
+  decltype(&::cuPointerGetAttribute) PointerGetAttribute;
   decltype(&::cuGetErrorName) GetErrorName;
 };
 

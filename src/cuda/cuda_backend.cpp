@@ -280,6 +280,13 @@ class CudaDevice final : public core::Device {
   }
 
   std::uintptr_t address_of(const core::Buffer& b) const override { return ptr_of(&b); }
+  bool holds_address(std::uintptr_t address) const override {
+    int ordinal = -1;  // unified addressing: the driver knows every device pointer's GPU
+    return address != 0 &&
+           cu_.PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, static_cast<CUdeviceptr>(address)) ==
+               CUDA_SUCCESS &&
+           ordinal == info().index;
+  }
   void wait_for_stream(std::uintptr_t stream) override {
     std::lock_guard<std::mutex> lock(mu_);
     ready();

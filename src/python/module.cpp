@@ -584,6 +584,13 @@ NB_MODULE(_ext, m) {
       },
       "device"_a, "stream"_a, "Waits for the work queued on a CUDA stream of another library");
   m.def(
+      "device_holds_address",
+      [](const std::string& device, std::uintptr_t address) {
+        auto dev = portmat::core::open_device(device);
+        return dev->holds_address(address);
+      },
+      "device"_a, "address"_a, "Whether a device address (a __cuda_array_interface__ pointer) is this device's memory");
+  m.def(
       "dlpack_operand",
       [](nb::ndarray<nb::ro> x) {
         const portmat::ArrayView v = array_of(x, "operand");

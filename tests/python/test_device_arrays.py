@@ -480,13 +480,15 @@ def test_any_dlpack_exporter_on_the_gpu(torch, rng):
         t = portmat.matmul(WithNamespace(a), WithNamespace(b))  # the operands' library gets the result
         assert isinstance(t, torch.Tensor) and t.is_cuda
         assert_close(t.cpu().numpy(), a.cpu().numpy(), b.cpu().numpy(), EPS[np.dtype(np.float32)])
-    # The producer's stream order holds: its work on another stream comes before the product.
+    # The producer's stream order holds: its work on its current stream (the one DLPack's
+    # stream argument is about) comes before the product.
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         a = torch.zeros(512, 512, device="cuda")
+        e = torch.eye(512, device="cuda")
         torch.cuda._sleep(200_000_000)
         a.fill_(3.0)
-    c = portmat.matmul(DLPackOnly(a), DLPackOnly(torch.eye(512, device="cuda")))
+        c = portmat.matmul(DLPackOnly(a), DLPackOnly(e))
     assert np.array_equal(c.numpy(), np.full((512, 512), 3.0, np.float32))
     g = torch.ones(4, 4, device="cuda")
     with pytest.raises(TypeError, match="float16"):
@@ -495,6 +497,81 @@ def test_any_dlpack_exporter_on_the_gpu(torch, rng):
         portmat.matmul(DLPackOnly(g), g)
     with pytest.raises(TypeError, match="row- nor column-major"):
         portmat.matmul(DLPackOnly(g[::2, ::2]), DLPackOnly(g[:2, :2]))
+
+
+class CAIOnly:
+    """An array that shows itself only through __cuda_array_interface__, as Numba's device arrays
+    do (wrapping another object's interface, with the stream of version 3 where one is given)."""
+
+    def __init__(self, x, stream=None, **extra):
+        self.x, self.stream, self.extra = x, stream, extra
+
+    @property
+    def __cuda_array_interface__(self):
+        cai = dict(self.x.__cuda_array_interface__)
+        if self.stream is not None:
+            cai.update(version=3, stream=self.stream)
+        cai.update(self.extra)
+        return cai
+
+
+class HostCAI:
+    """A (wrong) __cuda_array_interface__ naming host memory."""
+
+    def __init__(self, a, **extra):
+        self.a, self.extra = a, extra
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.a.shape, "typestr": self.a.dtype.str, "data": (self.a.ctypes.data, False),
+                "strides": None, "version": 2, **self.extra}
+
+
+def test_cuda_array_interface_errors_are_clear():
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(TypeError, match="not on a CUDA device portmat has"):
+        portmat.matmul(HostCAI(a), HostCAI(a))
+    with pytest.raises(TypeError, match="both operands"):
+        portmat.matmul(HostCAI(a), a)
+    with pytest.raises(TypeError, match="stream 0"):
+        portmat.matmul(HostCAI(a, version=3, stream=0), HostCAI(a))
+    with pytest.raises(TypeError, match="mask"):
+        portmat.matmul(HostCAI(a, mask=object()), HostCAI(a))
+
+
+def test_cuda_array_interface_objects_on_the_gpu(torch, rng):
+    for sa, sb, name in [((33, 65), (65, 17), "float32"), ((3, 5, 7), (7, 4), "float64"), ((9,), (9, 4), "float32"),
+                         ((6, 8), (8, 5), "int32")]:
+        a, b = _torch_random(torch, rng, sa, name), _torch_random(torch, rng, sb, name)
+        c = portmat.matmul(CAIOnly(a), CAIOnly(b))
+        assert isinstance(c, portmat.Array) and c.device.id == f"cuda:{a.device.index}"
+        if name == "int32":
+            assert np.array_equal(c.numpy(), np.matmul(a.cpu().numpy(), b.cpu().numpy()))
+        else:
+            assert_close(c.numpy(), a.cpu().numpy(), b.cpu().numpy(), EPS[np.dtype(name)])
+    # A column-major view is read in place, and out= takes a portmat Array.
+    a = _torch_random(torch, rng, (20, 30), "float32")
+    b = _torch_random(torch, rng, (20, 11), "float32")
+    out = portmat.asarray(np.zeros((30, 11), np.float32), device=f"cuda:{a.device.index}")
+    assert portmat.matmul(CAIOnly(a.t()), CAIOnly(b), out=out) is out
+    assert_close(out.numpy(), a.cpu().numpy().T, b.cpu().numpy(), EPS[np.dtype(np.float32)])
+    # Version 3's stream: the product is queued behind the producer's work on it.
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.zeros(512, 512, device="cuda")
+        e = torch.eye(512, device="cuda")
+        torch.cuda._sleep(200_000_000)
+        x.fill_(2.0)
+    c = portmat.matmul(CAIOnly(x, stream=s.cuda_stream), CAIOnly(e, stream=s.cuda_stream))
+    assert np.array_equal(c.numpy(), np.full((512, 512), 2.0, np.float32))
+    g = torch.ones(4, 4, device="cuda")
+    with pytest.raises(TypeError, match="float16"):
+        portmat.matmul(CAIOnly(g.half()), CAIOnly(g.half()))
+    with pytest.raises(TypeError, match="row- nor column-major"):
+        portmat.matmul(CAIOnly(g[::2, ::2]), CAIOnly(g[:2, :2]))
+    # portmat's own Array goes out through the same interface.
+    assert np.array_equal(portmat.matmul(CAIOnly(c), CAIOnly(portmat.asarray(np.eye(512, dtype=np.float32),
+                                                                             device=c.device.id))).numpy(), c.numpy())
 
 
 def test_portmat_arrays_go_to_torch_and_cupy_without_copies(rng):
