@@ -452,6 +452,14 @@ class CudaDevice final : public core::Device {
     if (dtype == DType::u64) return {&kU64_64x64, false, 0, 0.0};
     if (const char* e = std::getenv("PORTMAT_CUDA_TILE"))
       if (const GemmTile* t = tile_by_name(e)) return {t, false, 0, 0.0};
+    // PORTMAT_CUDA_SPLIT_K=S (with PORTMAT_CUDA_SPLIT_TILE: 64x128, 128x64 or 64x64; default
+    // 64x128): k split in S slices, whatever the model says (measurements, tests).
+    if (const long split = env_long("PORTMAT_CUDA_SPLIT_K", 0); split > 1) {
+      const char* e = std::getenv("PORTMAT_CUDA_SPLIT_TILE");
+      const std::string name = e ? e : "64x128";
+      const GemmTile* t = name == "128x64" ? &kF32_128x64_fpb : name == "64x64" ? &kF32_64x64b : &kF32_64x128_fpb;
+      return {t, false, 0, 0.0, split};
+    }
     return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole);
   }
 
@@ -541,6 +549,8 @@ class CudaDevice final : public core::Device {
       throw std::logic_error("CUDA gemm: accumulating launches are float32 only");
     const TileChoice choice = accumulate ? TileChoice{&kF32_128x256_fpa, false, 0, 0.0}
                                          : choose_tile(am.dtype, m, n, k, whole);
+    if (choice.split > 1 && am.dtype == DType::f32 && launch_split(stream, a, am, b, bm, c, ldc, m, n, k, choice))
+      return;
     const GemmTile& t = *choice.tile;
     GemmArgs args = gemm_args(t, a, am, 0, b, bm, 0, c, ldc, 0, m, n, k);
     const std::int64_t tiles = args.sk_first;
@@ -603,6 +613,67 @@ class CudaDevice final : public core::Device {
     args.sk_flags = sk_flags(stream, w);
     run(dp, first, stream);
     run(t, w, stream);
+  }
+
+  // Split-K (TileChoice::split): a product too small to fill the GPU with its tiles, or with a long
+  // k, runs as a stack of products over slices of k (kc deep, a multiple of the 16-deep slab; the
+  // last slice shorter when k asks for it: GemmArgs::k_last), each a full-size partial result in a
+  // workspace of this stream, in one launch of a batched kernel (blockIdx.y the slice); a second
+  // launch (split_sum, gemm_batched.cuh) adds the parts into c in slice order: deterministic, no
+  // waiting between blocks, no zeroing of c. H200, session 14 (docs/cuda.md): a shorter last slice
+  // as a launch of its own ran after the stack, not beside it (n = 512 in 3 slices 33.5 us, in 4
+  // 17.0); the sum in each tile's last block instead of a second launch was slower everywhere
+  // (n = 256: 14.3 against 10.2 us; (64 x 65536) @ (65536 x 64): 137 against 36 us).
+  // False (nothing launched) when the workspace would pass kSplitMaxBytes.
+  bool launch_split(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
+                    const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
+                    std::int64_t k, const TileChoice& choice) {
+    const GemmTile& t = *choice.tile;
+    const std::int64_t kc = ((k + choice.split - 1) / choice.split + 15) / 16 * 16;
+    const std::int64_t full = k / kc, rest = k - full * kc, parts = full + (rest > 0 ? 1 : 0);
+    const std::size_t part_bytes = static_cast<std::size_t>(m * n) * sizeof(float);
+    if (parts < 2 || part_bytes * parts > kSplitMaxBytes) return false;
+    const CUdeviceptr w = split_workspace(stream, part_bytes * parts);
+    const std::int64_t a_step = am.col_major ? kc * am.ld : kc, b_step = bm.col_major ? kc : kc * bm.ld;
+    const std::string what = where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) + ") @ (" +
+                             std::to_string(k) + "x" + std::to_string(n) + ") split in " + std::to_string(parts) +
+                             " with ";
+    GemmArgs args = gemm_args(t, a, am, a_step, b, bm, b_step, w, n, m * n, m, n, kc);
+    const std::int64_t tiles = args.sk_first;
+    args.k_last = static_cast<int>(rest);
+    void* params[] = {&args};
+    cu_check(cu_.LaunchKernel(function(t, am.col_major, bm.col_major), static_cast<unsigned>(tiles),
+                              static_cast<unsigned>(parts), 1, t.threads(), 1, 1, t.smem_bytes(), stream, params,
+                              nullptr),
+             "cuLaunchKernel(split-K gemm)", what + t.name);
+    SplitSumArgs sum{};
+    sum.parts = reinterpret_cast<const void*>(w);
+    sum.c = reinterpret_cast<void*>(c);
+    sum.ldc = ldc, sum.part_stride = m * n;
+    sum.m = static_cast<int>(m), sum.n = static_cast<int>(n), sum.count = static_cast<int>(parts);
+    sum.vec = n % 4 == 0 && c % 16 == 0 && ldc % 4 == 0;
+    const std::int64_t threads = sum.vec ? m * (n / 4) : m * n;
+    void* sum_params[] = {&sum};
+    cu_check(cu_.LaunchKernel(named_function("split_sum_f32"), static_cast<unsigned>((threads + 255) / 256), 1, 1,
+                              256, 1, 1, 0, stream, sum_params, nullptr),
+             "cuLaunchKernel(split_sum)", what + "split_sum_f32");
+    return true;
+  }
+
+  // The split-K workspace of launches on `stream` (one per stream, like the stream-K flags: the
+  // launches of one stream run one after the other). It grows to what a product needs (at most
+  // kSplitMaxBytes); before a larger one replaces it, the stream's earlier work (which may still
+  // use it) is waited for.
+  CUdeviceptr split_workspace(CUstream stream, std::size_t bytes) {
+    std::unique_ptr<CuBuffer>& ws = stream == kstream_[0]   ? split_ws_[0]
+                                    : stream == kstream_[1] ? split_ws_[1]
+                                                            : foreign_split_ws_[stream];
+    if (!ws || ws->bytes() < bytes) {
+      if (ws) cu_check(cu_.StreamSynchronize(stream), "cuStreamSynchronize (split-K workspace)", where_);
+      ws.reset();
+      ws = create_buffer(std::min(kSplitMaxBytes, std::max(bytes, std::size_t(4) << 20)));
+    }
+    return ws->ptr();
   }
 
   // c[i] = a[i] @ b[i] for i < count, matrices x_step elements apart (0: the same matrix for
@@ -722,6 +793,9 @@ class CudaDevice final : public core::Device {
   static constexpr int kSkAllGroupM = 4;              // ... and the block swizzle's group then
   std::unique_ptr<CuBuffer> sk_flags_[2];             // per kernel stream (sk_flags)
   std::map<CUstream, std::unique_ptr<CuBuffer>> foreign_sk_flags_;  // per stream of gemm_on_stream's callers
+  static constexpr std::size_t kSplitMaxBytes = std::size_t(32) << 20;  // launch_split's workspace, at most
+  std::unique_ptr<CuBuffer> split_ws_[2];             // per kernel stream (split_workspace)
+  std::map<CUstream, std::unique_ptr<CuBuffer>> foreign_split_ws_;  // per stream of gemm_on_stream's callers
   double link_rate_ = 0;                              // host_bytes_per_s(), once measured
 };
 

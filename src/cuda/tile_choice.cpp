@@ -11,11 +11,12 @@ namespace {
 // the rate one SM reaches on it. H200, device-resident, 2026-12-01 (docs/cuda.md, "Tiles for mid
 // sizes and thin sides"): 128x256 on _ws 51.2 TFLOP/s over 132 SMs (_fp 50.2); 64x128_fp 0.265
 // TFLOP/s per SM, with one block on every SM at n = 1024 as with four in turn at 2048; 128x64_fp
-// 0.26; 64x64 about 0.2.
+// 0.26; 64x64 about 0.2 with several blocks an SM, 0.15-0.17 alone (n = 256 and 512: 13.9 and 25.1 us).
 struct Candidate {
   const GemmTile* dp;
   const GemmTile* sk;
   double flops_per_sm;
+  const GemmTile* split = nullptr;  // its batched kernel, for split-K
 };
 
 // A stream-K block's cost beyond its share of the work: its pipeline's start (two slabs at its
@@ -25,6 +26,20 @@ struct Candidate {
 // 750 us (1.9 us a hand-over), by 132 of _wsk 600 us (4.5 us); the costs beyond the work at
 // n = 768-1536 (8-24 us) and at (4096 x 4096) @ (4096 x 64) (24 us) follow from them.
 constexpr double kHandOverS = 1.0e-6, kHandOverPerElementS = 1.1e-10, kStartSlabs = 2.0;
+// The 64-wide tiles' every-tile-shared grids ran 7-9.5 us over their estimates at n = 640 and 768
+// (29.6-31.8 and 41.6-41.9 us against 22.6 and 32.3), where split-K measured 22.1-24.6 and
+// 32.6-34.4: that much is added to them (session 14).
+constexpr double kSmallShareS = 9.5e-6;
+// Split-K (TileChoice::split): p slices of k, each a stack member of the tile's batched kernel,
+// then a second launch (split_sum) that reads every part and writes c. Beyond the slices' work
+// that costs about 6 us (the second launch's gap and start, the first's extra blocks) plus the
+// parts' bytes at 5 TB/s (they are still in L2): fitted on the H200 (session 14) to 336 split
+// runs from n = 256 to 1024 and the suite's thin products, with 11-12% mean (log) error.
+// Slice counts tried: every p up to 16, then steps up to three blocks an SM.
+constexpr double kSplitSumS = 6.0e-6, kSplitSumBytesPerS = 5.0e12;
+constexpr std::int64_t kSplitParts[] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 32, 48, 64, 96, 132,
+                                        198, 264, 396};
+constexpr double kSplitMaxBytes = 32.0 * 1024 * 1024;  // cuda_backend.cpp's workspace, at most
 // Sharing must win by this factor: where the model cannot tell them apart (n = 2048: one wave of
 // 128x256 tiles, 0.99x cuBLAS data-parallel, 0.97x shared) the simpler grid stays.
 constexpr double kShareMargin = 1.03;
@@ -38,14 +53,17 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
   const Candidate candidates[] = {
       {warp_specialized ? &kF32_128x256_ws : &kF32_128x256_fp, warp_specialized ? &kF32_128x256_wsk : &kF32_128x256_sk,
        warp_specialized ? 388e9 : 380e9},
-      {&kF32_64x128_fp, &kF32_64x128_sk, 265e9},
-      {&kF32_128x64_fp, &kF32_128x64_sk, 260e9},
-      {&kF32_64x64, nullptr, 200e9}};
+      {&kF32_64x128_fp, &kF32_64x128_sk, 265e9, &kF32_64x128_fpb},
+      {&kF32_128x64_fp, &kF32_128x64_sk, 260e9, &kF32_128x64_fpb},
+      {&kF32_64x64, nullptr, 170e9, &kF32_64x64b}};
   const std::int64_t s = std::max(1, sms);
   const std::int64_t k_tiles = std::max<std::int64_t>(1, ceil_div(k, 16));
   TileChoice best{nullptr, false, 0, 0.0};
   auto consider = [&](const GemmTile* tile, bool share_all, std::int64_t blocks, double t) {
     if (!best.tile || t < best.estimate_s) best = {tile, share_all, blocks, t};
+  };
+  auto consider_split = [&](const GemmTile* tile, std::int64_t parts, double t) {
+    if (!best.tile || t < best.estimate_s) best = {tile, false, 0, t, parts};
   };
   for (const Candidate& c : candidates) {
     const GemmTile& t = *c.dp;
@@ -61,7 +79,24 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
     // Data-parallel: the busiest SM runs ceil(tiles / SMs) tiles in turn. (128x256: its stream-K
     // tile, which launch() runs data-parallel below a wave.)
     consider(big ? c.sk : c.dp, false, 0, static_cast<double>(ceil_div(tiles, s)) * tile_s);
-    if (!c.sk || !whole) continue;
+    if (!whole) continue;
+    // Split k into p slices (the tile's batched kernel over the slices, then their sum): the
+    // busiest SM runs its share of the slices (kc slabs each), plus a pipeline start and the sum.
+    if (c.split)
+      for (const std::int64_t p : kSplitParts) {
+        if (p > k_tiles) break;
+        const std::int64_t kc = ceil_div(k_tiles, p) * 16, parts = ceil_div(k, kc);  // as launch_split cuts k
+        if (parts < 2 || kSplitMaxBytes < 4.0 * m * n * parts) continue;
+        const double slice_s = 2.0 * t.bm * t.bn * static_cast<double>(kc) / c.flops_per_sm;
+        // An SM runs up to min_blocks slices at once; past that the grid takes whole extra waves
+        // (H200, n = 768: 5 slices in 360 blocks 32.6 us, 6 in 432 43.0, 8 in 576 40.5).
+        const std::int64_t blocks = tiles * parts, per_sm = ceil_div(blocks, s), mb = c.split->min_blocks;
+        const std::int64_t turns = per_sm <= mb ? per_sm : ceil_div(blocks, s * mb) * mb;
+        consider_split(c.split, p,
+                       kShareMargin * (static_cast<double>(turns) * slice_s + start_s + kSplitSumS +
+                                       4.0 * m * n * (parts + 1) / kSplitSumBytesPerS));
+      }
+    if (!c.sk) continue;
     // Every tile shared by w blocks (at most as many as fit on the GPU at once, each with at least
     // kMinSkSlabs slabs): the work spread over min(w, SMs) SMs, plus the start and, per block a
     // tile is split into, a hand-over.
@@ -70,7 +105,7 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
       const double parts = std::max(1.0, static_cast<double>(w) / static_cast<double>(tiles));
       consider(c.sk, true, w,
                kShareMargin * (static_cast<double>(tiles) * tile_s / static_cast<double>(std::min(w, s)) + start_s +
-                               parts * hand_over_s));
+                               parts * hand_over_s + (big ? 0.0 : kSmallShareS)));
     }
   }
   return best;

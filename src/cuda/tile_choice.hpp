@@ -32,6 +32,9 @@ struct TileChoice {
   bool share_all;        // every tile shared by the stream-K blocks (one launch) ...
   std::int64_t sk_blocks;  // ... this many of them (0: launch()'s own count)
   double estimate_s;     // the model's time, for tests and diagnostics
+  // > 1: split k into this many slices, a stack of products of `tile` (a batched kernel) into a
+  // workspace, then their sum into c (cuda_backend.cpp, launch_split).
+  std::int64_t split = 0;
 };
 
 // m x k @ k x n on `sms` multiprocessors; warp_specialized: the sm_90a kernels (_ws, _wsk) run

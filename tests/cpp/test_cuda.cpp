@@ -279,6 +279,45 @@ TEST(CudaGemm, DeviceResidentOffsetsAlignedAndNot) {
   }
 }
 
+// Split-K (cuda_backend.cpp, launch_split) with every batched tile it runs on, whatever the model
+// says (PORTMAT_CUDA_SPLIT_K): k in equal slices (k = 512 in 4: 128 deep), slices and a shorter last
+// one (333 in 3: 112, 112, 109), more slices than 16-deep ones allow (70 in 5: 16 deep, the last 6),
+// edges and unaligned offsets, c with its own leading dimension (check_device_resident); the same
+// bits on every run (the parts are summed in slice order).
+TEST(CudaGemm, SplitKCorrectAndDeterministic) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(29);
+  for (const char* t : {"64x128", "128x64", "64x64"}) {
+    SCOPED_TRACE(t);
+    ScopedEnv tile("PORTMAT_CUDA_SPLIT_TILE", t);
+    for (const auto& s : {std::array<long, 4>{150, 133, 512, 4}, {64, 70, 333, 3}, {33, 65, 70, 5}, {1, 300, 2000, 8}}) {
+      ScopedEnv split("PORTMAT_CUDA_SPLIT_K", std::to_string(s[3]));
+      check_device_resident(dev, s[0], s[1], s[2], rng);
+    }
+  }
+  ScopedEnv split("PORTMAT_CUDA_SPLIT_K", "7");
+  const long m = 200, n = 96, k = 3000;
+  auto av = random_vector<float>(m * k, rng), bv = random_vector<float>(k * n, rng);
+  std::vector<float> c1(m * n), c2(m * n);
+  MatrixView a{av.data(), m, k, k, 1, DType::f32}, b{bv.data(), k, n, n, 1, DType::f32};
+  MatrixView v1{c1.data(), m, n, n, 1, DType::f32}, v2{c2.data(), m, n, n, 1, DType::f32};
+  auto d = portmat::core::open_device(dev);
+  auto ab = d->alloc(av.size() * 4), bb = d->alloc(bv.size() * 4), cb = d->alloc(c1.size() * 4);
+  d->upload(*ab, av.data(), av.size() * 4);
+  d->upload(*bb, bv.data(), bv.size() * 4);
+  const portmat::core::DeviceMatrix da{ab.get(), 0, m, k, k, false, DType::f32};
+  const portmat::core::DeviceMatrix db{bb.get(), 0, k, n, n, false, DType::f32};
+  const portmat::core::DeviceMatrix dc{cb.get(), 0, m, n, n, false, DType::f32};
+  d->gemm(da, db, dc);
+  d->download(c1.data(), *cb, c1.size() * 4);
+  EXPECT_LE(portmat::reference::worst_error_ratio(a, b, v1), 1.0);
+  for (int rep = 0; rep < 5; ++rep) {
+    d->gemm(da, db, dc);
+    d->download(c2.data(), *cb, c2.size() * 4);
+    ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float))) << "run " << rep;
+  }
+}
+
 // complex64 stacks on the device: B'' built there (complex_b), then one real batched product.
 TEST(CudaGemm, DeviceResidentComplexStacks) {
   REQUIRE_CUDA();
@@ -445,33 +484,33 @@ TEST(CudaTileChoice, ModelPicksWhatMeasuredBestOnTheH200) {
     long m, n, k;
     const portmat::cuda::GemmTile* tile;
     bool shared;
+    bool split;
   };
+  namespace pc = portmat::cuda;
   const Case cases[] = {
-      {8192, 8192, 8192, &portmat::cuda::kF32_128x256_wsk, false},
-      {4096, 4096, 4096, &portmat::cuda::kF32_128x256_wsk, false},
-      {2048, 2048, 2048, &portmat::cuda::kF32_128x256_wsk, false},  // 128 tiles: one wave, data-parallel
-      {1536, 1536, 1536, &portmat::cuda::kF32_128x256_wsk, true},
-      {1280, 1280, 1280, &portmat::cuda::kF32_128x256_wsk, true},
-      {1024, 1024, 1024, &portmat::cuda::kF32_64x128_fp, false},
-      {768, 768, 768, &portmat::cuda::kF32_64x128_sk, true},
-      {512, 512, 512, &portmat::cuda::kF32_64x64, false},
-      {256, 256, 256, &portmat::cuda::kF32_64x64, false},
-      {4096, 64, 4096, &portmat::cuda::kF32_128x64_sk, true},   // (4096 x 4096) @ (4096 x 64)
-      {64, 4096, 4096, &portmat::cuda::kF32_64x128_sk, true},   // (64 x 4096) @ (4096 x 4096)
-      {16, 4096, 4096, &portmat::cuda::kF32_64x128_sk, true},
-      {8192, 256, 256, &portmat::cuda::kF32_64x128_fp, false},
-      {65536, 64, 64, &portmat::cuda::kF32_128x64_fp, false},
+      {8192, 8192, 8192, &pc::kF32_128x256_wsk, false, false},
+      {4096, 4096, 4096, &pc::kF32_128x256_wsk, false, false},
+      {2048, 2048, 2048, &pc::kF32_128x256_wsk, false, false},  // 128 tiles: one wave, data-parallel
+      {1536, 1536, 1536, &pc::kF32_128x256_wsk, true, false},
+      {1280, 1280, 1280, &pc::kF32_128x256_wsk, true, false},
+      {1024, 1024, 1024, &pc::kF32_64x128_fp, false, false},
+      {768, 768, 768, &pc::kF32_64x128_fpb, false, true},  // split-K below a wave of 64x128 tiles
+      {512, 512, 512, &pc::kF32_64x128_fpb, false, true},
+      {256, 256, 256, &pc::kF32_64x64b, false, true},
+      {4096, 64, 4096, &pc::kF32_128x64_fpb, false, true},  // (4096 x 4096) @ (4096 x 64)
+      {64, 4096, 4096, &pc::kF32_64x128_fpb, false, true},  // (64 x 4096) @ (4096 x 4096)
+      {16, 4096, 4096, &pc::kF32_64x128_fpb, false, true},
+      {8192, 256, 256, &pc::kF32_64x128_fp, false, false},
+      {65536, 64, 64, &pc::kF32_128x64_fp, false, false},
   };
-  // A 64 x 64 result over k = 65536: shared, but by fewer blocks than SMs (each block a tile is
-  // split into costs a hand-over, one after another).
+  // A 64 x 64 result over k = 65536: k split in many slices (one tile: the GPU fills only so).
   const auto long_k = choose_f32_tile(64, 64, 65536, 132, true, true);
-  EXPECT_TRUE(long_k.share_all);
-  EXPECT_GT(long_k.sk_blocks, 1);
-  EXPECT_LT(long_k.sk_blocks, 132);
+  EXPECT_GE(long_k.split, 32);
   for (const Case& c : cases) {
     const auto got = choose_f32_tile(c.m, c.n, c.k, 132, true, true);
     EXPECT_EQ(got.tile, c.tile) << c.m << "x" << c.k << " @ " << c.k << "x" << c.n << ": " << got.tile->name;
     EXPECT_EQ(got.share_all, c.shared) << c.m << "x" << c.k << " @ " << c.k << "x" << c.n;
+    EXPECT_EQ(got.split > 1, c.split) << c.m << "x" << c.k << " @ " << c.k << "x" << c.n;
     EXPECT_GT(got.estimate_s, 0.0);
     // Without the sm_90a kernels, the same shapes on _fp / _sk.
     const auto plain = choose_f32_tile(c.m, c.n, c.k, 132, false, true);
@@ -481,6 +520,7 @@ TEST(CudaTileChoice, ModelPicksWhatMeasuredBestOnTheH200) {
     for (long k : {64L, 1000L, 4096L}) {
       // The NumPy path's row chunks overlap on two streams: never every tile shared.
       EXPECT_FALSE(choose_f32_tile(n, n, k, 132, true, false).share_all) << n << " " << k;
+      EXPECT_EQ(choose_f32_tile(n, n, k, 132, true, false).split, 0) << n << " " << k;
       // Four times the work never takes much less time (equal below a wave: the GPU is not full;
       // the stream-K block counts are powers of two apart, hence the slack).
       EXPECT_LE(choose_f32_tile(n, n, k, 132, true, true).estimate_s,

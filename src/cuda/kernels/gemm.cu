@@ -32,7 +32,8 @@
 //  - gemm_body_fp.cuh  gemm_body_fp, unchecked copies inside: _fp, 128x128_fp, 64x128_fp,
 //                      128x64_fp, _fpa, and the stream-K _sk of 128x256, 64x128 and 128x64;
 //  - gemm_body_ws.cuh  gemm_body_ws, warp-specialized (sm_90a): _ws, stream-K _wsk;
-//  - gemm_batched.cuh  strided batches (_fpb, 64x64b, _small) and complex_b (complex b as real).
+//  - gemm_batched.cuh  strided batches (_fpb, 64x128_fpb, 128x64_fpb, 64x64b, _small), split_sum
+//                      (split-K's sum of parts) and complex_b (complex b as real).
 // This file is the one translation unit that includes them, with every kernel's entry point at its
 // end. One unit, because the host loads one module from one fatbin: kernels in several units
 // would need relocatable device code (-rdc) and a device link to become that module, another
@@ -55,6 +56,8 @@ using portmat::cuda::batch_member;
 using portmat::cuda::gemm_small_body;
 using portmat::cuda::complex_b_body;
 using portmat::cuda::ComplexBArgs;
+using portmat::cuda::SplitSumArgs;
+using portmat::cuda::split_sum_body;
 namespace tiles = portmat::cuda;
 
 // The kernels, by element type, tile and layout of a and b ('r' row-major, 'c' column-major).
@@ -144,6 +147,16 @@ __global__ void PM_BOUNDS(kF32_128x256_fpb) gemm_sm80_f32_128x256_fpb_rc(GemmArg
 __global__ void PM_BOUNDS(kF32_128x256_fpb) gemm_sm80_f32_128x256_fpb_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fpb, false, false, 7>(batch_member<float>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kF32_128x256_fpb) gemm_sm80_f32_128x256_fpb_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x256_fpb, false, true, 4>(batch_member<float>(p, blockIdx.y)); }
 
+__global__ void PM_BOUNDS(kF32_64x128_fpb) gemm_sm80_f32_64x128_fpb_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_fpb, true, false, 2>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_64x128_fpb) gemm_sm80_f32_64x128_fpb_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_fpb, true, true, 2>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_64x128_fpb) gemm_sm80_f32_64x128_fpb_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_fpb, false, false, 3>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_64x128_fpb) gemm_sm80_f32_64x128_fpb_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_fpb, false, true, 2>(batch_member<float>(p, blockIdx.y)); }
+
+__global__ void PM_BOUNDS(kF32_128x64_fpb) gemm_sm80_f32_128x64_fpb_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_fpb, true, false, 2>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_128x64_fpb) gemm_sm80_f32_128x64_fpb_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_fpb, true, true, 2>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_128x64_fpb) gemm_sm80_f32_128x64_fpb_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_fpb, false, false, 3>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_128x64_fpb) gemm_sm80_f32_128x64_fpb_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_fpb, false, true, 2>(batch_member<float>(p, blockIdx.y)); }
+
 __global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_rr(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, true, false>(batch_member<float>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_rc(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, true, true>(batch_member<float>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_cr(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, false, false>(batch_member<float>(p, blockIdx.y)); }
@@ -184,6 +197,9 @@ __global__ void PM_BOUNDS(kU64_64x64b) gemm_sm80_u64_64x64b_rr(GemmArgs p) { gem
 __global__ void PM_BOUNDS(kU64_64x64b) gemm_sm80_u64_64x64b_rc(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64b, true, true>(batch_member<unsigned long long>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kU64_64x64b) gemm_sm80_u64_64x64b_cr(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64b, false, false>(batch_member<unsigned long long>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kU64_64x64b) gemm_sm80_u64_64x64b_cc(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64b, false, true>(batch_member<unsigned long long>(p, blockIdx.y)); }
+
+// split-K's sum as a launch of its own (256 threads a block)
+__global__ void __launch_bounds__(256) split_sum_f32(SplitSumArgs p) { split_sum_body(p); }
 
 // complex b as the real B'' (256 threads a block, one complex element each; matrix blockIdx.y)
 __global__ void __launch_bounds__(256) complex_b_f32(ComplexBArgs p) { complex_b_body<float>(p); }

@@ -13,6 +13,9 @@
 //    SM, whose global loads hide each other's latency, so no cp.async ring is needed. Why not the
 //    64x64 tile: a 32x32 product would leave three quarters of it idle, and the stack is bound by
 //    memory (12 bytes of operands and result per 64 flops at 32^3), not arithmetic.
+//  - split_sum_body: split-K (cuda_backend.cpp, launch_split): the pieces of one product over
+//    slices of k are a stack of products into a workspace (the kernels above), and this kernel adds
+//    them into c in a fixed order.
 //  - complex_b_body: B'' (2K x 2N real, row-major) from a complex b (K x N), so that
 //    [re c, im c] interleaved = [re a, im a] interleaved @ B'' (core/batch.hpp, complex_b, says why
 //    this keeps NumPy's accuracy): every real kernel then multiplies complex matrices.
@@ -30,6 +33,7 @@ __device__ __forceinline__ GemmArgs batch_member(const GemmArgs& p, long long i)
   q.a = static_cast<const T*>(p.a) + i * p.stride_a;
   q.b = static_cast<const T*>(p.b) + i * p.stride_b;
   q.c = static_cast<T*>(p.c) + i * p.stride_c;
+  if (p.k_last > 0 && i == gridDim.y - 1) q.k = p.k_last;
   return q;
 }
 
@@ -72,7 +76,7 @@ __device__ __forceinline__ void small_slab(const T* g, long long ld, int rows, i
 }
 
 // Block blockIdx.x: matrix blockIdx.x / tiles, tile blockIdx.x % tiles (row by row), where tiles
-// = ceil(m / 32) * ceil(n / 32). A_KMAJOR: a row-major; B_KMAJOR: b column-major (gemm.cu's names).
+// = ceil(m / 32) * ceil(n / 32); the grid's last matrix has k = k_last where that is set. A_KMAJOR: a row-major; B_KMAJOR: b column-major (gemm.cu's names).
 template <class T, bool A_KMAJOR, bool B_KMAJOR>
 __device__ __forceinline__ void gemm_small_body(const GemmArgs& p) {
   constexpr int T_ = kSmallTile, S = kSmallTile + 16 / sizeof(T);  // rows padded by 16 bytes
@@ -85,6 +89,7 @@ __device__ __forceinline__ void gemm_small_body(const GemmArgs& p) {
   const T* a = static_cast<const T*>(p.a) + i * p.stride_a;
   const T* b = static_cast<const T*>(p.b) + i * p.stride_b;
   T* c = static_cast<T*>(p.c) + i * p.stride_c;
+  const int k = p.k_last > 0 && i == gridDim.x / tiles - 1 ? p.k_last : p.k;
   const int tx = threadIdx.x % 8, ty = threadIdx.x / 8;
 
   T acc[4][4];
@@ -93,9 +98,9 @@ __device__ __forceinline__ void gemm_small_body(const GemmArgs& p) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) acc[r][q] = T(0);
 
-  for (int k0 = 0; k0 < p.k; k0 += T_) {
-    small_slab<T, A_KMAJOR>(a, p.lda, p.m, p.k, m0, k0, p.a_vec, As);
-    small_slab<T, !B_KMAJOR>(b, p.ldb, p.k, p.n, k0, n0, p.b_vec, Bs);
+  for (int k0 = 0; k0 < k; k0 += T_) {
+    small_slab<T, A_KMAJOR>(a, p.lda, p.m, k, m0, k0, p.a_vec, As);
+    small_slab<T, !B_KMAJOR>(b, p.ldb, k, p.n, k0, n0, p.b_vec, Bs);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -156,6 +161,32 @@ __device__ __forceinline__ void complex_b_body(const ComplexBArgs& p) {
   T2 w;
   w.x = -v.y, w.y = v.x;
   out[(2LL * k + 1) * p.n + n] = w;
+}
+
+// A split-K product's sum (SplitSumArgs), a launch of its own after the stack of its parts: each
+// thread four adjacent elements of c (vec) or one, summing the parts in index order, so the result
+// is the same on every run.
+__device__ __forceinline__ void split_sum_body(const SplitSumArgs& p) {
+  const long long e = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const float* w = static_cast<const float*>(p.parts);
+  float* c = static_cast<float*>(p.c);
+  if (p.vec) {
+    const long long n4 = p.n / 4;
+    if (e >= p.m * n4) return;
+    const long long row = e / n4, col = (e % n4) * 4, off = row * p.n + col;
+    float4 s = *reinterpret_cast<const float4*>(w + off);
+    for (int q = 1; q < p.count; ++q) {
+      const float4 v = *reinterpret_cast<const float4*>(w + q * p.part_stride + off);
+      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    }
+    *reinterpret_cast<float4*>(c + row * p.ldc + col) = s;
+  } else {
+    if (e >= static_cast<long long>(p.m) * p.n) return;
+    const long long row = e / p.n, col = e % p.n;
+    float s = w[e];
+    for (int q = 1; q < p.count; ++q) s += w[q * p.part_stride + e];
+    c[row * p.ldc + col] = s;
+  }
 }
 
 }  // namespace

@@ -25,6 +25,19 @@ struct GemmArgs {
   // Batched kernels only (gemm_batched.cuh; the others ignore these): matrix i of a, b and c starts
   // i * stride elements after matrix 0 (0: the same matrix for every i).
   long long stride_a, stride_b, stride_c;
+  // Batched kernels: when > 0, the launch's last matrix has this k instead (split-K's shorter last
+  // slice of k; cuda_backend.cpp, launch_split).
+  int k_last;
+};
+
+// split_sum (gemm_batched.cuh): c = parts[0] + parts[1] + ... + parts[count - 1], in that order,
+// of `count` dense m x n float32 partial products part_stride elements apart; vec: n % 4 == 0 and
+// c, ldc 16-byte aligned (float4 loads and stores).
+struct SplitSumArgs {
+  const void* parts;
+  void* c;
+  long long ldc, part_stride;
+  int m, n, count, vec;
 };
 
 // The complex-to-real rewrite of b (complex_b_body, gemm_batched.cuh): from the complex (k x n)
@@ -145,6 +158,9 @@ inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 
 // registers) 0.0391, 10 0.0364, 12 (80, 16 bytes spilled) 0.0368, 16 (64, 80 bytes spilled) 0.0451.
 // With register loads instead of cp.async (128 registers, 8 blocks) 0.066.
 inline constexpr GemmTile kF32_128x256_fpb{"gemm_sm80_f32_128x256_fpb", 128, 256, 16, 64, 64, 2, 4, 3, 4, 1};
+// 64x128_fp's and 128x64_fp's bodies over a stack: split-K's slices (cuda_backend.cpp, launch_split).
+inline constexpr GemmTile kF32_64x128_fpb{"gemm_sm80_f32_64x128_fpb", 64, 128, 16, 32, 64, 2, 2, 4, 4, 3};
+inline constexpr GemmTile kF32_128x64_fpb{"gemm_sm80_f32_128x64_fpb", 128, 64, 16, 64, 32, 2, 2, 4, 4, 3};
 inline constexpr GemmTile kF32_64x64b{"gemm_sm80_f32_64x64b", 64, 64, 16, 32, 32, 2, 1, 4, 4, 4};
 inline constexpr GemmTile kF64_64x64b{"gemm_sm80_f64_64x64b", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
 inline constexpr GemmTile kF32_small{"gemm_sm80_f32_small", 32, 32, 32, 32, 16, 1, 1, 0, 4, 10};
