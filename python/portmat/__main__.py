@@ -1,4 +1,4 @@
-"""python -m portmat {bench,devices}: the command line."""
+"""python -m portmat {bench,devices,tune}: the command line."""
 
 from .cli import main
 

@@ -1,7 +1,10 @@
-"""Command line: `python -m portmat bench [...]` and `python -m portmat devices`.
+"""Command line: `python -m portmat bench [...]`, `python -m portmat devices` and
+`python -m portmat tune [...]`.
 
 `bench` times square products at --sizes (bench.run), or one product per shape with --shapes FILE
-or --shapes suite (bench.run_shapes); --json writes the records, --plot draws them (matplotlib)."""
+or --shapes suite (bench.run_shapes); --json writes the records, --plot draws them (matplotlib).
+`tune` searches the OpenCL kernels' parameters on the device in hand and stores the fastest
+(_tune.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +44,47 @@ def _devices_table() -> str:
     return "\n".join(lines + ["* = default device"] + notes)
 
 
+def _tune_command(parser, args) -> int:
+    from . import _ext, _tune
+
+    if args.show:
+        rows = _tune.stored(args.device)
+        for r in rows:
+            print(f"{r['device']:9} {r['dtype']:8} {r['params']}  ({r['gflops']} GFLOP/s at n = {r['size']}; {r['key']})")
+        print(f"{len(rows)} stored" + (f" in {rows[0]['file']}" if rows else ""))
+        return 0
+    if (args.size is not None and args.size < 1) or args.repeat < 1 or (
+            args.max_candidates is not None and args.max_candidates < 1):
+        parser.error("--size, --repeat and --max-candidates must be positive")
+    try:
+        devices = [_ext.find_device(args.device).id] if args.device else [
+            d.id for d in _ext.devices() if d.backend == "opencl"]
+    except ValueError as e:
+        parser.error(str(e))
+    if not devices:
+        print("portmat tune: no OpenCL device here (`python -m portmat devices` lists what there is)", file=sys.stderr)
+        return 1
+    if args.forget:
+        for d in devices:
+            print(f"{d}: {_tune.forget(d)} entries removed")
+        return 0
+    status = 0
+    for d in devices:
+        for dtype in (["float32", "float64"] if args.dtype == "all" else [args.dtype]):
+            if dtype == "float64" and not _ext.find_device(d).supports_f64:
+                continue
+            try:
+                r = _tune.tune_device(d, dtype, args.size, args.repeat, args.max_candidates)
+            except ValueError as e:
+                print(e, file=sys.stderr)
+                status = 1
+                continue
+            print(f"{r['device']} ({r['name']}), {dtype}, n = {r['size']}: {r['shipped_gflops']:.1f} GFLOP/s with the "
+                  f"shipped parameters, {r['tuned_gflops']:.1f} tuned ({r['tuned_gflops'] / r['shipped_gflops']:.2f}x; "
+                  f"{r['candidates']} candidates in {r['seconds']:.0f} s)\n  {r['tuned']}\n  stored in {r['file']}")
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m portmat", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -64,11 +108,24 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--plot", metavar="FILE.png",
                    help="draw GFLOP/s (GB/s for vector products) of portmat and each peer into FILE.png "
                         "(needs matplotlib)")
+    t = sub.add_parser("tune", help="search the OpenCL kernels' parameters on this machine's devices and store "
+                                    "the fastest (later products use them)")
+    t.add_argument("--device", default=None, help="an OpenCL device, e.g. opencl:0 (default: every OpenCL device)")
+    t.add_argument("--dtype", choices=["float32", "float64", "all"], default="float32",
+                   help="the element size to tune (float32 also serves the 32-bit integers; float64 the 64-bit ones)")
+    t.add_argument("--size", type=int, default=None, help="n of the timed n x n product (default 1024 on CPUs, "
+                                                           "4096 on GPUs)")
+    t.add_argument("--repeat", type=int, default=5, help="timed runs per candidate (median)")
+    t.add_argument("--max-candidates", type=int, default=None, help="stop after this many candidates")
+    t.add_argument("--show", action="store_true", help="list what is stored, and tune nothing")
+    t.add_argument("--forget", action="store_true", help="remove the device's stored parameters")
     args = parser.parse_args(argv)
 
     if args.command == "devices":
         print(_devices_table())
         return 0
+    if args.command == "tune":
+        return _tune_command(parser, args)
     if args.shapes is not None and (args.sizes is not None or args.batch is not None):
         parser.error("--shapes times its own shapes: leave out --sizes and --batch")
     sizes = args.sizes if args.sizes is not None else [512, 1024, 2048, 4096]

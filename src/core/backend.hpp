@@ -121,6 +121,13 @@ class Device {
   // pointer of this GPU, as a __cuda_array_interface__ names it). CUDA only; others say false.
   virtual bool holds_address(std::uintptr_t /*address*/) const { return false; }
 
+  // Run-time tuning (OpenCL, `python -m portmat tune`): the key and the file this device's tuned
+  // kernel parameters are stored under ({"", ""}: nothing to tune), and the parameters an
+  // (m x k) @ (k x n) product of `dtype` runs with now ("MWG=64,NWG=64,..."; "" where the backend
+  // has none).
+  virtual std::pair<std::string, std::string> tuning_store() const { return {}; }
+  virtual std::string kernel_params(DType /*dtype*/, std::int64_t /*m*/, std::int64_t /*n*/) { return {}; }
+
   // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0,
   // in a dtype the device computes (computes()).
   // Each backend moves data its own best way: in place on shared memory, copies on discrete

@@ -87,11 +87,16 @@ GemmParams parse_params(const std::string& text, GemmParams p) {
   return p;
 }
 
-GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count) {
+GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count, const GemmParams* tuned) {
   GemmParams p;  // GPU float32: 128x128x16 blocks, 16x16 work-items of 8x8
   // Intel's runtime says "Intel(R) Corporation"; PoCL on an Intel CPU says "GenuineIntel" (the
   // H200 machine's host), and PoCL does not vectorize the direct kernel.
-  if (dev.kind == DeviceKind::cpu && dev.vendor.find("Intel(R) Corporation") != std::string::npos) {
+  const bool small_stack = count > 1 && m <= 32 && n <= 32;
+  if (tuned && !small_stack) {
+    // Run-time tuning's result for this device, driver and element size (tuning_store.hpp): the
+    // tuner measured it at one size, and it is valid for every shape (edges are handled).
+    p = *tuned;
+  } else if (dev.kind == DeviceKind::cpu && dev.vendor.find("Intel(R) Corporation") != std::string::npos) {
     // Intel's OpenCL CPU runtime packs neighbouring work-items into SIMD lanes: the direct kernel
     // (gemm_direct.cl), 8 rows per work-item, work-groups of 32. 2-core AMD EPYC (Zen 3),
     // 2026-12-02, n = 1024 float32 kernel-only (bench/diagnostics/tune_opencl.py's sweep and a
@@ -102,7 +107,7 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
     p.mwg = 8;
     p.ndimc = 32;
     p.mdimc = 1;
-  } else if (count > 1 && m <= 32 && n <= 32) {
+  } else if (small_stack) {
     // A stack of small matrices: a 32x32 block of 8x8 work-items of 4x4 per matrix (a 64- or
     // 128-wide block would compute mostly padding), the stack filling the device.
     p.mwg = p.nwg = 32;
@@ -125,8 +130,9 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
       p.mdimc = 8;
     }
   }
-  if (p.direct) {
-    // One kernel for every dtype: the lanes hold half as many doubles, the rows stay.
+  if (p.direct || (tuned && !small_stack)) {
+    // The direct kernel: one for every dtype (the lanes hold half as many doubles, the rows
+    // stay). Tuned parameters were tuned for their element size.
   } else if (dtype_size(dtype) == 8 && p.mwg > 32) {  // float64, and uint64 alike
     p.mwg = p.nwg = 64;
     if (dev.kind != DeviceKind::cpu) p.mdimc = p.ndimc = 16;  // 4x4 doubles per work-item

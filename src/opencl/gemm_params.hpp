@@ -1,6 +1,7 @@
 // Tunables of kernels/gemm.cl and how they are chosen per device and problem: a small database
-// (vendor/kind -> defaults, and which of the two kernels), a switch to smaller tiles when a problem has too few blocks to fill the
-// device, and an override ($PORTMAT_OPENCL_PARAMS="MWG=64,KWG=32,...") for tuning sweeps.
+// (vendor/kind -> defaults, and which of the two kernels), a switch to smaller tiles when a problem
+// has too few blocks to fill the device, parameters found by run-time tuning (tuning_store.hpp),
+// and an override ($PORTMAT_OPENCL_PARAMS="MWG=64,KWG=32,...") for tuning sweeps.
 #pragma once
 
 #include <string>
@@ -36,8 +37,12 @@ struct DeviceTraits {
   int compute_units = 1;
 };
 
-// Parameters for an (m x k) @ (k x n) product of `dtype` on a device with these traits.
-GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count = 1);
+// Parameters for an (m x k) @ (k x n) product of `dtype` on a device with these traits: `tuned`
+// (what `portmat tune` stored for the device and this element size) where given, except for stacks
+// of small matrices, which keep their own block; else the shipped defaults for the device. Then
+// $PORTMAT_OPENCL_PARAMS on top.
+GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count = 1,
+                         const GemmParams* tuned = nullptr);
 
 // Applies "KEY=VALUE,..." on top of p; throws std::invalid_argument naming a bad key or value.
 GemmParams parse_params(const std::string& text, GemmParams p);

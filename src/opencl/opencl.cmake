@@ -22,6 +22,7 @@ target_sources(portmat_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/gemm_params.cpp
   ${CMAKE_CURRENT_LIST_DIR}/opencl_backend.cpp
   ${CMAKE_CURRENT_LIST_DIR}/program_cache.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tuning_store.cpp
   ${gemm_cl_cpp}
   ${gemm_direct_cl_cpp})
 target_include_directories(portmat_core PUBLIC $<BUILD_INTERFACE:${OPENCL_HEADERS_DIR}>)

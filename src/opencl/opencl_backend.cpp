@@ -22,6 +22,7 @@
 #include "opencl/cl_api.hpp"
 #include "opencl/gemm_params.hpp"
 #include "opencl/program_cache.hpp"
+#include "opencl/tuning_store.hpp"
 
 namespace portmat::kernels {
 extern const char gemm_cl[];         // kernels/gemm.cl, embedded by CMake (cmake/Embed.cmake)
@@ -84,6 +85,7 @@ class OpenClDevice final : public core::Device {
     local_mem_ = device_value<cl_ulong>(cl, dev, CL_DEVICE_LOCAL_MEM_SIZE);
     max_work_group_ = device_value<std::size_t>(cl, dev, CL_DEVICE_MAX_WORK_GROUP_SIZE);
     where_ = info_.id() + " (" + info_.name + ")";
+    tuned_ = std::make_unique<TunedParams>(tuning_key(info_));
     pool_.set_keep_bytes(info_.memory_bytes / 4);
   }
 
@@ -334,6 +336,19 @@ class OpenClDevice final : public core::Device {
     return k;
   }
 
+  // The kernel parameters of an (M x K) @ (K x N) product (or a stack of count): the shipped
+  // defaults, or what `portmat tune` stored for this device and driver (tuning_store.hpp).
+  GemmParams params_for(DType dtype, std::int64_t M, std::int64_t N, std::int64_t count) {
+    const std::optional<GemmParams> tuned = tuned_->get(dtype_size(dtype));
+    return choose_params({info_.kind, info_.vendor, info_.compute_units}, dtype, static_cast<long>(M),
+                         static_cast<long>(N), static_cast<long>(count), tuned ? &*tuned : nullptr);
+  }
+
+  std::pair<std::string, std::string> tuning_store() const override { return {tuning_key(info_), tuning_path()}; }
+  std::string kernel_params(DType dtype, std::int64_t m, std::int64_t n) override {
+    return params_for(dtype, m, n, 1).str();
+  }
+
   // Enqueues c = a @ b on buffers holding the matrices; returns the kernel's event.
   // `bases_aligned`: the buffers start on a GVW-vector boundary (always true for our allocations;
   // NumPy's memory used in place may start anywhere a float may).
@@ -345,7 +360,7 @@ class OpenClDevice final : public core::Device {
                         std::int64_t b_step = 0, std::int64_t c_step = 0) {
     const cl_int M = static_cast<cl_int>(a.rows), N = static_cast<cl_int>(b.cols),
                  K = static_cast<cl_int>(a.cols);
-    GemmParams p = choose_params({info_.kind, info_.vendor, info_.compute_units}, a.dtype, M, N, count);
+    GemmParams p = params_for(a.dtype, M, N, count);
     if (p.direct && std::max({a.span(), b.span(), c.span()}) > 2147483647u)  // its int indices (gemm_direct.cl)
       p = choose_params({info_.kind, std::string(), info_.compute_units}, a.dtype, M, N, count);
     const bool edges = !p.direct && (M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0);
@@ -493,6 +508,7 @@ class OpenClDevice final : public core::Device {
   cl_device_id dev_;
   DeviceInfo info_;
   std::string where_;
+  std::unique_ptr<TunedParams> tuned_;  // what `portmat tune` stored (constructor)
   std::size_t max_alloc_ = 0, local_mem_ = 0, max_work_group_ = 0;
 
   std::mutex mu_;  // one command stream per device: guards everything below

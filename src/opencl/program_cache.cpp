@@ -16,18 +16,18 @@
 
 namespace portmat::opencl {
 
-namespace {
-
-constexpr char kMagic[8] = {'P', 'M', 'C', 'L', 'P', 'R', 'G', '\0'};
-constexpr std::uint32_t kFormatVersion = 2;
-constexpr std::size_t kHeaderBytes = 32;
-
 std::string cache_dir() {
   if (const char* d = std::getenv("PORTMAT_CACHE_DIR")) return std::string(d) == "off" ? "" : d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/portmat";
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/portmat";
   return {};
 }
+
+namespace {
+
+constexpr char kMagic[8] = {'P', 'M', 'C', 'L', 'P', 'R', 'G', '\0'};
+constexpr std::uint32_t kFormatVersion = 2;
+constexpr std::size_t kHeaderBytes = 32;
 
 // 64-bit FNV-1a: file names and damage detection, not security.
 std::uint64_t fnv1a(const void* data, std::size_t n) {

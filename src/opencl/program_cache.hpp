@@ -33,6 +33,11 @@
 
 namespace portmat::opencl {
 
+// portmat's cache directory: $PORTMAT_CACHE_DIR, else $XDG_CACHE_HOME/portmat, else
+// ~/.cache/portmat; "" when PORTMAT_CACHE_DIR=off or no home is known. Shared with the tuning
+// store (tuning_store.hpp).
+std::string cache_dir();
+
 // A built program; throws DeviceError with the build log on failure.
 cl_program build_program(const ClApi& cl, cl_context ctx, cl_device_id dev, const std::string& where,
                          const char* source, const std::string& options);

@@ -584,6 +584,24 @@ NB_MODULE(_ext, m) {
       },
       "device"_a, "stream"_a, "Waits for the work queued on a CUDA stream of another library");
   m.def(
+      "tuning_store",
+      [](const std::string& device) {
+        auto dev = portmat::core::open_device(device);
+        const auto [key, path] = dev->tuning_store();
+        return nb::make_tuple(key, path);
+      },
+      "device"_a, "(key, file) under which `portmat tune` stores the device's kernel parameters; ('', '') where "
+      "nothing is tuned");
+  m.def(
+      "kernel_params",
+      [](const std::string& device, const std::string& dtype, std::int64_t m, std::int64_t n) {
+        auto dev = portmat::core::open_device(device);
+        const portmat::DType t = parse_dtype(dtype);
+        return without_gil([&] { return dev->kernel_params(t, m, n); });
+      },
+      "device"_a, "dtype"_a, "m"_a, "n"_a,
+      "The kernel parameters an (m x k) @ (k x n) product runs with now ('MWG=64,...'; '' where there are none)");
+  m.def(
       "device_holds_address",
       [](const std::string& device, std::uintptr_t address) {
         auto dev = portmat::core::open_device(device);
