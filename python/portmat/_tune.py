@@ -161,9 +161,19 @@ def tune_device(dev: str, dtype: str = "float32", size: int | None = None, repea
                         best, best_gflops = cand, gflops
         if bar is not None:
             bar.close()
-        # The winner once more in this process, verified, against the shipped parameters.
+        # The winner against the shipped parameters once more, in alternating rounds (a search
+        # step's single measurement can be an outlier: the first timing of a process ran at half
+        # speed on the 2-core machine); the shipped ones stay unless the winner is faster.
         os.environ[PARAMS] = _text(best)
         _verify(info.id, dtype, rng)
+        rounds = {"shipped": [], "tuned": []}
+        for _ in range(3):
+            for which, params in (("shipped", shipped), ("tuned", best)):
+                os.environ[PARAMS] = _text(params)
+                rounds[which].append(_time(info.id, dtype, n, repeat))
+        shipped_gflops, best_gflops = statistics.median(rounds["shipped"]), statistics.median(rounds["tuned"])
+        if best_gflops <= shipped_gflops:
+            best, best_gflops = dict(shipped), shipped_gflops
     finally:
         for v, x in saved.items():
             if x is None:
