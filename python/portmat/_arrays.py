@@ -163,12 +163,7 @@ def _matmul_arrays(a, b, out, dtype, device):
     if a.device.id != b.device.id:
         raise ValueError(f"matmul: a is on {a.device.id} and b on {b.device.id}; copy one across first "
                          f"(portmat.asarray(b, device=a.device))")
-    if device is not None:
-        from . import _device_spec
-
-        want = _ext.find_device(_device_spec(device)).id
-        if want != a.device.id:
-            raise ValueError(f"matmul: device={want} was asked for, but the arrays are on {a.device.id}")
+    _checked_device(a.device.id, device, "the arrays are on")
     if a.dtype != b.dtype or (dtype is not None and _np.dtype(dtype) != a.dtype):
         raise TypeError(f"matmul: portmat arrays are not converted on the device: a is {a.dtype}, b is "
                         f"{b.dtype}" + ("" if dtype is None else f", dtype={_np.dtype(dtype)}") +
@@ -296,12 +291,7 @@ def matmul_foreign(a, b, out, dtype, device, casting):
     da, db = _foreign_device(a, ka), _foreign_device(b, kb)
     if da != db:
         raise ValueError(f"matmul: a is on {da} and b on {db}; copy one across first")
-    if device is not None:
-        from . import _device_spec
-
-        want = _ext.find_device(_device_spec(device)).id
-        if want != da:
-            raise ValueError(f"matmul: device={want} was asked for, but the operands are {ka} arrays on {da}")
+    _checked_device(da, device, f"the operands are {ka} arrays on")
     if out is not None and (_foreign_kind(out) != ka or _foreign_device(out, ka) != da):
         raise TypeError(f"matmul: out is {_describe(out)}; it must be a {ka} array on {da}, as the operands are")
     return (_torch_matmul if ka == "torch" else _cupy_matmul)(a, b, out, dtype, da, casting)
@@ -337,11 +327,7 @@ def _cai_operand(x, name):
     shape = tuple(int(d) for d in cai["shape"])
     ptr = int(cai["data"][0])
     if cai.get("strides") is None:
-        strides, step = [], 1
-        for d in reversed(shape):
-            strides.append(step)
-            step *= max(d, 1)
-        strides = tuple(reversed(strides))
+        strides = _c_strides(shape)
     else:
         if any(s % dt.itemsize for s in cai["strides"]):
             raise TypeError(f"matmul: {name}'s strides {tuple(cai['strides'])} are not whole {dt} elements")
@@ -423,14 +409,24 @@ def _same_library(a, b):
                         f"{type(b).__module__}.{type(b).__name__}; both must be arrays of one library")
 
 
-def _checked_device(dev, device):
+def _checked_device(dev, device, what="the operands are on"):
+    """dev, after checking that the device the caller named (if any) is dev."""
     if device is not None:
         from . import _device_spec
 
         want = _ext.find_device(_device_spec(device)).id
         if want != dev:
-            raise ValueError(f"matmul: device={want} was asked for, but the operands are on {dev}")
+            raise ValueError(f"matmul: device={want} was asked for, but {what} {dev}")
     return dev
+
+
+def _c_strides(shape) -> tuple:
+    """Strides in elements of a C-contiguous array of this shape."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
 
 
 def _matmul_addresses(kind, oa, ob, out, dtype, dev, stream):
@@ -458,12 +454,7 @@ def _matmul_addresses(kind, oa, ob, out, dtype, dev, stream):
     else:
         r = Array(_ext.DeviceArray.empty(dev, dta, list(shape)))
     if r.size:
-        strides, step = [], 1
-        for d in reversed(shape):
-            strides.append(step)
-            step *= max(d, 1)
-        _ext.matmul_on_stream(dta, pa, sha, sta, pb, shb, stb, r._x.address, shape, tuple(reversed(strides)), dev,
-                              stream)
+        _ext.matmul_on_stream(dta, pa, sha, sta, pb, shb, stb, r._x.address, shape, _c_strides(shape), dev, stream)
         _ext.stream_synchronize(dev, stream)  # that stream only: the Array's product is then finished
     return r
 

@@ -188,10 +188,14 @@ def tune_device(dev: str, dtype: str = "float32", size: int | None = None, repea
 
 
 def _store(path: str, key: str, dtype: str, params: str, gflops: float, size: int) -> None:
-    """Replaces (or adds) the line of (key, dtype) in the tuning file, atomically."""
-    lines = _read_lines(path)
-    lines = [ln for ln in lines if ln.split("\t")[:2] != [key, dtype]]
+    """Replaces (or adds) the line of (key, dtype) in the tuning file."""
+    lines = [ln for ln in _read_lines(path) if ln.split("\t")[:2] != [key, dtype]]
     lines.append("\t".join([key, dtype, params, f"{gflops:.1f}", str(size)]))
+    _write_lines(path, lines)
+
+
+def _write_lines(path: str, lines: list[str]) -> None:
+    """Writes the tuning file with these entries, atomically (a new file renamed over the old)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".opencl-tuning.", dir=os.path.dirname(path))
     try:
@@ -221,14 +225,15 @@ def _read_lines(path: str) -> list[str]:
 
 def stored(device: str | None = None) -> list[dict]:
     """The stored entries (of one device's key, or all of the file)."""
-    devs = [d for d in _ext.devices() if d.backend == "opencl" and (device is None or d.id == _ext.find_device(device).id)]
-    paths = {_ext.tuning_store(d.id)[1] for d in devs} - {""}
-    keys = {_ext.tuning_store(d.id)[0]: d.id for d in devs}
+    want = None if device is None else _ext.find_device(device).id
+    stores = {d.id: _ext.tuning_store(d.id) for d in _ext.devices()
+              if d.backend == "opencl" and (want is None or d.id == want)}
+    keys = {key: dev for dev, (key, _) in stores.items()}
     out = []
-    for path in sorted(paths):
+    for path in sorted({path for _, path in stores.values()} - {""}):
         for ln in _read_lines(path):
             f = ln.split("\t")
-            if device is None or f[0] in keys:
+            if want is None or f[0] in keys:
                 out.append({"device": keys.get(f[0], "-"), "key": f[0], "dtype": f[1], "params": f[2],
                             "gflops": f[3] if len(f) > 3 else "", "size": f[4] if len(f) > 4 else "", "file": path})
     return out
@@ -240,8 +245,5 @@ def forget(device: str) -> int:
     lines = _read_lines(path)
     keep = [ln for ln in lines if ln.split("\t")[0] != key]
     if len(keep) != len(lines):
-        fd, tmp = tempfile.mkstemp(prefix=".opencl-tuning.", dir=os.path.dirname(path))
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("\n".join([HEADER] + keep) + "\n")
-        os.replace(tmp, path)
+        _write_lines(path, keep)
     return len(lines) - len(keep)

@@ -629,10 +629,10 @@ class CudaDevice final : public core::Device {
                     const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
                     std::int64_t k, const TileChoice& choice) {
     const GemmTile& t = *choice.tile;
-    const std::int64_t kc = ((k + choice.split - 1) / choice.split + 15) / 16 * 16;
+    const std::int64_t kc = split_depth(k, choice.split);
     const std::int64_t full = k / kc, rest = k - full * kc, parts = full + (rest > 0 ? 1 : 0);
     const std::size_t part_bytes = static_cast<std::size_t>(m * n) * sizeof(float);
-    if (parts < 2 || part_bytes * parts > kSplitMaxBytes) return false;
+    if (parts < 2 || part_bytes * parts > static_cast<std::size_t>(kSplitMaxBytes)) return false;
     const CUdeviceptr w = split_workspace(stream, part_bytes * parts);
     const std::int64_t a_step = am.col_major ? kc * am.ld : kc, b_step = bm.col_major ? kc : kc * bm.ld;
     const std::string what = where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) + ") @ (" +
@@ -662,7 +662,7 @@ class CudaDevice final : public core::Device {
 
   // The split-K workspace of launches on `stream` (one per stream, like the stream-K flags: the
   // launches of one stream run one after the other). It grows to what a product needs (at most
-  // kSplitMaxBytes); before a larger one replaces it, the stream's earlier work (which may still
+  // kSplitMaxBytes, tile_choice.hpp); before a larger one replaces it, the stream's earlier work (which may still
   // use it) is waited for.
   CUdeviceptr split_workspace(CUstream stream, std::size_t bytes) {
     std::unique_ptr<CuBuffer>& ws = stream == kstream_[0]   ? split_ws_[0]
@@ -671,7 +671,7 @@ class CudaDevice final : public core::Device {
     if (!ws || ws->bytes() < bytes) {
       if (ws) cu_check(cu_.StreamSynchronize(stream), "cuStreamSynchronize (split-K workspace)", where_);
       ws.reset();
-      ws = create_buffer(std::min(kSplitMaxBytes, std::max(bytes, std::size_t(4) << 20)));
+      ws = create_buffer(std::min(static_cast<std::size_t>(kSplitMaxBytes), std::max(bytes, std::size_t(4) << 20)));
     }
     return ws->ptr();
   }
@@ -793,7 +793,6 @@ class CudaDevice final : public core::Device {
   static constexpr int kSkAllGroupM = 4;              // ... and the block swizzle's group then
   std::unique_ptr<CuBuffer> sk_flags_[2];             // per kernel stream (sk_flags)
   std::map<CUstream, std::unique_ptr<CuBuffer>> foreign_sk_flags_;  // per stream of gemm_on_stream's callers
-  static constexpr std::size_t kSplitMaxBytes = std::size_t(32) << 20;  // launch_split's workspace, at most
   std::unique_ptr<CuBuffer> split_ws_[2];             // per kernel stream (split_workspace)
   std::map<CUstream, std::unique_ptr<CuBuffer>> foreign_split_ws_;  // per stream of gemm_on_stream's callers
   double link_rate_ = 0;                              // host_bytes_per_s(), once measured

@@ -39,7 +39,6 @@ constexpr double kSmallShareS = 9.5e-6;
 constexpr double kSplitSumS = 6.0e-6, kSplitSumBytesPerS = 5.0e12;
 constexpr std::int64_t kSplitParts[] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 32, 48, 64, 96, 132,
                                         198, 264, 396};
-constexpr double kSplitMaxBytes = 32.0 * 1024 * 1024;  // cuda_backend.cpp's workspace, at most
 // Sharing must win by this factor: where the model cannot tell them apart (n = 2048: one wave of
 // 128x256 tiles, 0.99x cuBLAS data-parallel, 0.97x shared) the simpler grid stays.
 constexpr double kShareMargin = 1.03;
@@ -59,11 +58,8 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
   const std::int64_t s = std::max(1, sms);
   const std::int64_t k_tiles = std::max<std::int64_t>(1, ceil_div(k, 16));
   TileChoice best{nullptr, false, 0, 0.0};
-  auto consider = [&](const GemmTile* tile, bool share_all, std::int64_t blocks, double t) {
-    if (!best.tile || t < best.estimate_s) best = {tile, share_all, blocks, t};
-  };
-  auto consider_split = [&](const GemmTile* tile, std::int64_t parts, double t) {
-    if (!best.tile || t < best.estimate_s) best = {tile, false, 0, t, parts};
+  auto consider = [&](const GemmTile* tile, bool share_all, std::int64_t blocks, double t, std::int64_t split = 0) {
+    if (!best.tile || t < best.estimate_s) best = {tile, share_all, blocks, t, split};
   };
   for (const Candidate& c : candidates) {
     const GemmTile& t = *c.dp;
@@ -85,16 +81,17 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
     if (c.split)
       for (const std::int64_t p : kSplitParts) {
         if (p > k_tiles) break;
-        const std::int64_t kc = ceil_div(k_tiles, p) * 16, parts = ceil_div(k, kc);  // as launch_split cuts k
+        const std::int64_t kc = split_depth(k, p), parts = ceil_div(k, kc);
         if (parts < 2 || kSplitMaxBytes < 4.0 * m * n * parts) continue;
         const double slice_s = 2.0 * t.bm * t.bn * static_cast<double>(kc) / c.flops_per_sm;
         // An SM runs up to min_blocks slices at once; past that the grid takes whole extra waves
         // (H200, n = 768: 5 slices in 360 blocks 32.6 us, 6 in 432 43.0, 8 in 576 40.5).
         const std::int64_t blocks = tiles * parts, per_sm = ceil_div(blocks, s), mb = c.split->min_blocks;
         const std::int64_t turns = per_sm <= mb ? per_sm : ceil_div(blocks, s * mb) * mb;
-        consider_split(c.split, p,
-                       kShareMargin * (static_cast<double>(turns) * slice_s + start_s + kSplitSumS +
-                                       4.0 * m * n * (parts + 1) / kSplitSumBytesPerS));
+        consider(c.split, false, 0,
+                 kShareMargin * (static_cast<double>(turns) * slice_s + start_s + kSplitSumS +
+                                 4.0 * m * n * (parts + 1) / kSplitSumBytesPerS),
+                 p);
       }
     if (!c.sk) continue;
     // Every tile shared by w blocks (at most as many as fit on the GPU at once, each with at least

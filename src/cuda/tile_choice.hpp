@@ -27,6 +27,16 @@ namespace portmat::cuda {
 // A stream-K block's run must be worth a pipeline's start and end: at least this many slabs.
 inline constexpr std::int64_t kMinSkSlabs = 8;
 
+// Split-K (TileChoice::split): the partial results live in a per-stream workspace of at most this
+// many bytes (cuda_backend.cpp, launch_split); larger splits are not weighed.
+inline constexpr std::int64_t kSplitMaxBytes = std::int64_t(32) << 20;
+// The depth of each slice when k is split in about `split` slices: a multiple of the 16-deep slab,
+// so that k / depth whole slices and a shorter last one (k_last) make the product; the model and
+// launch_split cut k the same way.
+inline constexpr std::int64_t split_depth(std::int64_t k, std::int64_t split) {
+  return ((k + 15) / 16 + split - 1) / split * 16;
+}
+
 struct TileChoice {
   const GemmTile* tile;  // what launch() runs (a stream-K tile: with its data-parallel partner)
   bool share_all;        // every tile shared by the stream-K blocks (one launch) ...

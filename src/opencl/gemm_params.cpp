@@ -89,14 +89,14 @@ GemmParams parse_params(const std::string& text, GemmParams p) {
 
 GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count, const GemmParams* tuned) {
   GemmParams p;  // GPU float32: 128x128x16 blocks, 16x16 work-items of 8x8
-  // Intel's runtime says "Intel(R) Corporation"; PoCL on an Intel CPU says "GenuineIntel" (the
-  // H200 machine's host), and PoCL does not vectorize the direct kernel.
   const bool small_stack = count > 1 && m <= 32 && n <= 32;
   if (tuned && !small_stack) {
     // Run-time tuning's result for this device, driver and element size (tuning_store.hpp): the
     // tuner measured it at one size, and it is valid for every shape (edges are handled).
     p = *tuned;
   } else if (dev.kind == DeviceKind::cpu && dev.vendor.find("Intel(R) Corporation") != std::string::npos) {
+    // Intel's runtime says "Intel(R) Corporation"; PoCL on an Intel CPU says "GenuineIntel" (the
+    // H200 machine's host), and PoCL does not vectorize the direct kernel.
     // Intel's OpenCL CPU runtime packs neighbouring work-items into SIMD lanes: the direct kernel
     // (gemm_direct.cl), 8 rows per work-item, work-groups of 32. 2-core AMD EPYC (Zen 3),
     // 2026-12-02, n = 1024 float32 kernel-only (bench/diagnostics/tune_opencl.py's sweep and a
