@@ -37,6 +37,7 @@ set(cuda_kernel_files
   ${cuda_kernels}/gemm_body_fp.cuh  # unchecked interior copies: _fp, 128x128_fp, _fpa, stream-K _sk
   ${cuda_kernels}/gemm_body_ws.cuh  # warp-specialized, sm_90a: _ws, _wsk
   ${cuda_kernels}/gemm_batched.cuh  # strided batches (_fpb, 64x64b, _small), complex b as real
+  ${cuda_kernels}/gemm_thin.cuh     # thin products: a side of c at most 16
 )
 set(cuda_fatbin ${CMAKE_CURRENT_BINARY_DIR}/embedded/cuda_gemm.fatbin)
 add_custom_command(OUTPUT ${cuda_fatbin}

@@ -463,6 +463,23 @@ class CudaDevice final : public core::Device {
     return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole);
   }
 
+  // Whether a float32 product runs on the thin kernels (tile_choice.hpp, choose_thin).
+  // PORTMAT_CUDA_THIN=0 never, =1 whenever a side of c is at most kThinMax (measurements, tests);
+  // PORTMAT_CUDA_THIN_SLICES sets the slices of k;
+  // a tile or split forced by PORTMAT_CUDA_TILE or PORTMAT_CUDA_SPLIT_K keeps the tiles.
+  ThinChoice thin_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, bool whole) const {
+    const long env = env_long("PORTMAT_CUDA_THIN", -1);
+    if (env == 0 || std::getenv("PORTMAT_CUDA_TILE") || env_long("PORTMAT_CUDA_SPLIT_K", 0) > 1) return {};
+    ThinChoice t = choose_thin(m, n, k, a_col, b_col, info_.compute_units, warp_specialized(), whole);
+    if (env == 1) t.use = t.possible;
+    // PORTMAT_CUDA_THIN_SLICES=S: k in about S slices, whatever the model says (measurements).
+    if (const long slices = env_long("PORTMAT_CUDA_THIN_SLICES", 0); slices > 0 && t.possible) {
+      const std::int64_t bytes_per_slice = 4 * (t.few_rows ? n : m) * t.sc;
+      t = with_thin_slices(t, k, std::min<std::int64_t>(slices, std::max<std::int64_t>(1, kSplitMaxBytes / bytes_per_slice)));
+    }
+    return t;
+  }
+
   // The data-parallel kernel of a stream-K tile's shape: _ws for _wsk, _fp for the _sk ones.
   static const GemmTile& data_parallel_partner(const GemmTile& t) {
     const GemmTile& dp = &t == &kF32_128x256_wsk ? kF32_128x256_ws
@@ -547,6 +564,9 @@ class CudaDevice final : public core::Device {
     const std::size_t es = dtype_size(am.dtype);
     if (accumulate && am.dtype != DType::f32)
       throw std::logic_error("CUDA gemm: accumulating launches are float32 only");
+    if (am.dtype == DType::f32 && !accumulate)
+      if (const ThinChoice thin = thin_choice(m, n, k, am.col_major, bm.col_major, whole); thin.use)
+        return launch_thin(stream, a, am, b, bm, c, ldc, m, n, k, thin);
     const TileChoice choice = accumulate ? TileChoice{&kF32_128x256_fpa, false, 0, 0.0}
                                          : choose_tile(am.dtype, m, n, k, whole);
     if (choice.split > 1 && am.dtype == DType::f32 && launch_split(stream, a, am, b, bm, c, ldc, m, n, k, choice))
@@ -658,6 +678,64 @@ class CudaDevice final : public core::Device {
                               256, 1, 1, 0, stream, sum_params, nullptr),
              "cuLaunchKernel(split_sum)", what + "split_sum_f32");
     return true;
+  }
+
+  // A thin product (ThinChoice; kernels/gemm_thin.cuh): c = a @ b as out = L . Sh, in one launch
+  // of thin_dots or thin_axpy whose grid rows are slices of k; with more than one slice the
+  // partial results go to the split-K workspace (the launches of one stream use it in turn) and
+  // thin_sum adds them into c in slice order.
+  void launch_thin(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
+                   const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
+                   std::int64_t k, const ThinChoice& t) {
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+      throw std::invalid_argument("CUDA gemm: dimensions beyond 2^31 - 1 are not supported");
+    ThinArgs args{};
+    const core::DeviceMatrix& lm = t.few_rows ? bm : am;
+    const CUdeviceptr l = t.few_rows ? b : a;
+    args.l = reinterpret_cast<const void*>(l);
+    args.ldl = lm.ld;
+    if (t.few_rows) {  // L(r, kk) = b(kk, r); Sh(kk, s) = a(s, kk); out(r, s) = c(s, r)
+      args.sh = reinterpret_cast<const void*>(a);
+      args.sk = am.col_major ? am.ld : 1, args.ss = am.col_major ? 1 : am.ld;
+      args.r = static_cast<int>(n), args.s = static_cast<int>(m);
+      args.ors = 1, args.oss = ldc;
+    } else {  // L = a; Sh = b; out = c
+      args.sh = reinterpret_cast<const void*>(b);
+      args.sk = bm.col_major ? 1 : bm.ld, args.ss = bm.col_major ? bm.ld : 1;
+      args.r = static_cast<int>(m), args.s = static_cast<int>(n);
+      args.ors = ldc, args.oss = 1;
+    }
+    args.k = static_cast<int>(k);
+    args.kslice = static_cast<int>(t.kslice);
+    args.vec = l % 16 == 0 && lm.ld % 4 == 0;
+    const std::int64_t R = args.r, S = args.s;
+    const std::string kind = t.dots ? "dots" : "axpy";
+    const std::string name = "thin_" + kind + "_f32_s" + std::to_string(t.sc);
+    const std::string what = where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) + ") @ (" +
+                             std::to_string(k) + "x" + std::to_string(n) + ") with ";
+    ThinSumArgs sum{};
+    if (t.slices > 1) {  // the parts: [slice][r][s], r contiguous where c's r is
+      const CUdeviceptr w = split_workspace(stream, static_cast<std::size_t>(t.slices * R * S) * sizeof(float));
+      sum.parts = reinterpret_cast<const void*>(w);
+      sum.c = reinterpret_cast<void*>(c);
+      sum.part_stride = R * S;
+      sum.prs = args.ors == 1 ? 1 : S, sum.pss = args.ors == 1 ? R : 1;
+      sum.ors = args.ors, sum.oss = args.oss;
+      sum.r = args.r, sum.s = args.s, sum.count = static_cast<int>(t.slices);
+      args.out = reinterpret_cast<void*>(w);
+      args.ors = sum.prs, args.oss = sum.pss, args.out_step = R * S;
+    } else {
+      args.out = reinterpret_cast<void*>(c);
+    }
+    void* params[] = {&args};
+    cu_check(cu_.LaunchKernel(named_function(name), static_cast<unsigned>((R + t.rows_per_block - 1) / t.rows_per_block),
+                              static_cast<unsigned>(t.slices), 1, 256, 1, 1, 0, stream, params, nullptr),
+             "cuLaunchKernel(thin gemm)", what + name);
+    if (t.slices <= 1) return;
+    void* sum_params[] = {&sum};
+    cu_check(cu_.LaunchKernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + 255) / 256), 1, 1, 256,
+                              1, 1, 0, stream, sum_params, nullptr),
+             "cuLaunchKernel(thin_sum)", what + "thin_sum_f32");
   }
 
   // The split-K workspace of launches on `stream` (one per stream, like the stream-K flags: the

@@ -108,4 +108,97 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
   return best;
 }
 
+namespace {
+
+// The thin kernels' costs, H200 (session 15, bench/diagnostics/cuda_thin_sweep.py):
+//  - large products stream L at 3.0 TB/s with one short column, 2.8 with two, 2.6 with four,
+//    2.1-2.4 with eight and 1.3-1.9 with sixteen (more multiply-adds and shared-memory loads per
+//    element): kThinBytesPerS by the padded short side;
+//  - a grid of few blocks pulls about kThinBlockBytesPerS a block (its loads in flight, 32-64 KB,
+//    over a microsecond of latency; n = 256: 4 blocks, 0.26 MB in 1.1-1.4 us beyond the start) and
+//    does at most kThinBlockFmaPerS multiply-adds a block (16 x 256 @ 256 x 256: 1 M of them on 2
+//    blocks in 8 us beyond the start, the 0.26 MB read in 1.6 us with one row of a),
+//    less where its lanes or warps have nothing to read: thin_dots' warp
+//    reads 128 k of a row at a time (k = 16 left 7 of 8 lanes idle: 45 us where the tiles took 11)
+//    and each warp owns a few rows; thin_axpy's warp reads 128 r;
+//    The blocks of the wider kernels are slower by the same factor as their streams;
+//  - a launch costs kThinStartS before any data; a split grid adds its sum (kThinSumS, the second
+//    launch, and the parts at 5 TB/s). Products under kThinSmallBytes are not split: there the
+//    second launch dominates (256 x 256 @ 256 x 1: 5.1 us in one slice, 8.4-8.6 in 2-4; 1 x 256 @
+//    256 x 256: 6.5 against 8.8-11). Past it the split that gives the grid a block or two an SM was
+//    faster than the model of one slice said (4096 x 4096 @ 4096 x 4: 23.7-24.8 us in 2-4 slices,
+//    26.8 in one; 1024 x 1024 @ 1024 x 16: 9.9 in 4, 13.5 in one), so it stands.
+constexpr double kThinBytesPerS[] = {3.0e12, 2.8e12, 2.6e12, 2.2e12, 1.6e12};  // sc = 1, 2, 4, 8, 16
+constexpr double kThinBlockBytesPerS = 60e9, kThinBlockFmaPerS = 60e9;
+constexpr double kThinStartS = 4.0e-6, kThinSumS = 3.0e-6, kThinSumBytesPerS = 5.0e12;
+constexpr double kThinSmallBytes = 1 << 20;
+constexpr std::int64_t kThinBlocksPerSm = 2;  // __launch_bounds__(256, 2)
+
+}  // namespace
+
+ThinChoice with_thin_slices(ThinChoice t, std::int64_t k, std::int64_t slices) {
+  const std::int64_t grain = t.dots ? 128 : 64;
+  t.kslice = ceil_div(ceil_div(k, std::clamp<std::int64_t>(slices, 1, 65535)), grain) * grain;
+  t.slices = ceil_div(k, t.kslice);
+  return t;
+}
+
+ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
+                       bool warp_specialized, bool whole) {
+  ThinChoice t;
+  if (std::min(m, n) > kThinMax || m <= 0 || n <= 0 || k <= 0) return t;
+  t.possible = true;
+  // The views: few columns (L = a, k contiguous when a is row-major), few rows (L = b^T, k
+  // contiguous when b is column-major).
+  const bool cols_ok = n <= kThinMax, rows_ok = m <= kThinMax;
+  const bool cols_dots = !a_col, rows_dots = b_col;
+  if (cols_ok && rows_ok)
+    t.few_rows = rows_dots != cols_dots ? rows_dots : n > m;
+  else
+    t.few_rows = rows_ok;
+  t.dots = t.few_rows ? rows_dots : cols_dots;
+  const std::int64_t R = t.few_rows ? n : m, S = t.few_rows ? m : n;
+  t.sc = S <= 1 ? 1 : S <= 2 ? 2 : S <= 4 ? 4 : S <= 8 ? 8 : 16;
+  const int rw = t.sc <= 2 ? 8 : 4;  // thin_dots' rows per warp (gemm_thin.cuh)
+  t.rows_per_block = t.dots ? 8 * rw : 128;
+  const std::int64_t s_count = std::max(1, sms);
+  const std::int64_t row_blocks = ceil_div(R, t.rows_per_block);
+  // Slices of k until the grid has kThinBlocksPerSm blocks an SM (or none, if that is faster); each
+  // at least a float4 of every lane (thin_dots, 128 k) or 8 k of every warp (thin_axpy, 64), the
+  // parts within split-K's workspace.
+  const std::int64_t grain = t.dots ? 128 : 64;
+  const std::int64_t want = kThinBlocksPerSm * s_count;
+  std::int64_t slices = row_blocks >= want ? 1 : ceil_div(want, row_blocks);
+  slices = std::min(slices, ceil_div(k, grain));
+  slices = std::min<std::int64_t>(slices, std::max<std::int64_t>(1, kSplitMaxBytes / (4 * R * t.sc)));
+  slices = std::clamp<std::int64_t>(slices, 1, 65535);
+  // The share of a block's lanes that have data: thin_dots' lanes along k (which also slows the
+  // whole grid: a warp's load then brings a fraction of its 512 bytes) and its warps' rows;
+  // thin_axpy's lanes along r.
+  const int level = t.sc == 1 ? 0 : t.sc == 2 ? 1 : t.sc == 4 ? 2 : t.sc == 8 ? 3 : 4;
+  const double bytes = 4.0 * (static_cast<double>(R) * k + static_cast<double>(S) * k + static_cast<double>(R) * S);
+  auto estimate = [&](std::int64_t kslice, std::int64_t parts) {
+    const double lanes = t.dots ? std::min(1.0, static_cast<double>(std::min(k, kslice)) / 128.0)
+                                : std::min(1.0, static_cast<double>(R) / 128.0);
+    const double rows = t.dots ? std::min(1.0, static_cast<double>(R) / static_cast<double>(t.rows_per_block)) : 1.0;
+    const double blocks = static_cast<double>(row_blocks * parts);
+    const double block_rate = kThinBlockBytesPerS * kThinBytesPerS[level] / kThinBytesPerS[0];
+    const double rate = lanes * std::min(kThinBytesPerS[level], blocks * block_rate * rows);
+    const double fma_rate = static_cast<double>(std::min<std::int64_t>(row_blocks * parts, kThinBlocksPerSm * s_count)) *
+                            kThinBlockFmaPerS * rows;
+    double sec = kThinStartS + std::max(bytes / rate, static_cast<double>(R) * k * t.sc / fma_rate);
+    if (parts > 1) sec += kThinSumS + 4.0 * R * S * (parts + 1) / kThinSumBytesPerS;
+    return sec;
+  };
+  t.kslice = ceil_div(ceil_div(k, slices), grain) * grain;
+  t.slices = ceil_div(k, t.kslice);
+  t.estimate_s = estimate(t.kslice, t.slices);
+  if (t.slices > 1 && bytes < kThinSmallBytes) {
+    t.kslice = ceil_div(k, grain) * grain, t.slices = 1;
+    t.estimate_s = estimate(t.kslice, 1);
+  }
+  t.use = t.estimate_s < choose_f32_tile(m, n, k, sms, warp_specialized, whole).estimate_s;
+  return t;
+}
+
 }  // namespace portmat::cuda

@@ -53,4 +53,33 @@ struct TileChoice {
 TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int sms, bool warp_specialized,
                            bool whole);
 
+// Thin products (kernels/gemm_thin.cuh): a side of c of at most kThinMax. The product is seen as
+// out (r x s) = L (r x k) . Sh (k x s): L = a (few columns of c) or L = b^T (few rows, out = c^T);
+// when both sides are short, the view whose L has k contiguous (thin_dots), else the longer L.
+// Memory-bound: the estimate is L's bytes (and the result's) at the GPU's streaming rate, or the
+// multiply-adds at the kernels' rate where s is large, over the SMs the grid occupies; a grid with
+// too few blocks of rows splits k into slices, summed by a second launch (thin_sum). `use`: the
+// estimate beats the tile model's (choose_f32_tile) for the same product.
+inline constexpr std::int64_t kThinMax = 16;
+inline constexpr std::int64_t kThinChunk = 256;  // the kernels' k per pass (gemm_thin.cuh)
+
+struct ThinChoice {
+  bool possible = false;     // a side of c is at most kThinMax
+  bool use = false;          // ... and the model prefers the thin kernels
+  bool few_rows = false;     // L = b^T, out = c^T (else L = a, out = c)
+  bool dots = false;         // L's k contiguous: thin_dots (else thin_axpy)
+  int sc = 0;                // the short side padded to 1, 2, 4, 8 or 16
+  std::int64_t rows_per_block = 0;
+  std::int64_t slices = 1;   // grid rows over k; > 1: partial results and thin_sum
+  std::int64_t kslice = 0;   // their depth, a multiple of kThinChunk
+  double estimate_s = 0.0;
+};
+
+// Sets t's slices of k to about `slices` (each a whole number of the kernels' grain) and returns t;
+// the estimate is left as it was (measurements: PORTMAT_CUDA_THIN_SLICES).
+ThinChoice with_thin_slices(ThinChoice t, std::int64_t k, std::int64_t slices);
+
+ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
+                       bool warp_specialized, bool whole);
+
 }  // namespace portmat::cuda

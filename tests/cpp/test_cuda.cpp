@@ -318,6 +318,41 @@ TEST(CudaGemm, SplitKCorrectAndDeterministic) {
   }
 }
 
+// The thin kernels (kernels/gemm_thin.cuh) whatever the model says (PORTMAT_CUDA_THIN=1): one,
+// a few and 16 rows or columns of c, both sides short, k of 1, shorter than a chunk and long
+// enough to be split in slices (thin_sum), in every layout (so both thin_dots and thin_axpy in
+// each view) with aligned and unaligned offsets; a split product gives the same bits every run.
+TEST(CudaGemm, ThinCorrectAndDeterministic) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(31);
+  ScopedEnv thin("PORTMAT_CUDA_THIN", "1");
+  for (const auto& s : {std::array<long, 3>{1, 777, 1000}, {777, 1, 1000}, {3, 1500, 2100}, {1500, 5, 2100},
+                        {9, 3000, 700}, {2000, 16, 1300}, {16, 16, 9000}, {7, 2, 33}, {2, 300, 1}, {130, 8, 20000}}) {
+    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
+    check_device_resident(dev, s[0], s[1], s[2], rng);
+  }
+  const long m = 4, n = 2000, k = 30000;  // few rows over a long k: slices and their sum
+  auto av = random_vector<float>(m * k, rng), bv = random_vector<float>(k * n, rng);
+  std::vector<float> c1(m * n), c2(m * n);
+  MatrixView a{av.data(), m, k, k, 1, DType::f32}, b{bv.data(), k, n, n, 1, DType::f32};
+  MatrixView v1{c1.data(), m, n, n, 1, DType::f32};
+  auto d = portmat::core::open_device(dev);
+  auto ab = d->alloc(av.size() * 4), bb = d->alloc(bv.size() * 4), cb = d->alloc(c1.size() * 4);
+  d->upload(*ab, av.data(), av.size() * 4);
+  d->upload(*bb, bv.data(), bv.size() * 4);
+  const portmat::core::DeviceMatrix da{ab.get(), 0, m, k, k, false, DType::f32};
+  const portmat::core::DeviceMatrix db{bb.get(), 0, k, n, n, false, DType::f32};
+  const portmat::core::DeviceMatrix dc{cb.get(), 0, m, n, n, false, DType::f32};
+  d->gemm(da, db, dc);
+  d->download(c1.data(), *cb, c1.size() * 4);
+  EXPECT_LE(portmat::reference::worst_error_ratio(a, b, v1), 1.0);
+  for (int rep = 0; rep < 5; ++rep) {
+    d->gemm(da, db, dc);
+    d->download(c2.data(), *cb, c2.size() * 4);
+    ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float))) << "run " << rep;
+  }
+}
+
 // complex64 stacks on the device: B'' built there (complex_b), then one real batched product.
 TEST(CudaGemm, DeviceResidentComplexStacks) {
   REQUIRE_CUDA();

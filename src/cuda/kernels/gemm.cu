@@ -33,7 +33,8 @@
 //                      128x64_fp, _fpa, and the stream-K _sk of 128x256, 64x128 and 128x64;
 //  - gemm_body_ws.cuh  gemm_body_ws, warp-specialized (sm_90a): _ws, stream-K _wsk;
 //  - gemm_batched.cuh  strided batches (_fpb, 64x128_fpb, 128x64_fpb, 64x64b, _small), split_sum
-//                      (split-K's sum of parts) and complex_b (complex b as real).
+//                      (split-K's sum of parts) and complex_b (complex b as real);
+//  - gemm_thin.cuh     thin products (a side of c at most 16): thin_dots, thin_axpy, thin_sum.
 // This file is the one translation unit that includes them, with every kernel's entry point at its
 // end. One unit, because the host loads one module from one fatbin: kernels in several units
 // would need relocatable device code (-rdc) and a device link to become that module, another
@@ -46,6 +47,7 @@
 #include "gemm_body_fp.cuh"
 #include "gemm_body_ws.cuh"
 #include "gemm_batched.cuh"
+#include "gemm_thin.cuh"
 
 using portmat::cuda::GemmArgs;
 using portmat::cuda::gemm_body;
@@ -58,6 +60,11 @@ using portmat::cuda::complex_b_body;
 using portmat::cuda::ComplexBArgs;
 using portmat::cuda::SplitSumArgs;
 using portmat::cuda::split_sum_body;
+using portmat::cuda::ThinArgs;
+using portmat::cuda::ThinSumArgs;
+using portmat::cuda::thin_axpy_body;
+using portmat::cuda::thin_dots_body;
+using portmat::cuda::thin_sum_body;
 namespace tiles = portmat::cuda;
 
 // The kernels, by element type, tile and layout of a and b ('r' row-major, 'c' column-major).
@@ -204,4 +211,13 @@ __global__ void __launch_bounds__(256) split_sum_f32(SplitSumArgs p) { split_sum
 // complex b as the real B'' (256 threads a block, one complex element each; matrix blockIdx.y)
 __global__ void __launch_bounds__(256) complex_b_f32(ComplexBArgs p) { complex_b_body<float>(p); }
 __global__ void __launch_bounds__(256) complex_b_f64(ComplexBArgs p) { complex_b_body<double>(p); }
+
+// Thin products (gemm_thin.cuh), by the short side padded to 1, 2, 4, 8 or 16 (256 threads a block;
+// two blocks an SM, at most 128 registers a thread), and the sum of their slices.
+#define PM_THIN(kind, sc) \
+  __global__ void __launch_bounds__(256, 2) thin_##kind##_f32_s##sc(ThinArgs p) { thin_##kind##_body<sc>(p); }
+PM_THIN(dots, 1) PM_THIN(dots, 2) PM_THIN(dots, 4) PM_THIN(dots, 8) PM_THIN(dots, 16)
+PM_THIN(axpy, 1) PM_THIN(axpy, 2) PM_THIN(axpy, 4) PM_THIN(axpy, 8) PM_THIN(axpy, 16)
+#undef PM_THIN
+__global__ void __launch_bounds__(256) thin_sum_f32(ThinSumArgs p) { thin_sum_body(p); }
 }

@@ -40,6 +40,29 @@ struct SplitSumArgs {
   int m, n, count, vec;
 };
 
+// The thin kernels (gemm_thin.cuh): out (r x s) = L (r x k) . Sh (k x s) for s <= 16, float32.
+// L's element (i, kk) is at l[i * ldl + kk] (thin_dots) or l[kk * ldl + i] (thin_axpy); Sh's
+// (kk, j) at sh[kk * sk + j * ss]; out's (i, j) at out[i * ors + j * oss], slice blockIdx.y's
+// out_step elements after slice 0's (0 when the grid has one slice and writes c itself).
+// kslice: the depth of each slice of k, a multiple of 128 (thin_dots: a float4 of each lane) or
+// of 64 (thin_axpy: 8 k of each warp). vec: l and ldl allow 16-byte loads.
+struct ThinArgs {
+  const void* l;
+  const void* sh;
+  void* out;
+  long long ldl, sk, ss, ors, oss, out_step;
+  int r, s, k, kslice, vec;
+};
+
+// thin_sum: c's (i, j) at c[i * ors + j * oss] = the sum over q < count, in that order, of
+// parts[q * part_stride + i * prs + j * pss].
+struct ThinSumArgs {
+  const void* parts;
+  void* c;
+  long long part_stride, prs, pss, ors, oss;
+  int r, s, count;
+};
+
 // The complex-to-real rewrite of b (complex_b_body, gemm_batched.cuh): from the complex (k x n)
 // matrices b[i] (row-major, or column-major with b_col; ldb and strides in complex elements) the
 // real row-major (2k x 2n) matrices out[i], i < gridDim.y, stride_out complex elements apart.

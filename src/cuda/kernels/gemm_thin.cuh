@@ -1,0 +1,298 @@
+// Thin products (issue 16): c = a @ b where one side of c has at most 16 entries: matrix-vector
+// products, a few rows of a against a large b, a large a against a few columns of b. Such a
+// product reads its long operand once and does at most 16 multiply-adds per element read, so it is
+// bound by memory, not arithmetic; the tiled kernels (64 or 128 wide) would idle most of a tile
+// and read the long operand through shared memory for nothing. Here every element of the long
+// operand is loaded once, straight into registers (streaming loads: it is not read again), and the
+// short operand, a few kilobytes a chunk, sits in shared memory.
+//
+// The problem is seen as out (R x S) = L (R x K) . Sh (K x S), S <= 16 (the host, launch_thin,
+// maps a, b and c onto it: few columns of c: L = a; few rows: L = b^T and out = c^T). Two kernels,
+// by which index of L is contiguous:
+//  - thin_dots: k contiguous (a row-major a with few columns of b; a column-major b with few rows
+//    of a). Each warp owns RW rows; its lanes read 4 consecutive k of each row (a warp: 512
+//    contiguous bytes a row), take the short operand's matching 4 x S block from shared memory
+//    (float4 units, rows padded so the 8 lanes of a quarter warp hit distinct banks), and keep
+//    RW x S partial sums, summed across the warp at the end (warp_reduce_many: 62 shuffles for 64
+//    sums, not 5 per sum).
+//  - thin_axpy: r contiguous (a row-major b with few rows of a; a column-major a with few columns
+//    of b). Each thread owns 4 consecutive r (a warp: 512 contiguous bytes a k); the 8 warps of a
+//    block take every 8th k each of every 256-deep chunk, the short operand's row k a broadcast from
+//    shared memory, and the warps' 4 x S sums meet in shared memory at the end.
+// The grid: blockIdx.x the block's rows, blockIdx.y a slice of k (kslice deep) when the rows alone
+// are too few blocks to keep the memory system busy; then every slice writes its partial result
+// into a workspace (out_step apart) and thin_sum adds them in slice order: deterministic.
+#pragma once
+
+#include "gemm_common.cuh"
+
+namespace portmat::cuda {
+namespace {
+
+constexpr int kThinThreads = 256;  // 8 warps
+constexpr int kThinWarps = kThinThreads / 32;
+constexpr int kThinChunk = 256;    // k per pass through shared memory (a multiple of 4 * 32)
+static_assert(kThinChunk == kThinWarps * 32, "thin_axpy: each warp takes 32 k of a chunk");
+
+// Rows of L per warp in thin_dots: 8 partial sums per lane for one or two columns, 4 x S past that.
+// (2 x 16 for 16 columns, which needs fewer registers, was slower on the H200: 60 against 52 us
+// at (4096 x 4096) @ (4096 x 16): each block reads the short operand again, per row of L twice as
+// much.)
+template <int SC>
+constexpr int thin_dots_rows() {
+  return SC <= 2 ? 8 : 4;
+}
+
+// thin_dots' shared-memory unit (a float4 of 4 consecutive k) for group g (k / 4 within the chunk)
+// and short column s: the columns of a group are contiguous, and groups SC + 1 units apart, so
+// that lanes g .. g + 7 reading one column s hit 8 distinct 16-byte bank groups (SC + 1 is odd)
+// while s stays a constant offset from a lane's group (an XOR swizzle by g made every (g, s) an
+// address register of its own: 128 registers were not enough at 16 columns).
+template <int SC>
+constexpr int thin_dots_pitch() {
+  return SC == 1 ? 1 : SC + 1;
+}
+template <int SC>
+__device__ __forceinline__ int thin_dots_unit(int g, int s) {
+  return g * thin_dots_pitch<SC>() + s;
+}
+
+// The short operand's rows [kc, kc + kThinChunk) into shared memory, zeros past k1 and past s:
+// as thin_dots_unit's units (DOTS) or row by row, S contiguous (thin_axpy).
+template <int SC, bool DOTS>
+__device__ __forceinline__ void thin_load_short(const ThinArgs& p, int kc, int k1, float* sh) {
+  const float* g = static_cast<const float*>(p.sh);
+  for (int e = threadIdx.x; e < kThinChunk * SC; e += kThinThreads) {
+    int kl, s;
+    if (p.sk == 1) {  // k contiguous in memory: consecutive threads along k
+      kl = e % kThinChunk, s = e / kThinChunk;
+    } else {
+      s = e % SC, kl = e / SC;
+    }
+    const int k = kc + kl;
+    const float v = k < k1 && s < p.s ? g[k * p.sk + s * p.ss] : 0.0f;
+    if constexpr (DOTS)
+      sh[thin_dots_unit<SC>(kl >> 2, s) * 4 + (kl & 3)] = v;
+    else
+      sh[kl * SC + s] = v;
+  }
+}
+
+// Reduces V partial sums (one per lane each) across the warp: in each round half of the values
+// move to the partner lane and are added there, so 64 sums take 32 + 16 + 8 + 4 + 2 shuffles.
+// Afterwards (V >= 32) lane l holds the full sums of indices j + (V / 32) * l in v[j], j < V / 32;
+// (V < 32) every lane holds the sum of index l >> log2(32 / V) in v[0].
+template <int H, int O, int V>
+__device__ __forceinline__ void warp_reduce_round(float (&v)[V], int lane) {
+  if constexpr (O >= 1 && H >= 1) {
+    const bool upper = lane & O;
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+      const float send = upper ? v[j] : v[j + H];
+      const float keep = upper ? v[j + H] : v[j];
+      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+    warp_reduce_round<H / 2, O / 2>(v, lane);
+  } else if constexpr (O >= 1) {
+    v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
+    warp_reduce_round<0, O / 2>(v, lane);
+  }
+}
+template <int V>
+__device__ __forceinline__ void warp_reduce_many(float (&v)[V], int lane) {
+  static_assert((V & (V - 1)) == 0 && V <= 64, "a power of two, at most 64");
+  warp_reduce_round<V / 2, 16>(v, lane);
+}
+
+// Four consecutive elements of L from (r, k) along k (thin_dots) or along r (thin_axpy, CONTIG_R),
+// zeros outside the matrix or past k1; one 16-byte streaming load where aligned and whole.
+template <bool CONTIG_R>
+__device__ __forceinline__ float4 thin_load4(const ThinArgs& p, int r, int k, int k1) {
+  const float* L = static_cast<const float*>(p.l);
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if constexpr (!CONTIG_R) {
+    if (r >= p.r) return v;
+    const float* x = L + r * p.ldl + k;
+    if (p.vec && k + 3 < k1) return __ldcs(reinterpret_cast<const float4*>(x));
+    if (k < k1) v.x = __ldcs(x);
+    if (k + 1 < k1) v.y = __ldcs(x + 1);
+    if (k + 2 < k1) v.z = __ldcs(x + 2);
+    if (k + 3 < k1) v.w = __ldcs(x + 3);
+  } else {
+    if (k >= k1) return v;
+    const float* x = L + k * p.ldl + r;
+    if (p.vec && r + 3 < p.r) return __ldcs(reinterpret_cast<const float4*>(x));
+    if (r < p.r) v.x = __ldcs(x);
+    if (r + 1 < p.r) v.y = __ldcs(x + 1);
+    if (r + 2 < p.r) v.z = __ldcs(x + 2);
+    if (r + 3 < p.r) v.w = __ldcs(x + 3);
+  }
+  return v;
+}
+
+template <int SC>
+__device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
+  constexpr int RW = thin_dots_rows<SC>();
+  constexpr int G = kThinChunk / 128;  // float4 groups of a row per lane and chunk
+  constexpr int V = RW * SC;
+  __shared__ __align__(16) float sh[kThinChunk / 4 * thin_dots_pitch<SC>() * 4];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r0 = (blockIdx.x * kThinWarps + warp) * RW;
+  const long long k0 = static_cast<long long>(blockIdx.y) * p.kslice;
+  const int k1 = static_cast<int>(min(static_cast<long long>(p.k), k0 + p.kslice));
+  float acc[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) acc[i] = 0.f;
+  for (int kc = static_cast<int>(k0); kc < k1; kc += kThinChunk) {
+    // The chunk's first group of L first (in flight across the barriers), then the short operand.
+    // With 16 columns a lane holds one group of each row at a time (with two, 128 registers were
+    // not enough: ptxas spilled).
+    constexpr int GA = SC >= 16 ? 1 : G;  // groups loaded at a time
+    float4 x[RW][GA];
+#pragma unroll
+    for (int rw = 0; rw < RW; ++rw)
+#pragma unroll
+      for (int g = 0; g < GA; ++g) x[rw][g] = thin_load4<false>(p, r0 + rw, kc + (g * 32 + lane) * 4, k1);
+    __syncthreads();  // the previous chunk's reads of sh are done
+    thin_load_short<SC, true>(p, kc, k1, sh);
+    __syncthreads();
+#pragma unroll
+    for (int g0 = 0; g0 < G; g0 += GA) {
+      if (g0 > 0)
+#pragma unroll
+        for (int rw = 0; rw < RW; ++rw)
+#pragma unroll
+          for (int g = 0; g < GA; ++g)
+            x[rw][g] = thin_load4<false>(p, r0 + rw, kc + ((g0 + g) * 32 + lane) * 4, k1);
+#pragma unroll
+      for (int g = 0; g < GA; ++g)
+#pragma unroll
+        for (int s = 0; s < SC; ++s) {
+          const float4 w =
+              *reinterpret_cast<const float4*>(sh + thin_dots_unit<SC>((g0 + g) * 32 + lane, s) * 4);
+#pragma unroll
+          for (int rw = 0; rw < RW; ++rw) {
+            float& a = acc[rw * SC + s];
+            a = fmaf(x[rw][g].x, w.x, a);
+            a = fmaf(x[rw][g].y, w.y, a);
+            a = fmaf(x[rw][g].z, w.z, a);
+            a = fmaf(x[rw][g].w, w.w, a);
+          }
+        }
+    }
+  }
+  warp_reduce_many(acc, lane);
+  float* out = static_cast<float*>(p.out) + blockIdx.y * p.out_step;
+  constexpr int kHeld = V >= 32 ? V / 32 : 1;
+#pragma unroll
+  for (int j = 0; j < kHeld; ++j) {
+    int idx;
+    if constexpr (V >= 32) {
+      idx = j + kHeld * lane;
+    } else {
+      constexpr int kShare = 32 / V;  // lanes holding the same sum
+      if (lane % kShare) continue;
+      idx = lane / kShare;
+    }
+    const int r = r0 + idx / SC, s = idx % SC;
+    if (r < p.r && s < p.s) out[r * p.ors + s * p.oss] = acc[j];
+  }
+}
+
+template <int SC>
+__device__ __forceinline__ void thin_axpy_body(const ThinArgs& p) {
+  constexpr int U = 8;  // k per batch of loads in flight
+  constexpr int kSh = kThinChunk * SC > 4 * SC * 128 ? kThinChunk * SC : 4 * SC * 128;
+  __shared__ __align__(16) float sh[kSh];  // a chunk of the short operand; at the end the warps' sums
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r0 = blockIdx.x * 128 + lane * 4;
+  const long long k0 = static_cast<long long>(blockIdx.y) * p.kslice;
+  const int k1 = static_cast<int>(min(static_cast<long long>(p.k), k0 + p.kslice));
+  float acc[SC][4];
+#pragma unroll
+  for (int s = 0; s < SC; ++s) acc[s][0] = acc[s][1] = acc[s][2] = acc[s][3] = 0.f;
+  for (int kc = static_cast<int>(k0); kc < k1; kc += kThinChunk) {
+    __syncthreads();  // the previous chunk's reads of sh are done
+    thin_load_short<SC, false>(p, kc, k1, sh);
+    __syncthreads();
+    // This warp's 32 k of the chunk, every 8th from its own (so a short k still keeps every warp
+    // busy: a product with k = 16 ran on one warp of eight, 4.7x slower than the tiles).
+    const int kw = kc + warp;
+    const float* shw = sh + warp * SC;
+#pragma unroll 1
+    for (int i = 0; i < 32; i += U) {
+      if (kc + i * kThinWarps >= k1) break;
+      float4 x[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) x[u] = thin_load4<true>(p, r0, kw + (i + u) * kThinWarps, k1);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const float* w = shw + (i + u) * kThinWarps * SC;  // the same address in every lane: a broadcast
+        float ws[SC];
+        if constexpr (SC >= 4) {
+#pragma unroll
+          for (int s = 0; s < SC; s += 4) {
+            const float4 q = *reinterpret_cast<const float4*>(w + s);
+            ws[s] = q.x, ws[s + 1] = q.y, ws[s + 2] = q.z, ws[s + 3] = q.w;
+          }
+        } else {
+#pragma unroll
+          for (int s = 0; s < SC; ++s) ws[s] = w[s];
+        }
+#pragma unroll
+        for (int s = 0; s < SC; ++s) {
+          acc[s][0] = fmaf(x[u].x, ws[s], acc[s][0]);
+          acc[s][1] = fmaf(x[u].y, ws[s], acc[s][1]);
+          acc[s][2] = fmaf(x[u].z, ws[s], acc[s][2]);
+          acc[s][3] = fmaf(x[u].w, ws[s], acc[s][3]);
+        }
+      }
+    }
+  }
+  // The 8 warps' sums, pairwise through shared memory in a fixed order: warps 4-7 onto 0-3, 2-3
+  // onto 0-1, 1 onto 0.
+#pragma unroll
+  for (int half = kThinWarps / 2; half >= 1; half /= 2) {
+    __syncthreads();
+    if (warp >= half && warp < 2 * half)
+#pragma unroll
+      for (int s = 0; s < SC; ++s)
+        *reinterpret_cast<float4*>(sh + ((warp - half) * SC + s) * 128 + lane * 4) =
+            make_float4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]);
+    __syncthreads();
+    if (warp < half)
+#pragma unroll
+      for (int s = 0; s < SC; ++s) {
+        const float4 q = *reinterpret_cast<const float4*>(sh + (warp * SC + s) * 128 + lane * 4);
+        acc[s][0] += q.x, acc[s][1] += q.y, acc[s][2] += q.z, acc[s][3] += q.w;
+      }
+  }
+  if (warp != 0) return;
+  float* out = static_cast<float*>(p.out) + blockIdx.y * p.out_step;
+#pragma unroll
+  for (int s = 0; s < SC; ++s) {
+    if (s >= p.s) break;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (r0 + j < p.r) out[(r0 + j) * p.ors + s * p.oss] = acc[s][j];
+  }
+}
+
+// The sum of a thin product's slices (ThinSumArgs): one thread per element of c, the parts added
+// in slice order. Consecutive threads walk the index that is contiguous in c.
+__device__ __forceinline__ void thin_sum_body(const ThinSumArgs& p) {
+  const long long e = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= static_cast<long long>(p.r) * p.s) return;
+  long long r, s;
+  if (p.ors == 1)
+    r = e % p.r, s = e / p.r;
+  else
+    s = e % p.s, r = e / p.s;
+  const float* w = static_cast<const float*>(p.parts) + r * p.prs + s * p.pss;
+  float sum = w[0];
+  for (int q = 1; q < p.count; ++q) sum += w[q * p.part_stride];
+  static_cast<float*>(p.c)[r * p.ors + s * p.oss] = sum;
+}
+
+}  // namespace
+}  // namespace portmat::cuda
