@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -47,6 +48,24 @@ long env_long(const char* name, long fallback) {
   char* end = nullptr;
   const long v = std::strtol(e, &end, 10);
   return (end && *end == '\0') ? v : fallback;
+}
+
+// Whether any PORTMAT_CUDA_ variable is set (docs/cuda.md, "Knobs"): one pass over the environment.
+// The launch knobs are read on every call, for tests and measurements, but most processes set none;
+// then a launch neither looks each one up (getenv scans the whole environment every time) nor
+// evaluates the tile model again (CudaDevice::plan).
+bool cuda_knobs_set() {
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "PORTMAT_CUDA_", 13) == 0) return true;
+  return false;
+}
+
+// "cuda:0 (NVIDIA H200) for (m x k) @ (k x n) with KERNEL": the subject of a launch's error
+// message, built only when a launch fails.
+std::string product_text(const std::string& where, std::int64_t m, std::int64_t n, std::int64_t k,
+                         const std::string& extra) {
+  return where + " for (" + std::to_string(m) + "x" + std::to_string(k) + ") @ (" + std::to_string(k) + "x" +
+         std::to_string(n) + ")" + extra;
 }
 
 class CuBuffer final : public core::Buffer {
@@ -341,6 +360,7 @@ class CudaDevice final : public core::Device {
  private:
   // ---- set-up, once ------------------------------------------------------------------------------
   void ready() {
+    knobs_ = cuda_knobs_set();
     if (ctx_) {
       cu_check(cu_.CtxSetCurrent(ctx_), "cuCtxSetCurrent", where_);
       return;
@@ -446,16 +466,40 @@ class CudaDevice final : public core::Device {
   // 128x256 (the fastest per SM: on its own and on launch()'s hybrid grid from a wave of tiles up;
   // H200 49.6-52 TFLOP/s at n = 2048-8192, gemm_tiles.h), 64x128, 128x64 (both also stream-K)
   // and 64x64 by the waves of each on this GPU's SMs. PORTMAT_CUDA_TILE names one instead.
+  // A launch knob's value, or `fallback` without a lookup when no PORTMAT_CUDA_ variable is set
+  // (knobs_, from ready() at the start of every call).
+  long knob(const char* name, long fallback) const { return knobs_ ? env_long(name, fallback) : fallback; }
+  const char* knob_text(const char* name) const { return knobs_ ? std::getenv(name) : nullptr; }
+
+  // What launch() runs for a product: the thin kernels' choice and the tile model's (float32), or
+  // the dtype's tile. Without knobs the plans of recent shapes are kept (the model costs about a
+  // microsecond, a fair part of a small product's host time).
+  struct Plan {
+    ThinChoice thin;
+    TileChoice tile;
+  };
+  const Plan& plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, bool whole) {
+    const PlanKey key{m, n, k, static_cast<int>(dtype) * 8 + a_col * 4 + b_col * 2 + whole};
+    if (!knobs_)
+      if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+    Plan p{};
+    if (dtype == DType::f32) p.thin = thin_choice(m, n, k, a_col, b_col, whole);
+    if (!p.thin.use) p.tile = choose_tile(dtype, m, n, k, whole);
+    if (knobs_) return scratch_plan_ = p;
+    if (plans_.size() >= kMaxPlans) plans_.clear();
+    return plans_.emplace(key, p).first->second;
+  }
+
   TileChoice choose_tile(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool whole) const {
     if (dtype == DType::f64) return {&kF64_64x64, false, 0, 0.0};
     if (dtype == DType::u32) return {&kU32_64x64, false, 0, 0.0};
     if (dtype == DType::u64) return {&kU64_64x64, false, 0, 0.0};
-    if (const char* e = std::getenv("PORTMAT_CUDA_TILE"))
+    if (const char* e = knob_text("PORTMAT_CUDA_TILE"))
       if (const GemmTile* t = tile_by_name(e)) return {t, false, 0, 0.0};
     // PORTMAT_CUDA_SPLIT_K=S (with PORTMAT_CUDA_SPLIT_TILE: 64x128, 128x64 or 64x64; default
     // 64x128): k split in S slices, whatever the model says (measurements, tests).
-    if (const long split = env_long("PORTMAT_CUDA_SPLIT_K", 0); split > 1) {
-      const char* e = std::getenv("PORTMAT_CUDA_SPLIT_TILE");
+    if (const long split = knob("PORTMAT_CUDA_SPLIT_K", 0); split > 1) {
+      const char* e = knob_text("PORTMAT_CUDA_SPLIT_TILE");
       const std::string name = e ? e : "64x128";
       const GemmTile* t = name == "128x64" ? &kF32_128x64_fpb : name == "64x64" ? &kF32_64x64b : &kF32_64x128_fpb;
       return {t, false, 0, 0.0, split};
@@ -468,12 +512,12 @@ class CudaDevice final : public core::Device {
   // PORTMAT_CUDA_THIN_SLICES sets the slices of k;
   // a tile or split forced by PORTMAT_CUDA_TILE or PORTMAT_CUDA_SPLIT_K keeps the tiles.
   ThinChoice thin_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, bool whole) const {
-    const long env = env_long("PORTMAT_CUDA_THIN", -1);
-    if (env == 0 || std::getenv("PORTMAT_CUDA_TILE") || env_long("PORTMAT_CUDA_SPLIT_K", 0) > 1) return {};
+    const long env = knob("PORTMAT_CUDA_THIN", -1);
+    if (env == 0 || knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) return {};
     ThinChoice t = choose_thin(m, n, k, a_col, b_col, info_.compute_units, warp_specialized(), whole);
     if (env == 1) t.use = t.possible;
     // PORTMAT_CUDA_THIN_SLICES=S: k in about S slices, whatever the model says (measurements).
-    if (const long slices = env_long("PORTMAT_CUDA_THIN_SLICES", 0); slices > 0 && t.possible) {
+    if (const long slices = knob("PORTMAT_CUDA_THIN_SLICES", 0); slices > 0 && t.possible) {
       const std::int64_t bytes_per_slice = 4 * (t.few_rows ? n : m) * t.sc;
       t = with_thin_slices(t, k, std::min<std::int64_t>(slices, std::max<std::int64_t>(1, kSplitMaxBytes / bytes_per_slice)));
     }
@@ -494,7 +538,7 @@ class CudaDevice final : public core::Device {
   // The warp-specialized kernels (_ws, _wsk: setmaxnreg) exist as sm_90a machine code only: H100
   // and H200. PORTMAT_CUDA_WS=0 turns them off there.
   bool ws_capable() const { return cc_major_ == 9 && cc_minor_ == 0; }
-  bool warp_specialized() const { return ws_capable() && env_long("PORTMAT_CUDA_WS", 1) != 0; }
+  bool warp_specialized() const { return ws_capable() && knob("PORTMAT_CUDA_WS", 1) != 0; }
 
   CUfunction module_function(const std::string& name) {
     CUfunction f = nullptr;
@@ -512,8 +556,10 @@ class CudaDevice final : public core::Device {
   // A gemm kernel, checked against the device and its shared memory granted the first time it is
   // asked for (cached only then: a kernel the device cannot run fails every time).
   CUfunction function(const GemmTile& t, bool a_col, bool b_col) {
+    CUfunction& cached = tile_functions_[{&t, a_col * 2 + b_col}];
+    if (cached) return cached;
     const std::string name = std::string(t.name) + "_" + (a_col ? "c" : "r") + (b_col ? "c" : "r");
-    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
+    if (auto it = functions_.find(name); it != functions_.end()) return cached = it->second;
     CUfunction f = module_function(name);
     if (t.producer_warps && !ws_capable())
       throw DeviceError(name + " needs an sm_90 GPU (H100, H200); " + where_ + " is sm_" +
@@ -523,7 +569,7 @@ class CudaDevice final : public core::Device {
                         " bytes of shared memory; " + where_ + " allows " + std::to_string(smem_optin_));
     cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, t.smem_bytes()),
              "cuFuncSetAttribute(max dynamic shared memory)", where_);
-    return functions_.emplace(name, f).first->second;
+    return cached = functions_.emplace(name, f).first->second;
   }
 
   // c (row-major, ldc) = a @ b on device pointers that already include the offsets. whole: the
@@ -550,7 +596,7 @@ class CudaDevice final : public core::Device {
     args.m = static_cast<int>(m), args.n = static_cast<int>(n), args.k = static_cast<int>(k);
     args.a_vec = aligned(a, am.ld, a_step), args.b_vec = aligned(b, bm.ld, b_step);
     args.c_vec = aligned(c, ldc, c_step);
-    args.group_m = static_cast<int>(std::max(1L, env_long("PORTMAT_CUDA_GROUP_M", 8)));
+    args.group_m = static_cast<int>(std::max(1L, knob("PORTMAT_CUDA_GROUP_M", 8)));
     args.stride_a = a_step, args.stride_b = b_step, args.stride_c = c_step;
     const std::int64_t tiles = ((m + t.bm - 1) / t.bm) * ((n + t.bn - 1) / t.bn);
     if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
@@ -564,25 +610,20 @@ class CudaDevice final : public core::Device {
     const std::size_t es = dtype_size(am.dtype);
     if (accumulate && am.dtype != DType::f32)
       throw std::logic_error("CUDA gemm: accumulating launches are float32 only");
-    if (am.dtype == DType::f32 && !accumulate)
-      if (const ThinChoice thin = thin_choice(m, n, k, am.col_major, bm.col_major, whole); thin.use)
-        return launch_thin(stream, a, am, b, bm, c, ldc, m, n, k, thin);
-    const TileChoice choice = accumulate ? TileChoice{&kF32_128x256_fpa, false, 0, 0.0}
-                                         : choose_tile(am.dtype, m, n, k, whole);
+    const Plan& planned = plan(am.dtype, m, n, k, am.col_major, bm.col_major, whole);
+    if (!accumulate && planned.thin.use) return launch_thin(stream, a, am, b, bm, c, ldc, m, n, k, planned.thin);
+    const TileChoice choice = accumulate ? TileChoice{&kF32_128x256_fpa, false, 0, 0.0} : planned.tile;
     if (choice.split > 1 && am.dtype == DType::f32 && launch_split(stream, a, am, b, bm, c, ldc, m, n, k, choice))
       return;
     const GemmTile& t = *choice.tile;
     GemmArgs args = gemm_args(t, a, am, 0, b, bm, 0, c, ldc, 0, m, n, k);
     const std::int64_t tiles = args.sk_first;
-    const std::string what = where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) +
-                             ") @ (" + std::to_string(k) + "x" + std::to_string(n) + ") with ";
     auto run = [&](const GemmTile& tile, std::int64_t blocks, CUstream on) {
       if (blocks <= 0) return;
       void* params[] = {&args};
-      cu_check(cu_.LaunchKernel(function(tile, am.col_major, bm.col_major),
-                                static_cast<unsigned>(blocks), 1, 1, tile.threads(), 1, 1,
-                                tile.smem_bytes(), on, params, nullptr),
-               "cuLaunchKernel(gemm)", what + tile.name);
+      if (const CUresult r = cu_.LaunchKernel(function(tile, am.col_major, bm.col_major), static_cast<unsigned>(blocks),
+                                              1, 1, tile.threads(), 1, 1, tile.smem_bytes(), on, params, nullptr))
+        cu_check(r, "cuLaunchKernel(gemm)", product_text(where_, m, n, k, std::string(" with ") + tile.name));
     };
     if (!t.stream_k) return run(t, tiles, stream);
     // Hybrid grid against wave quantization (gemm_tiles.h): with w SMs and r = tiles % w > 0, the
@@ -607,10 +648,10 @@ class CudaDevice final : public core::Device {
     // PORTMAT_CUDA_SK_UNITS replaces the SM count (tests: small shapes through the stream-K path);
     // PORTMAT_CUDA_SK_ALL=1 shares every tile of any product, 0 none (measurements).
     const GemmTile& dp = data_parallel_partner(t);
-    const std::int64_t w = env_long("PORTMAT_CUDA_SK_UNITS", choice.sk_blocks > 0 ? choice.sk_blocks
+    const std::int64_t w = knob("PORTMAT_CUDA_SK_UNITS", choice.sk_blocks > 0 ? choice.sk_blocks
                                                                                  : info_.compute_units * t.min_blocks);
     const std::int64_t k_tiles = (k + t.bk - 1) / t.bk;
-    const long all_env = env_long("PORTMAT_CUDA_SK_ALL", -1);
+    const long all_env = knob("PORTMAT_CUDA_SK_ALL", -1);
     const std::int64_t all_waves = t.producer_warps ? kWsSkAllWaves : kSkAllWaves;
     const bool all = all_env == 1 || (all_env == -1 && (choice.share_all ||
                                                         (whole && tiles > w && tiles <= all_waves * w)));
@@ -625,7 +666,7 @@ class CudaDevice final : public core::Device {
     // PORTMAT_CUDA_GROUP_M sets a positive one. H200, 4096, same run
     // (record 2026-11-29_h200_s6_group_m_skall.json), twice each: 50.97 / 51.01 TFLOP/s against 50.77 /
     // 50.82 (2: 51.01; 16, 32: 50.8-50.9).
-    if (all && env_long("PORTMAT_CUDA_GROUP_M", 0) <= 0) args.group_m = kSkAllGroupM;
+    if (all && knob("PORTMAT_CUDA_GROUP_M", 0) <= 0) args.group_m = kSkAllGroupM;
     const std::int64_t first = tiles - sk_tiles;
     args.sk_first = static_cast<int>(first);
     args.sk_tiles = static_cast<int>(sk_tiles);
@@ -655,17 +696,17 @@ class CudaDevice final : public core::Device {
     if (parts < 2 || part_bytes * parts > static_cast<std::size_t>(kSplitMaxBytes)) return false;
     const CUdeviceptr w = split_workspace(stream, part_bytes * parts);
     const std::int64_t a_step = am.col_major ? kc * am.ld : kc, b_step = bm.col_major ? kc : kc * bm.ld;
-    const std::string what = where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) + ") @ (" +
-                             std::to_string(k) + "x" + std::to_string(n) + ") split in " + std::to_string(parts) +
-                             " with ";
+    auto what = [&](const char* kernel) {
+      return product_text(where_, m, n, k, " split in " + std::to_string(parts) + " with " + kernel);
+    };
     GemmArgs args = gemm_args(t, a, am, a_step, b, bm, b_step, w, n, m * n, m, n, kc);
     const std::int64_t tiles = args.sk_first;
     args.k_last = static_cast<int>(rest);
     void* params[] = {&args};
-    cu_check(cu_.LaunchKernel(function(t, am.col_major, bm.col_major), static_cast<unsigned>(tiles),
-                              static_cast<unsigned>(parts), 1, t.threads(), 1, 1, t.smem_bytes(), stream, params,
-                              nullptr),
-             "cuLaunchKernel(split-K gemm)", what + t.name);
+    if (const CUresult r = cu_.LaunchKernel(function(t, am.col_major, bm.col_major), static_cast<unsigned>(tiles),
+                                            static_cast<unsigned>(parts), 1, t.threads(), 1, 1, t.smem_bytes(), stream,
+                                            params, nullptr))
+      cu_check(r, "cuLaunchKernel(split-K gemm)", what(t.name));
     SplitSumArgs sum{};
     sum.parts = reinterpret_cast<const void*>(w);
     sum.c = reinterpret_cast<void*>(c);
@@ -674,9 +715,9 @@ class CudaDevice final : public core::Device {
     sum.vec = n % 4 == 0 && c % 16 == 0 && ldc % 4 == 0;
     const std::int64_t threads = sum.vec ? m * (n / 4) : m * n;
     void* sum_params[] = {&sum};
-    cu_check(cu_.LaunchKernel(named_function("split_sum_f32"), static_cast<unsigned>((threads + 255) / 256), 1, 1,
-                              256, 1, 1, 0, stream, sum_params, nullptr),
-             "cuLaunchKernel(split_sum)", what + "split_sum_f32");
+    if (const CUresult r = cu_.LaunchKernel(named_function("split_sum_f32"), static_cast<unsigned>((threads + 255) / 256),
+                                            1, 1, 256, 1, 1, 0, stream, sum_params, nullptr))
+      cu_check(r, "cuLaunchKernel(split_sum)", what("split_sum_f32"));
     return true;
   }
 
@@ -709,10 +750,13 @@ class CudaDevice final : public core::Device {
     args.kslice = static_cast<int>(t.kslice);
     args.vec = l % 16 == 0 && lm.ld % 4 == 0;
     const std::int64_t R = args.r, S = args.s;
-    const std::string kind = t.dots ? "dots" : "axpy";
-    const std::string name = "thin_" + kind + "_f32_s" + std::to_string(t.sc);
-    const std::string what = where_ + " for (" + std::to_string(m) + "x" + std::to_string(k) + ") @ (" +
-                             std::to_string(k) + "x" + std::to_string(n) + ") with ";
+    const int sc_index = t.sc == 1 ? 0 : t.sc == 2 ? 1 : t.sc == 4 ? 2 : t.sc == 8 ? 3 : 4;
+    CUfunction& f = thin_functions_[t.dots][sc_index];
+    if (!f) f = named_function(std::string("thin_") + (t.dots ? "dots" : "axpy") + "_f32_s" + std::to_string(t.sc));
+    auto what = [&](const char* kernel) {
+      return product_text(where_, m, n, k, std::string(" with ") + kernel + (t.dots ? " (dots, " : " (axpy, ") +
+                                               std::to_string(t.sc) + " short columns)");
+    };
     ThinSumArgs sum{};
     if (t.slices > 1) {  // the parts: [slice][r][s], r contiguous where c's r is
       const CUdeviceptr w = split_workspace(stream, static_cast<std::size_t>(t.slices * R * S) * sizeof(float));
@@ -728,14 +772,14 @@ class CudaDevice final : public core::Device {
       args.out = reinterpret_cast<void*>(c);
     }
     void* params[] = {&args};
-    cu_check(cu_.LaunchKernel(named_function(name), static_cast<unsigned>((R + t.rows_per_block - 1) / t.rows_per_block),
-                              static_cast<unsigned>(t.slices), 1, 256, 1, 1, 0, stream, params, nullptr),
-             "cuLaunchKernel(thin gemm)", what + name);
+    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>((R + t.rows_per_block - 1) / t.rows_per_block),
+                                            static_cast<unsigned>(t.slices), 1, 256, 1, 1, 0, stream, params, nullptr))
+      cu_check(r, "cuLaunchKernel(thin gemm)", what("a thin kernel"));
     if (t.slices <= 1) return;
     void* sum_params[] = {&sum};
-    cu_check(cu_.LaunchKernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + 255) / 256), 1, 1, 256,
-                              1, 1, 0, stream, sum_params, nullptr),
-             "cuLaunchKernel(thin_sum)", what + "thin_sum_f32");
+    if (const CUresult r = cu_.LaunchKernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + 255) / 256), 1,
+                                            1, 256, 1, 1, 0, stream, sum_params, nullptr))
+      cu_check(r, "cuLaunchKernel(thin_sum)", what("thin_sum_f32"));
   }
 
   // The split-K workspace of launches on `stream` (one per stream, like the stream-K flags: the
@@ -781,18 +825,18 @@ class CudaDevice final : public core::Device {
     // Matrices per launch: the small kernel's 1-D grid holds 2^31 - 1 blocks, gridDim.y 65535.
     const std::int64_t per_launch = small ? INT32_MAX / tiles : 65535;
     CUfunction f = function(t, am.col_major, bm.col_major);
-    const std::string what = where_ + " for " + std::to_string(count) + " x (" + std::to_string(m) + "x" +
-                             std::to_string(k) + ") @ (" + std::to_string(k) + "x" + std::to_string(n) +
-                             ") with ";
     for (std::int64_t i0 = 0; i0 < count; i0 += per_launch) {
       const std::int64_t nm = std::min(per_launch, count - i0);
       args.a = reinterpret_cast<const void*>(a + static_cast<std::size_t>(i0 * a_step) * es);
       args.b = reinterpret_cast<const void*>(b + static_cast<std::size_t>(i0 * b_step) * es);
       args.c = reinterpret_cast<void*>(c + static_cast<std::size_t>(i0 * c_step) * es);
       void* params[] = {&args};
-      cu_check(cu_.LaunchKernel(f, static_cast<unsigned>(small ? nm * tiles : tiles), small ? 1 : static_cast<unsigned>(nm), 1,
-                                t.threads(), 1, 1, t.smem_bytes(), stream, params, nullptr),
-               "cuLaunchKernel(batched gemm)", what + t.name);
+      if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(small ? nm * tiles : tiles),
+                                              small ? 1 : static_cast<unsigned>(nm), 1, t.threads(), 1, 1,
+                                              t.smem_bytes(), stream, params, nullptr))
+        cu_check(r, "cuLaunchKernel(batched gemm)",
+                 where_ + " for " + std::to_string(count) + " x (" + std::to_string(m) + "x" + std::to_string(k) +
+                     ") @ (" + std::to_string(k) + "x" + std::to_string(n) + ") with " + t.name);
     }
   }
 
@@ -855,6 +899,19 @@ class CudaDevice final : public core::Device {
   CUevent t0_ = nullptr, t1_ = nullptr;
   std::vector<CUevent> free_events_;
   std::map<std::string, CUfunction> functions_;
+  std::map<std::pair<const GemmTile*, int>, CUfunction> tile_functions_;  // function(): tile, layout
+  CUfunction thin_functions_[2][5] = {};  // launch_thin: [dots][short side 1, 2, 4, 8, 16]
+  bool knobs_ = true;                     // a PORTMAT_CUDA_ variable is set (ready())
+  struct PlanKey {
+    std::int64_t m, n, k;
+    int flags;
+    bool operator<(const PlanKey& o) const {
+      return std::tie(m, n, k, flags) < std::tie(o.m, o.n, o.k, o.flags);
+    }
+  };
+  static constexpr std::size_t kMaxPlans = 256;
+  std::map<PlanKey, Plan> plans_;  // plan(): the recent shapes' plans (none while knobs are set)
+  Plan scratch_plan_;
   core::BufferPool<CuBuffer> pool_;  // keeps at most a quarter of the device (constructor)
   std::unique_ptr<HostPool> pool_threads_;
   Pinned in_stage_, out_stage_;

@@ -201,7 +201,7 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
 
 template <int SC>
 __device__ __forceinline__ void thin_axpy_body(const ThinArgs& p) {
-  constexpr int U = 8;  // k per batch of loads in flight
+  constexpr int U = 8;  // k per batch of loads in flight (16 for one or two columns: no faster)
   constexpr int kSh = kThinChunk * SC > 4 * SC * 128 ? kThinChunk * SC : 4 * SC * 128;
   __shared__ __align__(16) float sh[kSh];  // a chunk of the short operand; at the end the warps' sums
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
