@@ -26,6 +26,21 @@ def test_tile_multiples(device, rng, n):
     check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_column_count_of_small_products(device, rng, dtype):
+    # The CPU's small path cuts c's columns into strips of two vectors, one-vector strips read in
+    # place and a zero-padded copy of the last few columns: every n up to five vectors, for rows
+    # that fill and do not fill its 6-row tiles, with b a view whose rows are longer than n.
+    if dtype == np.float64 and not portmat._ext.find_device(device).supports_float64:
+        pytest.skip("device has no float64")
+    for m in (1, 2, 7, 13):
+        for k in (3, 24):
+            wide = random_matrix(rng, (k, 48), dtype)
+            for n in range(1, 41):
+                a, b = random_matrix(rng, (m, k), dtype), wide[:, :n]
+                check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
 def test_large_k(device, rng):
     a, b = random_matrix(rng, (33, 4099)), random_matrix(rng, (4099, 35))
     check_matmul(portmat.matmul(a, b, device=device), a, b)
