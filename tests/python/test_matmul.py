@@ -41,6 +41,16 @@ def test_every_column_count_of_small_products(device, rng, dtype):
                 check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
+@pytest.mark.parametrize("m,k,n,dtype", [(5, 16, 40000, np.float32), (64, 16, 3001, np.float32), (13, 7, 50001, np.float32),
+                                         (9, 8, 30000, np.float64), (64, 3, 2049, np.float64)])
+def test_short_k_wide_products(device, rng, m, k, n, dtype):
+    # A short k and few rows against a wide b (the CPU's small path past its size limit), b a view.
+    if dtype == np.float64 and not portmat._ext.find_device(device).supports_float64:
+        pytest.skip("device has no float64")
+    a, b = random_matrix(rng, (m, k), dtype), random_matrix(rng, (k, n + 3), dtype)[:, 1:n + 1]
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
 def test_large_k(device, rng):
     a, b = random_matrix(rng, (33, 4099)), random_matrix(rng, (4099, 35))
     check_matmul(portmat.matmul(a, b, device=device), a, b)
