@@ -279,59 +279,9 @@ TEST(CudaGemm, DeviceResidentOffsetsAlignedAndNot) {
   }
 }
 
-// Split-K (cuda_backend.cpp, launch_split) with every batched tile it runs on, whatever the model
-// says (PORTMAT_CUDA_SPLIT_K): k in equal slices (k = 512 in 4: 128 deep), slices and a shorter last
-// one (333 in 3: 112, 112, 109), more slices than 16-deep ones allow (70 in 5: 16 deep, the last 6),
-// edges and unaligned offsets, c with its own leading dimension (check_device_resident); the same
-// bits on every run (the parts are summed in slice order).
-TEST(CudaGemm, SplitKCorrectAndDeterministic) {
-  REQUIRE_CUDA();
-  std::mt19937 rng(29);
-  for (const char* t : {"64x128", "128x64", "64x64"}) {
-    SCOPED_TRACE(t);
-    ScopedEnv tile("PORTMAT_CUDA_SPLIT_TILE", t);
-    for (const auto& s : {std::array<long, 4>{150, 133, 512, 4}, {64, 70, 333, 3}, {33, 65, 70, 5}, {1, 300, 2000, 8}}) {
-      ScopedEnv split("PORTMAT_CUDA_SPLIT_K", std::to_string(s[3]));
-      check_device_resident(dev, s[0], s[1], s[2], rng);
-    }
-  }
-  ScopedEnv split("PORTMAT_CUDA_SPLIT_K", "7");
-  const long m = 200, n = 96, k = 3000;
-  auto av = random_vector<float>(m * k, rng), bv = random_vector<float>(k * n, rng);
-  std::vector<float> c1(m * n), c2(m * n);
-  MatrixView a{av.data(), m, k, k, 1, DType::f32}, b{bv.data(), k, n, n, 1, DType::f32};
-  MatrixView v1{c1.data(), m, n, n, 1, DType::f32}, v2{c2.data(), m, n, n, 1, DType::f32};
-  auto d = portmat::core::open_device(dev);
-  auto ab = d->alloc(av.size() * 4), bb = d->alloc(bv.size() * 4), cb = d->alloc(c1.size() * 4);
-  d->upload(*ab, av.data(), av.size() * 4);
-  d->upload(*bb, bv.data(), bv.size() * 4);
-  const portmat::core::DeviceMatrix da{ab.get(), 0, m, k, k, false, DType::f32};
-  const portmat::core::DeviceMatrix db{bb.get(), 0, k, n, n, false, DType::f32};
-  const portmat::core::DeviceMatrix dc{cb.get(), 0, m, n, n, false, DType::f32};
-  d->gemm(da, db, dc);
-  d->download(c1.data(), *cb, c1.size() * 4);
-  EXPECT_LE(portmat::reference::worst_error_ratio(a, b, v1), 1.0);
-  for (int rep = 0; rep < 5; ++rep) {
-    d->gemm(da, db, dc);
-    d->download(c2.data(), *cb, c2.size() * 4);
-    ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float))) << "run " << rep;
-  }
-}
-
-// The thin kernels (kernels/gemm_thin.cuh) whatever the model says (PORTMAT_CUDA_THIN=1): one,
-// a few and 16 rows or columns of c, both sides short, k of 1, shorter than a chunk and long
-// enough to be split in slices (thin_sum), in every layout (so both thin_dots and thin_axpy in
-// each view) with aligned and unaligned offsets; a split product gives the same bits every run.
-TEST(CudaGemm, ThinCorrectAndDeterministic) {
-  REQUIRE_CUDA();
-  std::mt19937 rng(31);
-  ScopedEnv thin("PORTMAT_CUDA_THIN", "1");
-  for (const auto& s : {std::array<long, 3>{1, 777, 1000}, {777, 1, 1000}, {3, 1500, 2100}, {1500, 5, 2100},
-                        {9, 3000, 700}, {2000, 16, 1300}, {16, 16, 9000}, {7, 2, 33}, {2, 300, 1}, {130, 8, 20000}}) {
-    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
-    check_device_resident(dev, s[0], s[1], s[2], rng);
-  }
-  const long m = 4, n = 2000, k = 30000;  // few rows over a long k: slices and their sum
+// A row-major float32 (m x k) @ (k x n) on the device: within the error bound, and the same bits in
+// five more runs (split products sum their parts in a fixed order).
+static void check_same_bits_every_run(const std::string& dev, long m, long n, long k, std::mt19937& rng) {
   auto av = random_vector<float>(m * k, rng), bv = random_vector<float>(k * n, rng);
   std::vector<float> c1(m * n), c2(m * n);
   MatrixView a{av.data(), m, k, k, 1, DType::f32}, b{bv.data(), k, n, n, 1, DType::f32};
@@ -351,6 +301,42 @@ TEST(CudaGemm, ThinCorrectAndDeterministic) {
     d->download(c2.data(), *cb, c2.size() * 4);
     ASSERT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float))) << "run " << rep;
   }
+}
+
+// Split-K (cuda_backend.cpp, launch_split) with every batched tile it runs on, whatever the model
+// says (PORTMAT_CUDA_SPLIT_K): k in equal slices (k = 512 in 4: 128 deep), slices and a shorter last
+// one (333 in 3: 112, 112, 109), more slices than 16-deep ones allow (70 in 5: 16 deep, the last 6),
+// edges and unaligned offsets, c with its own leading dimension (check_device_resident); the same
+// bits on every run (the parts are summed in slice order).
+TEST(CudaGemm, SplitKCorrectAndDeterministic) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(29);
+  for (const char* t : {"64x128", "128x64", "64x64"}) {
+    SCOPED_TRACE(t);
+    ScopedEnv tile("PORTMAT_CUDA_SPLIT_TILE", t);
+    for (const auto& s : {std::array<long, 4>{150, 133, 512, 4}, {64, 70, 333, 3}, {33, 65, 70, 5}, {1, 300, 2000, 8}}) {
+      ScopedEnv split("PORTMAT_CUDA_SPLIT_K", std::to_string(s[3]));
+      check_device_resident(dev, s[0], s[1], s[2], rng);
+    }
+  }
+  ScopedEnv split("PORTMAT_CUDA_SPLIT_K", "7");
+  check_same_bits_every_run(dev, 200, 96, 3000, rng);
+}
+
+// The thin kernels (kernels/gemm_thin.cuh) whatever the model says (PORTMAT_CUDA_THIN=1): one,
+// a few and 16 rows or columns of c, both sides short, k of 1, shorter than a chunk and long
+// enough to be split in slices (thin_sum), in every layout (so both thin_dots and thin_axpy in
+// each view) with aligned and unaligned offsets; a split product gives the same bits every run.
+TEST(CudaGemm, ThinCorrectAndDeterministic) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(31);
+  ScopedEnv thin("PORTMAT_CUDA_THIN", "1");
+  for (const auto& s : {std::array<long, 3>{1, 777, 1000}, {777, 1, 1000}, {3, 1500, 2100}, {1500, 5, 2100},
+                        {9, 3000, 700}, {2000, 16, 1300}, {16, 16, 9000}, {7, 2, 33}, {2, 300, 1}, {130, 8, 20000}}) {
+    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
+    check_device_resident(dev, s[0], s[1], s[2], rng);
+  }
+  check_same_bits_every_run(dev, 4, 2000, 30000, rng);  // few rows over a long k: slices and their sum
 }
 
 // complex64 stacks on the device: B'' built there (complex_b), then one real batched product.
