@@ -273,10 +273,11 @@ class CpuDevice final : public core::Device {
   static void multiply(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
                        std::int64_t ldc, int threads) {
     if constexpr (std::is_floating_point_v<T>) {
-      // A vector (or two) times a matrix of 128 KiB or more streams it: two threads read a half each
-      // from their own L2 (256 @ (256 x 256): 0.82x -> 0.95-1.19x NumPy on the 2-core machine).
+      // A vector (or two) times a matrix streams the matrix: from kMinStreamBytesPerThread of it on,
+      // two threads read a half each (256 @ (256 x 256): 0.82x -> 0.95-1.19x NumPy, 2-core machine).
       const bool one_thread = a.rows * a.cols * b.cols <= kSmallOneThread &&
-                              !(a.rows <= 2 && a.cols * b.cols * std::int64_t(sizeof(T)) >= (std::int64_t(128) << 10));
+                              !(a.rows <= 2 && static_cast<double>(a.cols * b.cols * std::int64_t(sizeof(T))) >=
+                                                   cpu::kMinStreamBytesPerThread);
       if (cpu::small_gemm<T>(a, b, c, ldc, one_thread ? 1 : threads)) return;
       if (cpu::skinny_gemm<T>(a, b, c, ldc, threads)) return;
     }

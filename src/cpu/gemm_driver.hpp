@@ -67,6 +67,11 @@ PackFn<T> complex_b_packer(int nr);
 // Below this many flops per thread, another thread costs more to coordinate than it saves
 // (a wake-up and a few barriers are some microseconds; 4 Mflop is ~25 us on one AVX-512 core).
 constexpr double kMinFlopsPerThread = 4e6;
+// ... except where a product streams its larger operand (matrix-vector products: skinny.cpp, and a
+// vector times a small matrix: cpu_backend.cpp): from this many bytes of it on, a second thread
+// reads its half from its own core's L2 (a 256 x 256 float32 matrix times a vector, 2-core machine:
+// 0.81-0.92x NumPy on one thread, 1.16-1.24x on two).
+constexpr double kMinStreamBytesPerThread = 128 << 10;
 
 // c = a @ b (a: M x K, b: K x N, both row- or column-major; c row-major, M, N, K > 0) on up to
 // `threads` threads of the shared pool: fewer for small products, and on the calling thread

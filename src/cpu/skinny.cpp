@@ -216,10 +216,6 @@ void axpy_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std
     skinny_kernels().axpy_f64(L, ldl, Sk, k0, k1, W, NS, acc);
 }
 
-// Bytes of the long operand a thread streams, at least, where the flops alone would ask for fewer
-// threads (skinny_gemm).
-constexpr double kSkinnyBytesPerThread = 128 << 10;
-
 // Bytes of the long operand per thread when a dot-product kernel splits K (skinny_gemm).
 constexpr std::int64_t kDotsSplitBytes = 1 << 20;
 
@@ -283,13 +279,12 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
   const T* Sp = in_place ? static_cast<const T*>(short_op.data) + short_op.offset : S.data();
   // Output strides: along the long dimension, and along the short one.
   const std::int64_t o_long = few_rows ? 1 : ldc, o_short = few_rows ? ldc : 1;
-  // Threads: enough work for each (kMinFlopsPerThread), no more than asked; or, since these
-  // products stream their long operand, enough of it (kSkinnyBytesPerThread): a 256 x 256 matrix
-  // times a vector, in L2, took 5.0-5.7 us on one thread of the 2-core machine (NumPy 4.6-4.9).
+  // Threads: enough work for each (kMinFlopsPerThread) or, since these products stream their long
+  // operand, enough of it (kMinStreamBytesPerThread); no more than asked.
   const double flops = 2.0 * M * N * K;
   const double long_bytes = static_cast<double>(few_rows ? N : M) * static_cast<double>(K) * sizeof(T);
   const int use = static_cast<int>(std::max<double>(
-      1, std::min<double>(threads, std::max(flops / kMinFlopsPerThread, long_bytes / kSkinnyBytesPerThread))));
+      1, std::min<double>(threads, std::max(flops / kMinFlopsPerThread, long_bytes / kMinStreamBytesPerThread))));
   if (use_dots) {  // pieces of 64 rows of L
     const std::int64_t piece = 64, pieces = (span + piece - 1) / piece;
     // Fewer pieces than threads and a long K (a dot product of two long vectors; a few long rows

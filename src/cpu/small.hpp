@@ -44,10 +44,11 @@ constexpr std::int64_t kStripBytes = 64;
 // 5.5-7.0 / 2.0-2.2. Wider b lost or tied: 512 x 64 @ 64 x 512 0.25-0.29 / 0.31-0.35,
 // 2048 x 128 @ 128 x 256 0.88-0.98 / 1.03-1.15, 4096 x 256 @ 256 x 128 1.7-2.1 / 2.1.
 constexpr std::int64_t kNarrowBytes = 256;
+constexpr std::int64_t kSmallBBytes = 128 << 10;
+
 // And products with a k of at most kStripBytes (16 floats, 8 doubles) and at most kShortKRows rows:
 // c (as large as b or more) is written once from the tiles, b read once (small.cpp, small_shape).
 constexpr std::int64_t kShortKRows = 64;
-constexpr std::int64_t kSmallBBytes = 128 << 10;
 
 // Whether small_gemm takes an M x K x N product of `size`-byte elements, by its shape (it also
 // needs a and b row-major).

@@ -60,12 +60,12 @@ bool cuda_knobs_set() {
   return false;
 }
 
-// "cuda:0 (NVIDIA H200) for (m x k) @ (k x n) with KERNEL": the subject of a launch's error
+// "cuda:0 (NVIDIA H200) for [count x ](m x k) @ (k x n)" + extra: the subject of a launch's error
 // message, built only when a launch fails.
 std::string product_text(const std::string& where, std::int64_t m, std::int64_t n, std::int64_t k,
-                         const std::string& extra) {
-  return where + " for (" + std::to_string(m) + "x" + std::to_string(k) + ") @ (" + std::to_string(k) + "x" +
-         std::to_string(n) + ")" + extra;
+                         const std::string& extra, std::int64_t count = 1) {
+  return where + " for " + (count != 1 ? std::to_string(count) + " x " : std::string()) + "(" + std::to_string(m) +
+         "x" + std::to_string(k) + ") @ (" + std::to_string(k) + "x" + std::to_string(n) + ")" + extra;
 }
 
 class CuBuffer final : public core::Buffer {
@@ -461,11 +461,6 @@ class CudaDevice final : public core::Device {
   }
 
   // ---- kernels -----------------------------------------------------------------------------------
-  // The tile of a product (and for float32 whether its tiles are all shared stream-K): float64 and
-  // the integers have one tile each; float32 follows the model of tile_choice.cpp, which weighs
-  // 128x256 (the fastest per SM: on its own and on launch()'s hybrid grid from a wave of tiles up;
-  // H200 49.6-52 TFLOP/s at n = 2048-8192, gemm_tiles.h), 64x128, 128x64 (both also stream-K)
-  // and 64x64 by the waves of each on this GPU's SMs. PORTMAT_CUDA_TILE names one instead.
   // A launch knob's value, or `fallback` without a lookup when no PORTMAT_CUDA_ variable is set
   // (knobs_, from ready() at the start of every call).
   long knob(const char* name, long fallback) const { return knobs_ ? env_long(name, fallback) : fallback; }
@@ -478,18 +473,24 @@ class CudaDevice final : public core::Device {
     ThinChoice thin;
     TileChoice tile;
   };
-  const Plan& plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, bool whole) {
+  Plan plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, bool whole) {
     const PlanKey key{m, n, k, static_cast<int>(dtype) * 8 + a_col * 4 + b_col * 2 + whole};
     if (!knobs_)
       if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     Plan p{};
-    if (dtype == DType::f32) p.thin = thin_choice(m, n, k, a_col, b_col, whole);
-    if (!p.thin.use) p.tile = choose_tile(dtype, m, n, k, whole);
-    if (knobs_) return scratch_plan_ = p;
+    p.tile = choose_tile(dtype, m, n, k, whole);
+    if (dtype == DType::f32) p.thin = thin_choice(m, n, k, a_col, b_col, p.tile.estimate_s);
+    if (knobs_) return p;
     if (plans_.size() >= kMaxPlans) plans_.clear();
-    return plans_.emplace(key, p).first->second;
+    plans_.emplace(key, p);
+    return p;
   }
 
+  // The tile of a product (and for float32 whether its tiles are all shared stream-K): float64 and
+  // the integers have one tile each; float32 follows the model of tile_choice.cpp, which weighs
+  // 128x256 (the fastest per SM: on its own and on launch()'s hybrid grid from a wave of tiles up;
+  // H200 49.6-52 TFLOP/s at n = 2048-8192, gemm_tiles.h), 64x128, 128x64 (both also stream-K)
+  // and 64x64 by the waves of each on this GPU's SMs. PORTMAT_CUDA_TILE names one instead.
   TileChoice choose_tile(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool whole) const {
     if (dtype == DType::f64) return {&kF64_64x64, false, 0, 0.0};
     if (dtype == DType::u32) return {&kU32_64x64, false, 0, 0.0};
@@ -511,16 +512,16 @@ class CudaDevice final : public core::Device {
   // PORTMAT_CUDA_THIN=0 never, =1 whenever a side of c is at most kThinMax (measurements, tests);
   // PORTMAT_CUDA_THIN_SLICES sets the slices of k;
   // a tile or split forced by PORTMAT_CUDA_TILE or PORTMAT_CUDA_SPLIT_K keeps the tiles.
-  ThinChoice thin_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, bool whole) const {
+  // tile_estimate_s: what the tiles would take (the plan's TileChoice).
+  ThinChoice thin_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col,
+                         double tile_estimate_s) const {
     const long env = knob("PORTMAT_CUDA_THIN", -1);
     if (env == 0 || knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) return {};
-    ThinChoice t = choose_thin(m, n, k, a_col, b_col, info_.compute_units, warp_specialized(), whole);
+    ThinChoice t = choose_thin(m, n, k, a_col, b_col, info_.compute_units, tile_estimate_s);
     if (env == 1) t.use = t.possible;
     // PORTMAT_CUDA_THIN_SLICES=S: k in about S slices, whatever the model says (measurements).
-    if (const long slices = knob("PORTMAT_CUDA_THIN_SLICES", 0); slices > 0 && t.possible) {
-      const std::int64_t bytes_per_slice = 4 * (t.few_rows ? n : m) * t.sc;
-      t = with_thin_slices(t, k, std::min<std::int64_t>(slices, std::max<std::int64_t>(1, kSplitMaxBytes / bytes_per_slice)));
-    }
+    if (const long slices = knob("PORTMAT_CUDA_THIN_SLICES", 0); slices > 0 && t.possible)
+      t = with_thin_slices(t, m, n, k, slices);
     return t;
   }
 
@@ -610,7 +611,7 @@ class CudaDevice final : public core::Device {
     const std::size_t es = dtype_size(am.dtype);
     if (accumulate && am.dtype != DType::f32)
       throw std::logic_error("CUDA gemm: accumulating launches are float32 only");
-    const Plan& planned = plan(am.dtype, m, n, k, am.col_major, bm.col_major, whole);
+    const Plan planned = plan(am.dtype, m, n, k, am.col_major, bm.col_major, whole);
     if (!accumulate && planned.thin.use) return launch_thin(stream, a, am, b, bm, c, ldc, m, n, k, planned.thin);
     const TileChoice choice = accumulate ? TileChoice{&kF32_128x256_fpa, false, 0, 0.0} : planned.tile;
     if (choice.split > 1 && am.dtype == DType::f32 && launch_split(stream, a, am, b, bm, c, ldc, m, n, k, choice))
@@ -834,9 +835,7 @@ class CudaDevice final : public core::Device {
       if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(small ? nm * tiles : tiles),
                                               small ? 1 : static_cast<unsigned>(nm), 1, t.threads(), 1, 1,
                                               t.smem_bytes(), stream, params, nullptr))
-        cu_check(r, "cuLaunchKernel(batched gemm)",
-                 where_ + " for " + std::to_string(count) + " x (" + std::to_string(m) + "x" + std::to_string(k) +
-                     ") @ (" + std::to_string(k) + "x" + std::to_string(n) + ") with " + t.name);
+        cu_check(r, "cuLaunchKernel(batched gemm)", product_text(where_, m, n, k, std::string(" with ") + t.name, count));
     }
   }
 
@@ -911,7 +910,6 @@ class CudaDevice final : public core::Device {
   };
   static constexpr std::size_t kMaxPlans = 256;
   std::map<PlanKey, Plan> plans_;  // plan(): the recent shapes' plans (none while knobs are set)
-  Plan scratch_plan_;
   core::BufferPool<CuBuffer> pool_;  // keeps at most a quarter of the device (constructor)
   std::unique_ptr<HostPool> pool_threads_;
   Pinned in_stage_, out_stage_;

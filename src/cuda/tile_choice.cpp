@@ -117,11 +117,11 @@ namespace {
 //  - a grid of few blocks pulls about kThinBlockBytesPerS a block (its loads in flight, 32-64 KB,
 //    over a microsecond of latency; n = 256: 4 blocks, 0.26 MB in 1.1-1.4 us beyond the start) and
 //    does at most kThinBlockFmaPerS multiply-adds a block (16 x 256 @ 256 x 256: 1 M of them on 2
-//    blocks in 8 us beyond the start, the 0.26 MB read in 1.6 us with one row of a),
-//    less where its lanes or warps have nothing to read: thin_dots' warp
-//    reads 128 k of a row at a time (k = 16 left 7 of 8 lanes idle: 45 us where the tiles took 11)
-//    and each warp owns a few rows; thin_axpy's warp reads 128 r;
-//    The blocks of the wider kernels are slower by the same factor as their streams;
+//    blocks in 8 us beyond the start, the 0.26 MB read in 1.6 us with one row of a). Blocks of the
+//    wider kernels are slower by the same factor as their streams, and all of them where their
+//    lanes or warps have nothing to read: thin_dots' warp reads 128 k of a row at a time (k = 16
+//    left 7 of 8 lanes idle: 45 us where the tiles took 11) and each warp owns a few rows;
+//    thin_axpy's warp reads 128 r;
 //  - a launch costs kThinStartS before any data; a split grid adds its sum (kThinSumS, the second
 //    launch, and the parts at 5 TB/s). Products under kThinSmallBytes are not split: there the
 //    second launch dominates (256 x 256 @ 256 x 1: 5.1 us in one slice, 8.4-8.6 in 2-4; 1 x 256 @
@@ -136,15 +136,17 @@ constexpr std::int64_t kThinBlocksPerSm = 2;  // __launch_bounds__(256, 2)
 
 }  // namespace
 
-ThinChoice with_thin_slices(ThinChoice t, std::int64_t k, std::int64_t slices) {
+ThinChoice with_thin_slices(ThinChoice t, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t slices) {
   const std::int64_t grain = t.dots ? 128 : 64;
-  t.kslice = ceil_div(ceil_div(k, std::clamp<std::int64_t>(slices, 1, 65535)), grain) * grain;
+  const std::int64_t parts_max = std::max<std::int64_t>(1, kSplitMaxBytes / (4 * (t.few_rows ? n : m) * t.sc));
+  t.kslice = ceil_div(ceil_div(k, std::clamp<std::int64_t>(slices, 1, std::min<std::int64_t>(parts_max, 65535))), grain) *
+             grain;
   t.slices = ceil_div(k, t.kslice);
   return t;
 }
 
 ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
-                       bool warp_specialized, bool whole) {
+                       double tile_estimate_s) {
   ThinChoice t;
   if (std::min(m, n) > kThinMax || m <= 0 || n <= 0 || k <= 0) return t;
   t.possible = true;
@@ -163,15 +165,10 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   t.rows_per_block = t.dots ? 8 * rw : 128;
   const std::int64_t s_count = std::max(1, sms);
   const std::int64_t row_blocks = ceil_div(R, t.rows_per_block);
-  // Slices of k until the grid has kThinBlocksPerSm blocks an SM (or none, if that is faster); each
-  // at least a float4 of every lane (thin_dots, 128 k) or 8 k of every warp (thin_axpy, 64), the
-  // parts within split-K's workspace.
-  const std::int64_t grain = t.dots ? 128 : 64;
+  // Slices of k until the grid has kThinBlocksPerSm blocks an SM (with_thin_slices: each at least a
+  // float4 of every lane, thin_dots' 128 k, or 8 k of every warp, thin_axpy's 64; the parts within
+  // split-K's workspace).
   const std::int64_t want = kThinBlocksPerSm * s_count;
-  std::int64_t slices = row_blocks >= want ? 1 : ceil_div(want, row_blocks);
-  slices = std::min(slices, ceil_div(k, grain));
-  slices = std::min<std::int64_t>(slices, std::max<std::int64_t>(1, kSplitMaxBytes / (4 * R * t.sc)));
-  slices = std::clamp<std::int64_t>(slices, 1, 65535);
   // The share of a block's lanes that have data: thin_dots' lanes along k (which also slows the
   // whole grid: a warp's load then brings a fraction of its 512 bytes) and its warps' rows;
   // thin_axpy's lanes along r.
@@ -190,14 +187,9 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
     if (parts > 1) sec += kThinSumS + 4.0 * R * S * (parts + 1) / kThinSumBytesPerS;
     return sec;
   };
-  t.kslice = ceil_div(ceil_div(k, slices), grain) * grain;
-  t.slices = ceil_div(k, t.kslice);
+  t = with_thin_slices(t, m, n, k, bytes < kThinSmallBytes || row_blocks >= want ? 1 : ceil_div(want, row_blocks));
   t.estimate_s = estimate(t.kslice, t.slices);
-  if (t.slices > 1 && bytes < kThinSmallBytes) {
-    t.kslice = ceil_div(k, grain) * grain, t.slices = 1;
-    t.estimate_s = estimate(t.kslice, 1);
-  }
-  t.use = t.estimate_s < choose_f32_tile(m, n, k, sms, warp_specialized, whole).estimate_s;
+  t.use = t.estimate_s < tile_estimate_s;
   return t;
 }
 

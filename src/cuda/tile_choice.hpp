@@ -59,9 +59,9 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
 // Memory-bound: the estimate is L's bytes (and the result's) at the GPU's streaming rate, or the
 // multiply-adds at the kernels' rate where s is large, over the SMs the grid occupies; a grid with
 // too few blocks of rows splits k into slices, summed by a second launch (thin_sum). `use`: the
-// estimate beats the tile model's (choose_f32_tile) for the same product.
+// estimate beats the tile model's estimate for the same product (choose_f32_tile's, or the tile
+// a knob forced).
 inline constexpr std::int64_t kThinMax = 16;
-inline constexpr std::int64_t kThinChunk = 256;  // the kernels' k per pass (gemm_thin.cuh)
 
 struct ThinChoice {
   bool possible = false;     // a side of c is at most kThinMax
@@ -71,15 +71,17 @@ struct ThinChoice {
   int sc = 0;                // the short side padded to 1, 2, 4, 8 or 16
   std::int64_t rows_per_block = 0;
   std::int64_t slices = 1;   // grid rows over k; > 1: partial results and thin_sum
-  std::int64_t kslice = 0;   // their depth, a multiple of kThinChunk
+  std::int64_t kslice = 0;   // their depth: a multiple of 128 (thin_dots) or 64 (thin_axpy)
   double estimate_s = 0.0;
 };
 
-// Sets t's slices of k to about `slices` (each a whole number of the kernels' grain) and returns t;
-// the estimate is left as it was (measurements: PORTMAT_CUDA_THIN_SLICES).
-ThinChoice with_thin_slices(ThinChoice t, std::int64_t k, std::int64_t slices);
+// t (a possible thin product of m x k @ k x n) with k cut into about `slices` slices: at least one,
+// no more than split-K's workspace holds the parts of, each a whole number of the kernel's grain.
+// The estimate is left as it was (choose_thin, and PORTMAT_CUDA_THIN_SLICES for measurements).
+ThinChoice with_thin_slices(ThinChoice t, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t slices);
 
+// tile_estimate_s: the time the tiles would take (TileChoice::estimate_s), which `use` compares with.
 ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
-                       bool warp_specialized, bool whole);
+                       double tile_estimate_s);
 
 }  // namespace portmat::cuda
