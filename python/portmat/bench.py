@@ -506,10 +506,18 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
     blocks (as run() does, in _SHAPE_MIN_BLOCKS to _SHAPE_MAX_BLOCKS blocks). Each record carries the memory
     bandwidth of np.copyto measured at the start and at the end of the run (copy_bandwidth).
     device "auto": portmat makes its automatic choice per product (no device named), each record
-    saying which device it chose; peers are those of the default device."""
+    saying which device it chose; peers are those of the default device, and portmat on each single
+    device is timed in the same blocks ("on <device>", issue 16: the automatic choice should be no
+    slower than the faster of NumPy and portmat on each device), except OpenCL CPU devices where
+    the native CPU backend is there (the same cores, never the faster)."""
     auto = device == "auto"
     dev = portmat._ext.find_device("" if auto else portmat._device_spec(device))
     peers = _peers.available(dev) if with_peers else []
+    singles = []
+    if auto:
+        every = portmat._ext.devices()
+        has_cpu = any(d.backend == "cpu" for d in every)
+        singles = [d for d in every if not (has_cpu and d.backend == "opencl" and d.kind == "cpu")]
     say = _sayer(progress)
     blas = blas_info()
     host = platform.node()
@@ -530,6 +538,8 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
                       "portmat": (lambda: portmat.matmul(a, b)) if auto else lambda: portmat.matmul(a, b, device=dev)}
         for peer in peers:
             contenders[peer.name] = lambda peer=peer: peer.host(a, b)
+        for d in singles:
+            contenders[f"on {d.id}"] = lambda d=d: portmat.matmul(a, b, device=d)
         # Where the automatic choice sends it (m rows of a, k, n columns of b; 1 for a vector).
         chosen = portmat._ext.device_for("", m or 1, n or 1, k).id if auto else dev.id
         say(f"{label}: verifying")
@@ -599,6 +609,18 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
                 "version": getattr(peer, "version", None),
             }
             rec[f"speedup_vs_{peer.name}"] = s["s"] / rec["portmat_s"]
+        if singles:
+            rec["single_devices"] = {}
+            for d in singles:
+                s = summary[f"on {d.id}"]
+                rec["single_devices"][d.id] = {"s": s["s"], "spread_s": s["spread_s"], "quartiles_s": s["quartiles_s"],
+                                               "max_rel_error": errors[f"on {d.id}"],
+                                               "verified": bool(errors[f"on {d.id}"] <= bound)}
+            # The best of NumPy and portmat on each single device, against the automatic choice.
+            best = min([("numpy", rec["numpy_s"])] + [(i, v["s"]) for i, v in rec["single_devices"].items()],
+                       key=lambda x: x[1])
+            rec["best_single"], rec["best_single_s"] = best
+            rec["speedup_vs_best_single"] = best[1] / rec["portmat_s"]
         records.append(rec)
     say("memory bandwidth (np.copyto) again")
     bw_end = copy_bandwidth()
@@ -631,7 +653,13 @@ def shapes_verdict(records: list[dict]) -> dict:
     slow = [r for r in records if r["target_vs_numpy"] == 1.0]
     fast = [r for r in records if r["target_vs_numpy"] != 1.0]
     mv = [r for r in records if r["vector_product"] and r["K"] > 1 and r["M"] * r["K"] * r["N"] >= 2**22]
+    auto = [r for r in records if "speedup_vs_best_single" in r]
     return {
+        "auto_shapes": len(auto),
+        "auto_at_best": sum(r["speedup_vs_best_single"] >= 1.0 for r in auto),
+        "auto_within_5pct": sum(r["speedup_vs_best_single"] >= 0.95 for r in auto),
+        "auto_below": [(r["shape"], r["speedup_vs_best_single"], r["best_single"]) for r in auto
+                       if r["speedup_vs_best_single"] < 0.95],
         "shapes": len(records),
         "over_20us": len(slow), "over_20us_met": sum(r["meets_target"] for r in slow),
         "under_20us": len(fast), "under_20us_met": sum(r["meets_target"] for r in fast),
@@ -663,6 +691,11 @@ def shapes_table(records: list[dict]) -> str:
     cols = ["a @ b", "NumPy us", "+-", "portmat us", "+-"]
     for name in peer_names:
         cols += [f"{name} us", "+-"]
+    single_ids = sorted({i for r in records for i in r.get("single_devices", {})})
+    for i in single_ids:
+        cols += [f"on {i} us"]
+    if single_ids:
+        cols += ["auto chose", "vs best"]
     cols += ["vs NumPy", "target"] + [f"vs {name}" for name in peer_names]
     cols += ["GFLOP/s", "GB/s", "% bw", "max rel err", "ok"]
     rows = [cols]
@@ -671,6 +704,12 @@ def shapes_table(records: list[dict]) -> str:
         for name in peer_names:
             p = r["peers"].get(name)
             row += [_us(p["host_s"]) + ("" if p["verified"] else " WRONG"), _iqr(r, name)] if p else ["", ""]
+        for i in single_ids:
+            d = r.get("single_devices", {}).get(i)
+            row += [_us(d["s"]) + ("" if d["verified"] else " WRONG") if d else ""]
+        if single_ids:
+            row += [r["device"].removeprefix("auto:"),
+                    f"{r['speedup_vs_best_single']:.2f}x ({r['best_single']})" if "best_single" in r else ""]
         row += [f"{r['speedup_vs_numpy']:.2f}x", f"{r['target_vs_numpy']:.1f}" + ("" if r["meets_target"] else " BELOW")]
         row += [f"{r[f'speedup_vs_{name}']:.2f}x" if name in r["peers"] else "" for name in peer_names]
         vec = r["vector_product"]
@@ -684,6 +723,12 @@ def shapes_table(records: list[dict]) -> str:
     v = shapes_verdict(records)
     foot = ["", f"targets: {v['over_20us_met']} of {v['over_20us']} shapes where NumPy takes over 20 us at >= 1.0x NumPy; "
                 f"{v['under_20us_met']} of {v['under_20us']} under 20 us at >= 0.8x"]
+    if v["auto_shapes"]:
+        foot.append(f"automatic choice ({r0['device']} is the first shape's) against the best of NumPy and portmat on "
+                    f"each single device: {v['auto_at_best']} of {v['auto_shapes']} at >= 1.0x, "
+                    f"{v['auto_within_5pct']} at >= 0.95x")
+        if v["auto_below"]:
+            foot.append("auto below 0.95x the best: " + ", ".join(f"{s} {x:.2f}x (best: {b})" for s, x, b in v["auto_below"]))
     if v["below"]:
         foot.append("below target: " + ", ".join(f"{s} {x:.2f}x (< {t:.1f})" for s, x, t in v["below"]))
     if v["large_vector_products"]:

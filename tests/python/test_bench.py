@@ -264,6 +264,12 @@ def test_bench_shapes_auto_records_the_automatic_choice(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     (rec,) = json.loads(out.read_text())
     assert rec["device"] == "auto:" + portmat._ext.device_for("", 3, 5, 4).id and rec["verified"]
+    # portmat on each single device, timed in the same blocks, and the automatic choice against the
+    # best of them and NumPy.
+    assert CPU.id in rec["single_devices"] and all(d["verified"] for d in rec["single_devices"].values())
+    best = min([rec["numpy_s"]] + [d["s"] for d in rec["single_devices"].values()])
+    assert rec["best_single_s"] == best and rec["speedup_vs_best_single"] == best / rec["portmat_s"]
+    assert "vs best" in r.stdout and "automatic choice" in r.stdout
 
 
 class _FakeTorch:
