@@ -506,13 +506,13 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
     blocks (as run() does, in _SHAPE_MIN_BLOCKS to _SHAPE_MAX_BLOCKS blocks). Each record carries the memory
     bandwidth of np.copyto measured at the start and at the end of the run (copy_bandwidth).
     device "auto": portmat makes its automatic choice per product (no device named), each record
-    saying which device it chose; peers are those of the default device, and portmat on each single
-    device is timed in the same blocks ("on <device>", issue 16: the automatic choice should be no
-    slower than the faster of NumPy and portmat on each device), except OpenCL CPU devices where
-    the native CPU backend is there (the same cores, never the faster)."""
+    saying which device it chose; instead of peers, portmat on each single device is timed in the
+    same blocks ("on <device>", issue 16: the automatic choice should be no slower than the faster
+    of NumPy and portmat on each device), except OpenCL CPU devices where the native CPU backend
+    is there (the same cores, never the faster)."""
     auto = device == "auto"
     dev = portmat._ext.find_device("" if auto else portmat._device_spec(device))
-    peers = _peers.available(dev) if with_peers else []
+    peers = _peers.available(dev) if with_peers and not auto else []
     singles = []
     if auto:
         every = portmat._ext.devices()
