@@ -3,8 +3,17 @@
 - ``portmat.Array`` holds a matrix, vector or stack in one device's memory, on every backend
   (CUDA, OpenCL, the native CPU backend), so that products chain there: ``matmul`` of Arrays
   returns an Array on their device, and nothing crosses the link until ``numpy()``. It is small on
-  purpose (shape, dtype, device, ``@``, copies to and from NumPy, DLPack export on CUDA and CPU
-  devices); it is not a second NumPy.
+  purpose (shape, dtype, device, ``@``, ``astype``, copies to and from NumPy, DLPack export on
+  CUDA and CPU devices); it is not a second NumPy. It holds every dtype np.matmul multiplies
+  (ARRAY_DTYPE_NAMES, bfloat16 included: ml_dtypes.bfloat16 where installed, else its dtype is the
+  string 'bfloat16'); mixed dtypes give NumPy's result dtype (result_name). Each product runs on the
+  device in a compute dtype (_COMPUTE), with cast kernels in and out: float16 / bfloat16 in float32
+  (accumulated there, rounded once), bool and 8/16-bit integers in int32 (wrapping as NumPy's; bool
+  as the int32 sum != 0), complex through the real kernels (b's real form built on the device),
+  the others in themselves.
+- Other DLPack exporters (JAX, ...) and __cuda_array_interface__ objects (Numba, ...) on a CUDA GPU
+  are multiplied where they are, in the same dtypes and compute dtypes: operands of another dtype
+  are cast on the stream into portmat memory first (matmul_dlpack, matmul_cai).
 - CuPy arrays and torch tensors on a CUDA GPU are multiplied where they are: their memory goes to
   the kernels by address, the work is queued on the caller's current stream (the stream their
   library would use for ``a @ b``, so no synchronisation is needed and none is done), and the
