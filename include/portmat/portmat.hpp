@@ -31,12 +31,15 @@ struct OutOfDeviceMemory : DeviceError {
 
 // ---- element types ------------------------------------------------------------------------------
 // Every dtype np.matmul multiplies with a loop of its own. Integers wrap around as NumPy's do;
-// boolean is the logical product (OR of ANDs); float16 accumulates in float32.
+// boolean is the logical product (OR of ANDs); float16 and bfloat16 accumulate in float32 and are
+// rounded once to their own type. bf16 is bfloat16 (ml_dtypes.bfloat16, torch.bfloat16): the upper
+// 16 bits of a float32, rounded to nearest even.
 enum class DType {
   f32, f64, f16, c64, c128,  // float32, float64, float16, complex64, complex128
   boolean,
   i8, i16, i32, i64,
   u8, u16, u32, u64,
+  bf16,
 };
 std::size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // NumPy's names: "float32", "complex64", "bool", "uint8", ...
@@ -127,8 +130,11 @@ std::vector<std::int64_t> matmul_shape(const std::vector<std::int64_t>& a,
 // products chain on the device without crossing the link: matmul of DeviceArrays returns a
 // DeviceArray on their device. Copies of a DeviceArray share its memory (released with the last).
 // Every backend: CUDA and OpenCL GPUs, OpenCL CPU devices and the native CPU backend (host memory).
-// dtypes: float32, float64 where the device has it, and the integers whose products the device
-// computes with wrap-around (int32, uint32, int64, uint64).
+// dtypes: every DType (float64 and complex128 where the device has float64). Products run on the
+// device in a compute dtype (float16 / bfloat16 in float32, accumulated there and rounded once;
+// bool and 8/16-bit integers in int32, wrapping as NumPy's, bool as the int32 sum != 0; the others
+// in themselves, complex through the real kernels) with cast kernels between (CUDA, OpenCL; plain
+// C++ on the CPU backend, whose memory is host memory).
 class DeviceArray {
  public:
   DeviceArray() = default;
@@ -138,6 +144,8 @@ class DeviceArray {
   static DeviceArray from_host(const ArrayView& host, const std::string& device);
   // Copies the array into the host array `dst` of the same shape and dtype (any strides).
   void to_host(const ArrayView& dst) const;
+  // A copy of the array cast to `dtype` on its device (this array itself when it already is).
+  DeviceArray astype(DType dtype) const;
 
   bool valid() const { return state_ != nullptr; }
   const std::vector<std::int64_t>& shape() const;
@@ -156,11 +164,20 @@ class DeviceArray {
   std::shared_ptr<State> state_;
 };
 
-// out = a @ b with np.matmul's shapes, on the device that holds all three (one dtype; out has
-// exactly matmul_shape(a.shape(), b.shape()) and shares no memory with a or b). Returns when the
-// product is done: the next call, or a copy to the host, sees it.
+// out = a @ b with np.matmul's shapes, on the device that holds all three (out has exactly
+// matmul_shape(a.shape(), b.shape()) and shares no memory with a or b). out's dtype is the
+// product's: a and b of other dtypes are cast to it on the device first, as NumPy casts operands
+// to np.result_type (the caller picks out's dtype; mixed dtypes are promoted by the caller).
+// Returns when the product is done: the next call, or a copy to the host, sees it.
 void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out);
+// a @ b into a new array of a's dtype; a and b must be of one dtype (else pass out).
 DeviceArray matmul(const DeviceArray& a, const DeviceArray& b);
+
+// dst[i] = src[i] cast from `from` to `to` for i < count, on memory another library owns on a
+// CUDA GPU (device addresses, contiguous), queued on `stream` and not waited for, as
+// matmul_on_stream: how products of dtypes the kernels lack are brought to one they have.
+void cast_on_stream(std::uintptr_t src, DType from, std::uintptr_t dst, DType to, std::int64_t count,
+                    const std::string& device, std::uintptr_t stream);
 
 // out = a @ b on memory another library owns on a CUDA GPU (a CuPy array's, a torch tensor's):
 // the views' `data` are device addresses, strides in elements as for the host overload. The work

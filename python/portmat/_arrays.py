@@ -3,8 +3,17 @@
 - ``portmat.Array`` holds a matrix, vector or stack in one device's memory, on every backend
   (CUDA, OpenCL, the native CPU backend), so that products chain there: ``matmul`` of Arrays
   returns an Array on their device, and nothing crosses the link until ``numpy()``. It is small on
-  purpose (shape, dtype, device, ``@``, copies to and from NumPy, DLPack export on CUDA and CPU
-  devices); it is not a second NumPy.
+  purpose (shape, dtype, device, ``@``, ``astype``, copies to and from NumPy, DLPack export on
+  CUDA and CPU devices); it is not a second NumPy. It holds every dtype np.matmul multiplies
+  (ARRAY_DTYPE_NAMES, bfloat16 included: ml_dtypes.bfloat16 where installed, else its dtype is the
+  string 'bfloat16'); mixed dtypes give NumPy's result dtype (result_name). Each product runs on the
+  device in a compute dtype (_COMPUTE), with cast kernels in and out: float16 / bfloat16 in float32
+  (accumulated there, rounded once), bool and 8/16-bit integers in int32 (wrapping as NumPy's; bool
+  as the int32 sum != 0), complex through the real kernels (b's real form built on the device),
+  the others in themselves.
+- Other DLPack exporters (JAX, ...) and __cuda_array_interface__ objects (Numba, ...) on a CUDA GPU
+  are multiplied where they are, in the same dtypes and compute dtypes: operands of another dtype
+  are cast on the stream into portmat memory first (matmul_dlpack, matmul_cai).
 - CuPy arrays and torch tensors on a CUDA GPU are multiplied where they are: their memory goes to
   the kernels by address, the work is queued on the caller's current stream (the stream their
   library would use for ``a @ b``, so no synchronisation is needed and none is done), and the
@@ -22,10 +31,63 @@ import numpy as _np
 
 from . import _ext
 
-# dtypes a portmat Array may hold (those the kernels multiply on a device: the integers through
-# the wrap-around uint32 / uint64 products).
-ARRAY_DTYPES = frozenset(_np.dtype(t) for t in (
-    _np.float32, _np.float64, _np.int32, _np.int64, _np.uint32, _np.uint64))
+# dtypes a portmat Array may hold, by name: every dtype np.matmul multiplies that portmat computes
+# on a device, and bfloat16 (ml_dtypes.bfloat16 where ml_dtypes is installed; without it, an
+# Array's dtype is the string 'bfloat16'). Each is computed in _COMPUTE's dtype on the device.
+ARRAY_DTYPE_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                     "float32", "float64", "complex64", "complex128", "bfloat16")
+ARRAY_DTYPES = frozenset(_np.dtype(t) for t in ARRAY_DTYPE_NAMES if t != "bfloat16")
+_ITEMSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2, "int32": 4,
+             "uint32": 4, "float32": 4, "int64": 8, "uint64": 8, "float64": 8, "complex64": 8, "complex128": 16}
+# The dtype each result dtype is computed in on a device (the C++ core's compute_dtype): float16 and
+# bfloat16 in float32, bool and the 8/16-bit integers in int32, the others in themselves.
+_COMPUTE = {"float16": "float32", "bfloat16": "float32", "bool": "int32", "int8": "int32", "int16": "int32",
+            "uint8": "int32", "uint16": "int32"}
+
+_ml_bfloat16 = []  # [ml_dtypes' bfloat16 dtype, or None], filled at the first use
+
+
+def bfloat16_dtype():
+    """NumPy's dtype for bfloat16 (ml_dtypes.bfloat16), or None where ml_dtypes is not installed."""
+    if not _ml_bfloat16:
+        try:
+            import ml_dtypes
+            _ml_bfloat16.append(_np.dtype(ml_dtypes.bfloat16))
+        except ImportError:
+            _ml_bfloat16.append(None)
+    return _ml_bfloat16[0]
+
+
+def dtype_name(dtype) -> str:
+    """The name of a dtype-like (a NumPy dtype or type, 'float16', 'bfloat16', ml_dtypes.bfloat16)
+    that a portmat.Array can hold; TypeError for others."""
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return "bfloat16"
+    try:
+        name = _np.dtype(dtype).name
+    except TypeError as e:
+        raise TypeError(f"{dtype!r} is not a dtype: {e}") from None
+    if name not in _ITEMSIZE:
+        raise TypeError(f"portmat arrays hold {', '.join(ARRAY_DTYPE_NAMES)}, not {name}")
+    return name
+
+
+def result_name(x: str, y: str) -> str:
+    """The dtype of x @ y by NumPy's promotion (np.result_type), for dtype names. bfloat16 is not
+    NumPy's: it promotes as float16 does, one step up (with bool, int8, uint8 and itself it stays
+    bfloat16; with float16 and the 16-bit integers float32; with 32/64-bit integers float64; with
+    the wider floating types and complex, theirs), with or without ml_dtypes installed."""
+    if x == y:
+        return x
+    if "bfloat16" not in (x, y):
+        return _np.result_type(_np.dtype(x), _np.dtype(y)).name
+    other = y if x == "bfloat16" else x
+    if other in ("bool", "int8", "uint8"):
+        return "bfloat16"
+    if other == "float16":
+        return "float32"
+    r = _np.result_type(_np.float16, _np.dtype(other)).name
+    return "float32" if r == "float16" else r
 
 
 class Array:
@@ -45,8 +107,14 @@ class Array:
         return self._x.shape
 
     @property
-    def dtype(self) -> _np.dtype:
-        return _np.dtype(self._x.dtype)
+    def dtype(self):
+        """A NumPy dtype; bfloat16 is ml_dtypes.bfloat16's where ml_dtypes is installed, else the
+        string 'bfloat16' (NumPy has no bfloat16 of its own)."""
+        name = self._x.dtype
+        if name == "bfloat16":
+            bf = bfloat16_dtype()
+            return bf if bf is not None else name
+        return _np.dtype(name)
 
     @property
     def device(self) -> _ext.DeviceInfo:
@@ -65,7 +133,7 @@ class Array:
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+        return self.size * _ITEMSIZE[self._x.dtype]
 
     def __len__(self) -> int:
         if not self.ndim:
@@ -73,10 +141,25 @@ class Array:
         return self.shape[0]
 
     def numpy(self) -> _np.ndarray:
-        """A NumPy copy of the array (from the device's memory to the host's)."""
+        """A NumPy copy of the array (from the device's memory to the host's). bfloat16 needs
+        ml_dtypes (else TypeError: use astype('float32') first, on the device)."""
+        if self._x.dtype == "bfloat16":
+            bf = bfloat16_dtype()
+            if bf is None:
+                raise TypeError("portmat.Array.numpy(): NumPy holds bfloat16 only through ml_dtypes, which is not "
+                                "installed; install it, or convert on the device first: x.astype('float32').numpy()")
+            bits = _np.empty(self.shape, _np.uint16)
+            self._x.to_numpy(bits, "bfloat16")
+            return bits.view(bf)
         out = _np.empty(self.shape, self.dtype)
         self._x.to_numpy(out)
         return out
+
+    def astype(self, dtype) -> "Array":
+        """A copy cast to `dtype` on the array's device (a cast kernel: nothing crosses the link;
+        NumPy's casting rules, casting='unsafe'); the array itself when it is of that dtype already."""
+        name = dtype_name(dtype)
+        return self if name == self._x.dtype else Array(self._x.astype(name))
 
     def __array__(self, dtype=None, copy=None):
         if copy is False:
@@ -103,6 +186,9 @@ class Array:
         """CUDA arrays only (version 3; the data are ready: products of Arrays are finished)."""
         if self.device.backend != "cuda":
             raise AttributeError(f"a portmat.Array on {self.device.id} has no __cuda_array_interface__")
+        if self._x.dtype == "bfloat16":
+            raise AttributeError("a bfloat16 portmat.Array has no __cuda_array_interface__ (the protocol has no "
+                                 "bfloat16 typestr); use DLPack (__dlpack__)")
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self._x.address, False), "version": 3,
                 "strides": None, "stream": None}
 
@@ -124,20 +210,28 @@ def asarray(x, device=None, dtype=None) -> Array:
     spec = _device_spec(device)
     if isinstance(x, Array):
         same_device = not spec or _ext.find_device(spec).id == x.device.id
-        if same_device and (dtype is None or _np.dtype(dtype) == x.dtype):
-            return x
-        x = x.numpy()
+        if same_device:
+            return x if dtype is None else x.astype(dtype)  # a cast on the device
+        x = x.numpy() if x._x.dtype != "bfloat16" or bfloat16_dtype() is not None else x.astype("float32").numpy()
     if _foreign_kind(x) is not None:
         raise TypeError(f"portmat.asarray: {type(x).__module__}.{type(x).__name__} is another library's "
                         f"GPU array; portmat.matmul multiplies it where it is, or copy it to the host "
                         f"first (e.g. cupy.asnumpy(x), x.cpu().numpy())")
+    want = None if dtype is None else dtype_name(dtype)
+    if want == "bfloat16" and bfloat16_dtype() is None:
+        # No NumPy bfloat16: the data come as float32, cast (rounded once) on the device.
+        return asarray(x, device, "float32").astype("bfloat16")
     try:
-        host = _np.asarray(x, dtype=dtype)
+        host = _np.asarray(x, dtype=None if want is None else (bfloat16_dtype() if want == "bfloat16" else want))
     except (TypeError, ValueError) as e:
         raise TypeError(f"portmat.asarray: {type(x).__name__} is not an array: {e}") from None
+    bf = bfloat16_dtype()
+    if bf is not None and host.dtype == bf:
+        host = _np.ascontiguousarray(host).view(_np.uint16)
+        return Array(_ext.DeviceArray.from_numpy(host, spec, "bfloat16"))
     if host.dtype not in ARRAY_DTYPES:
-        raise TypeError(f"portmat.asarray: portmat arrays hold float32, float64, int32, int64, uint32 "
-                        f"and uint64, not {host.dtype}; convert with astype() first")
+        raise TypeError(f"portmat.asarray: portmat arrays hold {', '.join(ARRAY_DTYPE_NAMES)}, not "
+                        f"{host.dtype}; convert with astype() first")
     if not host.dtype.isnative:
         host = host.astype(host.dtype.newbyteorder("="))
     if not host.flags.aligned:
@@ -164,36 +258,36 @@ def _matmul_arrays(a, b, out, dtype, device):
         raise ValueError(f"matmul: a is on {a.device.id} and b on {b.device.id}; copy one across first "
                          f"(portmat.asarray(b, device=a.device))")
     _checked_device(a.device.id, device, "the arrays are on")
-    if a.dtype != b.dtype or (dtype is not None and _np.dtype(dtype) != a.dtype):
-        raise TypeError(f"matmul: portmat arrays are not converted on the device: a is {a.dtype}, b is "
-                        f"{b.dtype}" + ("" if dtype is None else f", dtype={_np.dtype(dtype)}") +
-                        "; make them one dtype with portmat.asarray(x, dtype=...)")
+    # NumPy's result dtype (or dtype=): the C++ core casts each operand to its compute dtype on the
+    # device, multiplies there and rounds once into the result.
+    rname = result_name(a._x.dtype, b._x.dtype) if dtype is None else dtype_name(dtype)
+    shape = tuple(_ext.matmul_shape(a.shape, b.shape))
     if out is not None:
         if not isinstance(out, Array):
             raise TypeError(f"matmul: out must be a portmat.Array when the operands are, not {_describe(out)}")
         if out.device.id != a.device.id:
             raise ValueError(f"matmul: out is on {out.device.id}, the operands on {a.device.id}")
-        if out.dtype != a.dtype:
-            raise TypeError(f"matmul: out is {out.dtype}, the product {a.dtype}")
-        shape = tuple(_ext.matmul_shape(a.shape, b.shape))
+        if out._x.dtype != rname:
+            raise TypeError(f"matmul: out is {out._x.dtype}, the product {rname}")
         if out.shape != shape:
             raise ValueError(f"matmul: out has shape {out.shape}, expected {shape} for a of shape {a.shape} "
                              f"and b of shape {b.shape}")
         if out._x.address and out._x.address in (a._x.address, b._x.address) or out is a or out is b:
             # The one way an Array overlaps another: it is the same memory.
-            tmp = Array(_ext.matmul_device_arrays(a._x, b._x))
+            tmp = Array(_ext.DeviceArray.empty(a.device.id, rname, list(shape)))
+            _ext.matmul_device_arrays(a._x, b._x, tmp._x)
             return _copy_into(out, tmp)
         _ext.matmul_device_arrays(a._x, b._x, out._x)
         return out
-    return Array(_ext.matmul_device_arrays(a._x, b._x))
+    r = _ext.DeviceArray.empty(a.device.id, rname, list(shape))
+    _ext.matmul_device_arrays(a._x, b._x, r)
+    return Array(r)
 
 
 def _copy_into(out: Array, src: Array) -> Array:
-    # out and a (or b) are the same memory: the product went to src; one more product would be as
-    # dear as the round trip, so the copy goes through the host (rare: x = x @ y with out=x).
-    host = src.numpy()
-    fresh = _ext.DeviceArray.from_numpy(host, out.device.id)
-    out._x = fresh
+    # out and a (or b) are the same memory: the product went to src, which out now holds
+    # (rare: x = x @ y with out=x); its old memory goes once the caller's other names let go.
+    out._x = src._x
     return out
 
 
@@ -324,6 +418,8 @@ def _cai_operand(x, name):
     if cai.get("mask") is not None:
         raise TypeError(f"matmul: {name} is a masked array (__cuda_array_interface__ mask); portmat does not take masks")
     dt = _np.dtype(cai["typestr"])
+    if not dt.isnative and dt.itemsize > 1:
+        raise TypeError(f"matmul: {name}'s elements are of non-native byte order ({cai['typestr']})")
     shape = tuple(int(d) for d in cai["shape"])
     ptr = int(cai["data"][0])
     if cai.get("strides") is None:
@@ -356,8 +452,10 @@ def matmul_dlpack(a, b, out, dtype, device):
     (``__dlpack__(stream=1)``: the producer makes it wait for its own work), the product runs
     there, and waits for it on that stream only; the result is portmat's own memory, handed to the
     operand's library through DLPack (``a.__array_namespace__().from_dlpack``) where it has one,
-    else returned as a portmat.Array. float32, float64 and the 32/64-bit integers, one dtype;
-    views must be row- or column-major (make them contiguous with their library first)."""
+    else returned as a portmat.Array. Every dtype of ARRAY_DTYPE_NAMES, mixed ones promoted as NumPy
+    does (result_name); operands of a dtype other than the compute dtype are cast on the stream
+    first (_matmul_addresses). Views must be row- or column-major (make them contiguous with their
+    library first); a complex a must be row-major."""
     ia, ib = dlpack_cuda_index(a), dlpack_cuda_index(b)
     if ia is None or ib is None:
         raise TypeError(f"matmul: a is {_describe(a)} and b is {_describe(b)}; both operands must be "
@@ -382,7 +480,8 @@ def matmul_cai(a, b, out, dtype, device):
     multiplied where they are: on the stream the producer names (version 3), waited for there;
     the result is a portmat.Array on that GPU (which itself offers __cuda_array_interface__, so
     ``numba.cuda.as_cuda_array(c)`` and the like take it without a copy). Same dtypes and
-    layouts as matmul_dlpack."""
+    layouts as matmul_dlpack (bfloat16 has no __cuda_array_interface__ typestr, so it comes only
+    through DLPack)."""
     if not (has_cuda_array_interface(a) and has_cuda_array_interface(b)):
         raise TypeError(f"matmul: a is {_describe(a)} and b is {_describe(b)}; both operands must be "
                         f"arrays of one GPU library on one device (copy the other across first)")
@@ -434,27 +533,50 @@ def _matmul_addresses(kind, oa, ob, out, dtype, dev, stream):
     CUDA device dev, queued on `stream` and waited for there; into out (a portmat.Array) or a new
     Array."""
     (pa, sha, sta, dta), (pb, shb, stb, dtb) = oa, ob
-    if dta != dtb or (dtype is not None and _np.dtype(dtype).name != dta):
-        raise TypeError(f"matmul: a is {dta} and b {dtb}" + ("" if dtype is None else f", dtype={_np.dtype(dtype)}") +
-                        f"; {kind} operands must be of one dtype (convert them with their library)")
-    if _np.dtype(dta) not in ARRAY_DTYPES:
-        raise TypeError(f"matmul: portmat multiplies {kind} arrays of float32, float64 and 32/64-bit "
-                        f"integers in place, not {dta}; convert them with their library (or pass CuPy / torch "
-                        f"arrays, which take every dtype)")
+    for name, dt in (("a", dta), ("b", dtb)):
+        if dt not in _ITEMSIZE:
+            raise TypeError(f"matmul: portmat has no product of {kind} arrays of {dt} ({name})")
+    rname = result_name(dta, dtb) if dtype is None else dtype_name(dtype)
+    cname = _COMPUTE.get(rname, rname)
     for name, shp, st in (("a", sha, sta), ("b", shb, stb)):
         if not _dense_matrices(shp, st):
             raise TypeError(f"matmul: {name}'s matrices are neither row- nor column-major (strides {st}); make "
                             f"it contiguous with its library first")
     shape = tuple(_ext.matmul_shape(sha, shb))
     if out is not None:
-        if not isinstance(out, Array) or out.device.id != dev or out.dtype != _np.dtype(dta) or out.shape != shape:
+        if (not isinstance(out, Array) or out.device.id != dev or out._x.dtype != rname or out.shape != shape):
             raise TypeError(f"matmul: out for {kind} operands must be a portmat.Array on {dev} of "
-                            f"dtype {dta} and shape {shape}, not {_describe(out)}")
+                            f"dtype {rname} and shape {shape}, not {_describe(out)}")
         r = out
     else:
-        r = Array(_ext.DeviceArray.empty(dev, dta, list(shape)))
+        r = Array(_ext.DeviceArray.empty(dev, rname, list(shape)))
     if r.size:
-        _ext.matmul_on_stream(dta, pa, sha, sta, pb, shb, stb, r._x.address, shape, _c_strides(shape), dev, stream)
+        keep = []  # temporaries: alive until the stream has passed them (the synchronize below)
+
+        def in_compute(p, shp, st, dt):
+            # An operand of another dtype, cast on the stream into device memory of the compute
+            # dtype: every element its strides reach (the span from the first to the last), so
+            # that the same strides address the copy.
+            if dt == cname or 0 in shp:  # an empty operand (K = 0) is not read
+                return p
+            span = 1 + sum((d - 1) * s for d, s in zip(shp, st))
+            tmp = _ext.DeviceArray.empty(dev, cname, [span])
+            keep.append(tmp)
+            _ext.cast_on_stream(dev, p, dt, tmp.address, cname, span, stream)
+            return tmp.address
+
+        pa, pb = in_compute(pa, sha, sta, dta), in_compute(pb, shb, stb, dtb)
+        c = r._x if cname == rname else _ext.DeviceArray.empty(dev, cname, list(shape))
+        ws = 0
+        nbytes = _ext.workspace_bytes(cname, tuple(shb)) if cname.startswith("complex") else 0
+        if nbytes:
+            w = _ext.DeviceArray.empty(dev, "uint8", [nbytes])
+            keep.append(w)
+            ws = w.address
+        _ext.matmul_on_stream(cname, pa, sha, sta, pb, shb, stb, c.address, shape, _c_strides(shape), dev, stream, ws)
+        if c is not r._x:
+            keep.append(c)
+            _ext.cast_on_stream(dev, c.address, cname, r._x.address, rname, r.size, stream)
         _ext.stream_synchronize(dev, stream)  # that stream only: the Array's product is then finished
     return r
 

@@ -89,7 +89,8 @@ class Device {
   }
 
   // c[i] = a[i] @ b[i] on device-resident stacks, as gemm_batch_repeated once but untimed, and in
-  // every dtype computes() names: portmat's device arrays (device_arrays.cpp). Returns when done.
+  // every dtype computes() names, and complex64 / complex128 (a and c row-major; complex128 where
+  // the device has float64): portmat's device arrays (device_arrays.cpp). Returns when done.
   virtual void gemm_batch(const DeviceMatrix& a, std::int64_t a_step, const DeviceMatrix& b, std::int64_t b_step,
                           const DeviceMatrix& c, std::int64_t c_step, std::int64_t count) {
     gemm_batch_repeated(a, a_step, b, b_step, c, c_step, count, 1);
@@ -104,6 +105,24 @@ class Device {
                               std::int64_t /*b_step*/, const AddressMatrix& /*c*/, std::int64_t /*c_step*/,
                               std::int64_t /*count*/, std::uintptr_t /*stream*/, std::uintptr_t /*workspace*/) {
     throw DeviceError("matmul: " + info().id() + " (" + info().name + ") does not take other libraries' device "
+                      "arrays; only CUDA devices do");
+  }
+
+  // dst = src cast element by element from `from` to `to` (core/casts.hpp has the rules), for
+  // `count` elements from the buffers' starts, on the device and waited for: portmat's device
+  // arrays change dtype with it (mixed-dtype products, float16 / bfloat16 / bool / 8- and 16-bit
+  // integers computed in a wider type). Every backend implements it: CUDA and OpenCL with their
+  // cast kernels, the CPU backend with the host loop.
+  virtual void cast(const Buffer& /*src*/, DType from, const Buffer& /*dst*/, DType to, std::int64_t /*count*/) {
+    throw DeviceError(std::string("cast from ") + dtype_name(from) + " to " + dtype_name(to) +
+                      " is not implemented on " + info().id());
+  }
+
+  // The same on memory another library owns (device addresses), queued on its `stream` (a
+  // CUstream) and not waited for, as gemm_on_stream. CUDA only.
+  virtual void cast_on_stream(std::uintptr_t /*src*/, DType /*from*/, std::uintptr_t /*dst*/, DType /*to*/,
+                              std::int64_t /*count*/, std::uintptr_t /*stream*/) {
+    throw DeviceError("cast: " + info().id() + " (" + info().name + ") does not take other libraries' device "
                       "arrays; only CUDA devices do");
   }
 

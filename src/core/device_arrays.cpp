@@ -17,6 +17,7 @@
 
 #include "core/backend.hpp"
 #include "core/batch.hpp"
+#include "core/casts.hpp"
 #include "core/layout.hpp"
 #include "core/process.hpp"
 
@@ -48,14 +49,19 @@ DType computed_as(DType t) {
   }
 }
 
+bool is_complex(DType t) { return t == DType::c64 || t == DType::c128; }
+
+// Every dtype is held where the device computes the dtype its products run in (casts.hpp,
+// compute_dtype): float64 and complex128 need a device with float64; the integers need integer
+// kernels (every backend has them).
 void check_array_dtype(core::Device& dev, DType t) {
-  const DType c = computed_as(t);
-  const bool kernel = (c == DType::f32 || c == DType::f64 || c == DType::u32 || c == DType::u64) && dev.computes(c);
-  if (!kernel)
+  const DType c = computed_as(core::compute_dtype(t));
+  const DType real = c == DType::c64 ? DType::f32 : c == DType::c128 ? DType::f64 : c;
+  if (!dev.computes(real))
     throw std::invalid_argument(std::string("portmat arrays on ") + dev.info().id() + " (" + dev.info().name +
-                                ") hold float32" + (dev.computes(DType::f64) ? ", float64" : "") +
-                                (dev.computes(DType::u32) ? ", int32, uint32, int64 and uint64" : "") + ", not " +
-                                dtype_name(t) + "; convert with astype() first");
+                                ") cannot hold " + dtype_name(t) + ": the device has no " + dtype_name(real) +
+                                " products" + (real == DType::f64 ? " (no float64 support)" : "") +
+                                "; convert with astype() first");
 }
 
 // Elements of an array of this shape; throws std::invalid_argument for a negative dimension, and
@@ -134,6 +140,10 @@ core::DenseMatrix<Storage> dense(const MatrixView& v, Storage storage, DType as)
   const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(m->data);
   core::DenseMatrix<Storage> d;
   d.rows = m->rows, d.cols = m->cols, d.ld = m->ld, d.col_major = m->col_major, d.dtype = as;
+  if (is_complex(as) && m->col_major) {  // a C-contiguous matrix read row-major: what complex kernels take
+    d.col_major = false;
+    d.ld = m->rows > 1 ? v.row_stride : std::max<std::int64_t>(m->cols, 1);
+  }
   if constexpr (std::is_pointer_v<Storage>) {  // a buffer, and the byte offset `data` holds
     d.data = storage, d.offset = at / dtype_size(v.dtype);
   } else {  // the address itself
@@ -220,6 +230,47 @@ std::uintptr_t DeviceArray::address() const {
   return state_ ? state_->device->address_of(*state_->buffer) : 0;
 }
 
+DeviceArray DeviceArray::astype(DType t) const {
+  if (!state_) throw std::invalid_argument("portmat array: empty handle");
+  if (t == state_->dtype) return *this;
+  DeviceArray y = empty(state_->device->info().id(), t, state_->shape);
+  if (state_->size)
+    core::with_enough_stack([&] {
+      auto dev = core::open_device(state_->device->info().id());  // raises in a forked child
+      dev->cast(*state_->buffer, state_->dtype, *y.state_->buffer, t, state_->size);
+    });
+  return y;
+}
+
+namespace {
+
+// out = a @ b, all three of one dtype that the device computes (computed_as / complex).
+void multiply_same(core::Device& dev, const DeviceArray& a, const DeviceArray& b, const DeviceArray& out) {
+  const DType as = computed_as(a.dtype());
+  const core::Buffer* ab = a.state()->buffer.get();
+  const core::Buffer* bb = b.state()->buffer.get();
+  const core::Buffer* cb = out.state()->buffer.get();
+  bool zeroed = false;
+  core::for_each_batch(offset_view(a), offset_view(b), offset_view(out), [&](const core::Batch& p0) {
+    const core::Batch p = is_complex(as) ? p0 : merged(p0);
+    if (p.a.cols == 0) {  // the empty sum: zeros, all of out at once (it is contiguous)
+      if (std::exchange(zeroed, true)) return;
+      const std::size_t es = dtype_size(p.c.dtype);
+      const std::vector<unsigned char> zeros(static_cast<std::size_t>(out.size()) * es, 0);
+      dev.upload(*out.state()->buffer, zeros.data(), zeros.size());
+      return;
+    }
+    dev.gemm_batch(dense<const core::Buffer*>(p.a, ab, as), p.a_step, dense<const core::Buffer*>(p.b, bb, as),
+                   p.b_step, dense<const core::Buffer*>(p.c, cb, as), p.c_step, p.count);
+  });
+}
+
+ArrayView host_view_of(const DeviceArray& x) {
+  return ArrayView{reinterpret_cast<void*>(x.address()), x.dtype(), x.shape(), contiguous_strides(x.shape())};
+}
+
+}  // namespace
+
 void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out) {
   for (auto [x, name] : {std::pair{&a, "a"}, {&b, "b"}, {&out, "out"}})
     if (!x->valid()) throw std::invalid_argument(std::string("matmul: ") + name + " is an empty DeviceArray handle");
@@ -230,35 +281,46 @@ void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out) 
   if (out.state() == a.state() || out.state() == b.state())
     throw std::invalid_argument(std::string("matmul: out is the same array as ") + (out.state() == a.state() ? "a" : "b") +
                                 "; the product needs memory of its own");
+  const std::vector<std::int64_t> shape = matmul_shape(a.shape(), b.shape());
+  if (out.shape() != shape)
+    throw std::invalid_argument("matmul: out has shape " + ArrayView{nullptr, out.dtype(), out.shape(), {}}.shape_str() +
+                                ", expected " + ArrayView{nullptr, out.dtype(), shape, {}}.shape_str());
   core::with_enough_stack([&] {
     auto dev = core::open_device(id);  // raises in a child forked after the driver started
-    const DType as = computed_as(a.dtype());
-    check_array_dtype(*dev, a.dtype());
-    const core::Buffer* ab = a.state()->buffer.get();
-    const core::Buffer* bb = b.state()->buffer.get();
-    const core::Buffer* cb = out.state()->buffer.get();
-    bool zeroed = false;
-    core::for_each_batch(offset_view(a), offset_view(b), offset_view(out), [&](const core::Batch& p0) {
-      const core::Batch p = merged(p0);
-      if (p.a.cols == 0) {  // the empty sum: zeros, all of out at once (it is contiguous)
-        if (std::exchange(zeroed, true)) return;
-        const std::size_t es = dtype_size(p.c.dtype);
-        const std::vector<unsigned char> zeros(static_cast<std::size_t>(out.size()) * es, 0);
-        dev->upload(*out.state()->buffer, zeros.data(), zeros.size());
-        return;
-      }
-      dev->gemm_batch(dense<const core::Buffer*>(p.a, ab, as), p.a_step,
-                      dense<const core::Buffer*>(p.b, bb, as), p.b_step,
-                      dense<const core::Buffer*>(p.c, cb, as), p.c_step, p.count);
-    });
+    const DType r = out.dtype(), c = core::compute_dtype(r);
+    check_array_dtype(*dev, r);
+    if (dev->info().backend == "cpu") {
+      // Host memory: the host path, which brings every dtype to one the CPU kernels compute in
+      // plain C++ (dtypes.cpp); operands of another dtype are cast to out's first (casts.cpp).
+      const DeviceArray ar = a.astype(r), br = b.astype(r);
+      if (out.size()) portmat::matmul(host_view_of(ar), host_view_of(br), host_view_of(out), id);
+      return;
+    }
+    // A device: the operands cast to the compute dtype there, the product in it, then one cast
+    // (float32 -> float16 / bfloat16: one rounding; int32 -> narrow integers: the low bits;
+    // int32 -> bool: != 0) into out.
+    const DeviceArray ac = a.astype(c), bc = b.astype(c);
+    const DeviceArray oc = r == c ? out : DeviceArray::empty(id, c, shape);
+    multiply_same(*dev, ac, bc, oc);
+    if (r != c && out.size()) dev->cast(*oc.state()->buffer, c, *out.state()->buffer, r, out.size());
   });
 }
 
 DeviceArray matmul(const DeviceArray& a, const DeviceArray& b) {
   if (!a.valid() || !b.valid()) throw std::invalid_argument("matmul: an operand is an empty DeviceArray handle");
+  if (a.dtype() != b.dtype())
+    throw std::invalid_argument(std::string("matmul: a is ") + dtype_name(a.dtype()) + " and b " + dtype_name(b.dtype()) +
+                                "; pass out of the result's dtype (NumPy's np.result_type) to multiply mixed dtypes");
   DeviceArray out = DeviceArray::empty(a.device().id(), a.dtype(), matmul_shape(a.shape(), b.shape()));
   matmul(a, b, out);
   return out;
+}
+
+void cast_on_stream(std::uintptr_t src, DType from, std::uintptr_t dst, DType to, std::int64_t count,
+                    const std::string& device, std::uintptr_t stream) {
+  if (count < 0) throw std::invalid_argument("cast_on_stream: negative count");
+  if (count == 0) return;
+  core::with_enough_stack([&] { core::open_device(device)->cast_on_stream(src, from, dst, to, count, stream); });
 }
 
 std::size_t workspace_bytes(const ArrayView& /*a*/, const ArrayView& b) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/batch.hpp"
+#include "core/casts.hpp"
 
 namespace portmat {
 
@@ -33,7 +34,7 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::c64, "complex64", 8}, {DType::c128, "complex128", 16}, {DType::boolean, "bool", 1},
     {DType::i8, "int8", 1},       {DType::i16, "int16", 2},        {DType::i32, "int32", 4},
     {DType::i64, "int64", 8},     {DType::u8, "uint8", 1},         {DType::u16, "uint16", 2},
-    {DType::u32, "uint32", 4},    {DType::u64, "uint64", 8},
+    {DType::u32, "uint32", 4},    {DType::u64, "uint64", 8},      {DType::bf16, "bfloat16", 2},
 };
 const DTypeInfo& info(DType t) {
   for (const auto& d : kDTypes)
@@ -53,8 +54,6 @@ DType dtype_from_name(const std::string& name) {
 }  // namespace portmat
 
 namespace portmat::core {
-
-namespace {
 
 // ---- float16, IEEE binary16, in software (round to nearest even) -----------------------------
 float half_to_float(std::uint16_t h) {
@@ -99,7 +98,26 @@ std::uint16_t float_to_half(float x) {
   return static_cast<std::uint16_t>(h);
 }
 
-// Calls f(T{}) with the C++ type that stores dtype t (float16 as its bits, boolean as a byte).
+// ---- bfloat16: the upper half of a float32, rounded to nearest even; NaN stays a (quiet) NaN ----
+float bfloat_to_float(std::uint16_t h) {
+  const std::uint32_t f = std::uint32_t(h) << 16;
+  float x;
+  std::memcpy(&x, &f, 4);
+  return x;
+}
+
+std::uint16_t float_to_bfloat(float x) {
+  std::uint32_t f;
+  std::memcpy(&f, &x, 4);
+  if ((f & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((f >> 16) | 0x40u);
+  f += 0x7fffu + ((f >> 16) & 1u);
+  return static_cast<std::uint16_t>(f >> 16);
+}
+
+namespace {
+
+// Calls f(T{}) with the C++ type that stores dtype t (float16 and bfloat16 as their bits, boolean
+// as a byte).
 template <class F>
 void with_type(DType t, F&& f) {
   switch (t) {
@@ -117,6 +135,7 @@ void with_type(DType t, F&& f) {
     case DType::u16: return f(std::uint16_t{});
     case DType::u32: return f(std::uint32_t{});
     case DType::u64: return f(std::uint64_t{});
+    case DType::bf16: return f(std::uint16_t{});
   }
 }
 
@@ -128,10 +147,10 @@ To convert(From x, DType from, DType to) {
     return x;
   } else if constexpr (std::is_same_v<From, std::uint16_t> && std::is_same_v<To, float>) {
     (void)to;
-    return from == DType::f16 ? half_to_float(x) : static_cast<float>(x);
+    return from == DType::f16 ? half_to_float(x) : from == DType::bf16 ? bfloat_to_float(x) : static_cast<float>(x);
   } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, std::uint16_t>) {
     (void)from;
-    return to == DType::f16 ? float_to_half(x) : static_cast<std::uint16_t>(x);
+    return to == DType::f16 ? float_to_half(x) : to == DType::bf16 ? float_to_bfloat(x) : static_cast<std::uint16_t>(x);
   } else if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) {
     (void)from;
     if (to == DType::boolean) return static_cast<To>(x != 0);
@@ -219,7 +238,8 @@ void in_parallel(std::int64_t count, std::int64_t elems_per_item, F&& f) {
 }  // namespace
 
 bool is_integer(DType t) {
-  return t != DType::f32 && t != DType::f64 && t != DType::f16 && t != DType::c64 && t != DType::c128;
+  return t != DType::f32 && t != DType::f64 && t != DType::f16 && t != DType::bf16 && t != DType::c64 &&
+         t != DType::c128;
 }
 bool is_signed(DType t) { return t == DType::i8 || t == DType::i16 || t == DType::i32 || t == DType::i64; }
 

@@ -135,6 +135,7 @@ void route(core::Device& dev, const core::Batch& p, const std::string& device) {
                           ") does not support " + dtype_name(t));
       return multiply_computed(dev, p);
     case DType::f16:  // accumulates in float32, as NumPy's float16 loop does
+    case DType::bf16:  // the same (ml_dtypes' bfloat16 matmul accumulates in float32 too)
       return through(dev, p, DType::f32, device);
     case DType::c64:
     case DType::c128: {

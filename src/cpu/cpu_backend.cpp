@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/casts.hpp"
 #include "core/host_block_pool.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernel_table.hpp"
@@ -178,6 +179,11 @@ class CpuDevice final : public core::Device {
 
   bool computes(DType t) const override {
     return t == DType::f32 || t == DType::f64 || t == DType::u32 || t == DType::u64;
+  }
+
+  // Device arrays here are host memory: a cast is the host loop (core/casts.cpp).
+  void cast(const core::Buffer& src, DType from, const core::Buffer& dst, DType to, std::int64_t count) override {
+    core::cast_elements(host_of(&src), from, const_cast<void*>(host_of(&dst)), to, count);
   }
 
   void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,

@@ -247,6 +247,10 @@ class CudaDevice final : public core::Device {
   void gemm_batch(const core::DeviceMatrix& a, std::int64_t a_step, const core::DeviceMatrix& b,
                   std::int64_t b_step, const core::DeviceMatrix& c, std::int64_t c_step,
                   std::int64_t count) override {
+    if (a.dtype == DType::c64 || a.dtype == DType::c128) {  // B'' then one real product, waited for
+      gemm_batch_repeated(a, a_step, b, b_step, c, c_step, count, 1);
+      return;
+    }
     if (!computes(a.dtype))
       throw DeviceError(std::string("device-resident ") + dtype_name(a.dtype) + " products are not implemented on " + where_);
     std::lock_guard<std::mutex> lock(mu_);
@@ -296,6 +300,21 @@ class CudaDevice final : public core::Device {
     const core::DeviceMatrix br{nullptr, 0, 2 * K, 2 * N, 2 * N, false, real};
     launch_batch(s, a.data, ar, 2 * a_step, workspace, br, b_step == 0 ? 0 : 4 * K * N, c.data, 2 * c.ld, 2 * c_step,
                  M, 2 * N, 2 * K, count, true);
+  }
+
+  // Casts (kernels/casts.cuh): queued on the caller's stream; device arrays' on the first kernel
+  // stream, waited for.
+  void cast_on_stream(std::uintptr_t src, DType from, std::uintptr_t dst, DType to, std::int64_t count,
+                      std::uintptr_t stream) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    launch_cast(reinterpret_cast<CUstream>(stream), src, from, dst, to, count);
+  }
+  void cast(const core::Buffer& src, DType from, const core::Buffer& dst, DType to, std::int64_t count) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    launch_cast(kstream_[0], ptr_of(&src), from, ptr_of(&dst), to, count);
+    cu_check(cu_.StreamSynchronize(kstream_[0]), "cast of a device array (cuStreamSynchronize)", where_);
   }
 
   std::uintptr_t address_of(const core::Buffer& b) const override { return ptr_of(&b); }
@@ -841,6 +860,18 @@ class CudaDevice final : public core::Device {
 
   // B'' (real, row-major 2K x 2N) of each of `count` complex (K x N) matrices of b, step elements
   // apart, into out (gemm_batched.cuh, complex_b_body).
+  void launch_cast(CUstream stream, std::uintptr_t src, DType from, std::uintptr_t dst, DType to, std::int64_t count) {
+    if (count <= 0) return;
+    CUfunction f = named_function("cast_elements");
+    CastArgs args{};
+    args.src = reinterpret_cast<const void*>(src), args.dst = reinterpret_cast<void*>(dst);
+    args.count = count, args.from = static_cast<int>(from), args.to = static_cast<int>(to);
+    const std::int64_t blocks = std::min<std::int64_t>((count + 255) / 256, 65535);
+    void* params[] = {&args};
+    cu_check(cu_.LaunchKernel(f, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0, stream, params, nullptr),
+             "cuLaunchKernel(cast_elements)", where_ + " from " + dtype_name(from) + " to " + dtype_name(to));
+  }
+
   void complex_b(CUstream stream, CUdeviceptr b, const core::DeviceMatrix& bm, std::int64_t step,
                  std::int64_t count, CUdeviceptr out) {
     const bool f64 = bm.dtype == DType::c128;

@@ -5,7 +5,7 @@ find_path(OPENCL_HEADERS_DIR CL/cl.h REQUIRED
   DOC "Khronos OpenCL headers (Debian: opencl-c-headers)")
 # Each kernel file becomes a C++ file defining portmat::kernels::<name>_cl (cmake/Embed.cmake).
 set(embedded_kernels)
-foreach(kernel gemm gemm_direct)
+foreach(kernel gemm gemm_direct casts)
   set(kernel_cl ${CMAKE_CURRENT_LIST_DIR}/kernels/${kernel}.cl)
   set(kernel_cl_cpp ${CMAKE_CURRENT_BINARY_DIR}/embedded/${kernel}_cl.cpp)
   add_custom_command(OUTPUT ${kernel_cl_cpp}

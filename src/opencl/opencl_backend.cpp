@@ -27,6 +27,7 @@
 namespace portmat::kernels {
 extern const char gemm_cl[];         // kernels/gemm.cl, embedded by CMake (cmake/Embed.cmake)
 extern const char gemm_direct_cl[];  // kernels/gemm_direct.cl (CPU runtimes that vectorize work-items)
+extern const char casts_cl[];        // kernels/casts.cl: dtype casts and complex b's real form
 }
 
 namespace portmat::opencl {
@@ -238,13 +239,58 @@ class OpenClDevice final : public core::Device {
   }
 
   // portmat's device arrays: a stack as one launch, waited for, in every dtype computes() names.
+  // Complex: b's real form B'' built on the device (casts.cl, complex_b_*), then one real product
+  // of a's and c's interleaved parts (a and c row-major), as the host path does (core/batch.hpp).
   void gemm_batch(const core::DeviceMatrix& a, std::int64_t a_step, const core::DeviceMatrix& b, std::int64_t b_step,
                   const core::DeviceMatrix& c, std::int64_t c_step, std::int64_t count) override {
-    if (!computes(a.dtype))
+    const bool complex = a.dtype == DType::c64 || a.dtype == DType::c128;
+    const DType real = a.dtype == DType::c64 ? DType::f32 : a.dtype == DType::c128 ? DType::f64 : a.dtype;
+    if (!computes(real))
       throw DeviceError(std::string("device-resident ") + dtype_name(a.dtype) + " products are not implemented on " + where_);
+    if (complex && (a.col_major || b.col_major || c.col_major))
+      throw std::invalid_argument("OpenCL complex gemm: a, b and c must be row-major");
     std::lock_guard<std::mutex> lock(mu_);
     ready();
-    wait(enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c, true, count, a_step, b_step, c_step));
+    if (!complex) {
+      wait(enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c, true, count, a_step, b_step, c_step));
+      return;
+    }
+    const std::int64_t M = a.rows, K = a.cols, N = b.cols, b_count = b_step == 0 ? 1 : count;
+    const std::size_t rs = dtype_size(real);
+    Lease bpp = lease(static_cast<std::size_t>(b_count * 4 * K * N) * rs);
+    cl_kernel kb = casts_kernel(real == DType::f32 ? "complex_b_f32" : "complex_b_f64");
+    const cl_mem bm = mem_of(b.data), om = bpp->mem();
+    const cl_long b_off = static_cast<cl_long>(b.offset), ldb = b.ld, bst = b_step, k64 = K, n64 = N;
+    const void* args[] = {&bm, &b_off, &ldb, &bst, &om, &k64, &n64};
+    const std::size_t sizes[] = {sizeof bm, sizeof b_off, sizeof ldb, sizeof bst, sizeof om, sizeof k64, sizeof n64};
+    for (cl_uint i = 0; i < 7; ++i) cl_check(cl_.SetKernelArg(kb, i, sizes[i], args[i]), "clSetKernelArg(complex_b)", where_);
+    const std::size_t global[3] = {static_cast<std::size_t>(N), static_cast<std::size_t>(K),
+                                   static_cast<std::size_t>(b_count)};
+    cl_check(cl_.EnqueueNDRangeKernel(queue_, kb, 3, nullptr, global, nullptr, 0, nullptr, nullptr),
+             "clEnqueueNDRangeKernel(complex_b)", where_);
+    const core::DeviceMatrix ar{a.data, 2 * a.offset, M, 2 * K, 2 * a.ld, false, real};
+    const core::DeviceMatrix br{bpp.get(), 0, 2 * K, 2 * N, 2 * N, false, real};
+    const core::DeviceMatrix cr{c.data, 2 * c.offset, M, 2 * N, 2 * c.ld, false, real};
+    wait(enqueue_gemm(mem_of(a.data), ar, bpp->mem(), br, mem_of(c.data), cr, true, count, 2 * a_step,
+                      b_step == 0 ? 0 : 4 * K * N, 2 * c_step));
+  }
+
+  // Device arrays change dtype here: one work-item per element (casts.cl), waited for.
+  void cast(const core::Buffer& src, DType from, const core::Buffer& dst, DType to, std::int64_t count) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    cl_kernel k = casts_kernel("cast_elements");
+    const cl_mem sm = mem_of(&src), dm = mem_of(&dst);
+    const cl_int f = static_cast<cl_int>(from), t = static_cast<cl_int>(to);
+    const cl_long n = count;
+    const void* args[] = {&sm, &f, &dm, &t, &n};
+    const std::size_t sizes[] = {sizeof sm, sizeof f, sizeof dm, sizeof t, sizeof n};
+    for (cl_uint i = 0; i < 5; ++i) cl_check(cl_.SetKernelArg(k, i, sizes[i], args[i]), "clSetKernelArg(cast)", where_);
+    const std::size_t local = 64, global = static_cast<std::size_t>((count + 63) / 64) * 64;
+    cl_event ev = nullptr;
+    cl_check(cl_.EnqueueNDRangeKernel(queue_, k, 1, nullptr, &global, &local, 0, nullptr, &ev),
+             "clEnqueueNDRangeKernel(cast)", where_ + " from " + dtype_name(from) + " to " + dtype_name(to));
+    wait(ev);
   }
 
   // Device-resident stacks: one launch per stack, the kernels' own (profiled) times summed.
@@ -333,6 +379,19 @@ class OpenClDevice final : public core::Device {
     cl_.ReleaseProgram(prog);  // the kernel keeps it alive
     cl_check(err, "clCreateKernel(gemm)", where_);
     kernels_.emplace(options, k);
+    return k;
+  }
+
+  // A kernel of casts.cl (the program built once per device, on a big stack as the gemm programs are).
+  cl_kernel casts_kernel(const char* name) {
+    auto it = kernels_.find(std::string("casts:") + name);
+    if (it != kernels_.end()) return it->second;
+    if (!casts_program_)
+      casts_program_ = core::on_big_stack([&] { return build_program(cl_, context_, dev_, where_, kernels::casts_cl, ""); });
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = cl_.CreateKernel(casts_program_, name, &err);
+    cl_check(err, (std::string("clCreateKernel(") + name + ")").c_str(), where_);
+    kernels_.emplace(std::string("casts:") + name, k);
     return k;
   }
 
@@ -514,7 +573,8 @@ class OpenClDevice final : public core::Device {
   std::mutex mu_;  // one command stream per device: guards everything below
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
-  std::map<std::string, cl_kernel> kernels_;  // by build options
+  std::map<std::string, cl_kernel> kernels_;  // by build options ("casts:<name>": casts.cl's)
+  cl_program casts_program_ = nullptr;        // casts.cl, built at the first cast (lives with the device)
   core::BufferPool<ClBuffer> pool_;  // keeps at most a quarter of the device (constructor)
 };
 

@@ -43,6 +43,7 @@ portmat::DType dtype_of(const Array& a, const char* name) {
   if (t.lanes == 1) {
     if (code == Code::Bool && t.bits == 8) return portmat::DType::boolean;
     if (code == Code::Float && t.bits == 16) return portmat::DType::f16;
+    if (code == Code::Bfloat && t.bits == 16) return portmat::DType::bf16;
     if (code == Code::Float && t.bits == 32) return portmat::DType::f32;
     if (code == Code::Float && t.bits == 64) return portmat::DType::f64;
     if (code == Code::Complex && t.bits == 64) return portmat::DType::c64;
@@ -77,6 +78,16 @@ portmat::DType parse_dtype(const std::string& s) {
   } catch (const std::invalid_argument& e) {
     throw nb::value_error(e.what());
   }
+}
+
+// `name`, for an array whose elements are `have` (the same size): bfloat16 travels through NumPy
+// as uint16 bits (NumPy has no bfloat16 of its own; ml_dtypes' exports no DLPack or buffer).
+portmat::DType same_size_dtype(portmat::DType have, const std::string& name) {
+  const portmat::DType want = parse_dtype(name);
+  if (portmat::dtype_size(want) != portmat::dtype_size(have))
+    throw nb::type_error((std::string("a ") + portmat::dtype_name(have) + " array cannot carry " + name +
+                          " elements (their sizes differ)").c_str());
+  return want;
 }
 
 // ---- calls without the GIL, and interpreter exit ------------------------------------------------
@@ -339,6 +350,7 @@ nb::dlpack::dtype dlpack_dtype(portmat::DType t) {
     case DType::u16: return make(Code::UInt, 16);
     case DType::u32: return make(Code::UInt, 32);
     case DType::u64: return make(Code::UInt, 64);
+    case DType::bf16: return make(Code::Bfloat, 16);
   }
   throw std::logic_error("dlpack_dtype: unknown dtype");
 }
@@ -495,11 +507,14 @@ NB_MODULE(_ext, m) {
                                    "A C-contiguous array in one device's memory (portmat.Array wraps it)")
       .def_static(
           "from_numpy",
-          [](nb::ndarray<nb::ro, nb::device::cpu> host, const std::string& device) {
-            const portmat::ArrayView v = array_of(host, "x");
+          [](nb::ndarray<nb::ro, nb::device::cpu> host, const std::string& device, const std::string& dtype) {
+            portmat::ArrayView v = array_of(host, "x");
+            if (!dtype.empty()) v.dtype = same_size_dtype(v.dtype, dtype);
             return without_gil([&] { return portmat::DeviceArray::from_host(v, device); });
           },
-          "host"_a, "device"_a, "A copy of a NumPy array (any strides) on `device`")
+          "host"_a, "device"_a, "dtype"_a = "",
+          "A copy of a NumPy array (any strides) on `device`; dtype: its elements' bits taken as that dtype "
+          "(bfloat16 from a uint16 view)")
       .def_static(
           "empty",
           [](const std::string& device, const std::string& dtype, const std::vector<std::int64_t>& shape) {
@@ -509,11 +524,21 @@ NB_MODULE(_ext, m) {
           "device"_a, "dtype"_a, "shape"_a, "Uninitialised memory for an array on `device`")
       .def(
           "to_numpy",
-          [](const portmat::DeviceArray& x, nb::ndarray<nb::device::cpu> out) {
-            const portmat::ArrayView v = array_of(out, "out");
+          [](const portmat::DeviceArray& x, nb::ndarray<nb::device::cpu> out, const std::string& dtype) {
+            portmat::ArrayView v = array_of(out, "out");
+            if (!dtype.empty()) v.dtype = same_size_dtype(v.dtype, dtype);
             without_gil([&] { x.to_host(v); });
           },
-          "out"_a, "Copies the array into `out`, a NumPy array of its shape and dtype")
+          "out"_a, "dtype"_a = "",
+          "Copies the array into `out`, a NumPy array of its shape and dtype (dtype: out's bits taken as "
+          "that dtype, e.g. bfloat16 into a uint16 array)")
+      .def(
+          "astype",
+          [](const portmat::DeviceArray& x, const std::string& dtype) {
+            const portmat::DType t = parse_dtype(dtype);
+            return without_gil([&] { return x.astype(t); });
+          },
+          "dtype"_a, "A copy cast to `dtype` on the array's device (a cast kernel; the array itself if it is one)")
       .def_prop_ro("shape",
                    [](const portmat::DeviceArray& x) {
                      nb::list l;
@@ -576,6 +601,15 @@ NB_MODULE(_ext, m) {
       "out_strides"_a, "device"_a, "stream"_a, "workspace"_a = 0,
       "out = a @ b on another library's GPU memory (addresses, strides in elements), queued on its "
       "CUDA stream and not waited for");
+  m.def(
+      "cast_on_stream",
+      [](const std::string& device, std::uintptr_t src, const std::string& from, std::uintptr_t dst,
+         const std::string& to, std::int64_t count, std::uintptr_t stream) {
+        const portmat::DType f = parse_dtype(from), t = parse_dtype(to);
+        without_gil([&] { portmat::cast_on_stream(src, f, dst, t, count, device, stream); });
+      },
+      "device"_a, "src"_a, "from_dtype"_a, "dst"_a, "to_dtype"_a, "count"_a, "stream"_a,
+      "dst[i] = src[i] cast between dtypes on a CUDA device (contiguous addresses), queued on the stream");
   m.def(
       "stream_synchronize",
       [](const std::string& device, std::uintptr_t stream) {

@@ -132,13 +132,12 @@ def test_errors_name_what_is_wrong(device):
         x @ np.ones((5, 2), np.float32)
     with pytest.raises(TypeError, match="numpy.ndarray"):
         np.ones((3, 4), np.float32) @ x
-    with pytest.raises(TypeError, match="float16"):
-        portmat.asarray(np.ones((2, 2), np.float16), device=device)
-    with pytest.raises(TypeError, match="complex64"):
-        portmat.asarray(np.ones((2, 2), np.complex64), device=device)
-    if info(device).supports_float64:
-        with pytest.raises(TypeError, match="a is float32, b is float64"):
-            x @ portmat.asarray(np.ones((5, 2)), device=device)
+    with pytest.raises(TypeError, match="datetime64"):
+        portmat.asarray(np.ones((2, 2), "datetime64[s]"), device=device)
+    with pytest.raises(TypeError, match="object"):
+        portmat.asarray(np.ones((2, 2), object), device=device)
+    with pytest.raises(TypeError, match="portmat arrays hold"):
+        x.astype(object)
     with pytest.raises(TypeError, match="not defined"):
         bool(x)
     others = [d.id for d in DEVICES if d.id != device]
@@ -260,6 +259,210 @@ def test_impossible_sizes_raise(device):
     with pytest.raises((MemoryError, ValueError)):
         portmat._ext.DeviceArray.empty(device, "float32", [2, 2**62])
     assert huge.shape == (2, 1, 1)
+
+
+# ---- every dtype on every device (float16, bfloat16, complex, bool, narrow integers, mixed) -------
+ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+              "float32", "float64", "complex64", "complex128", "bfloat16"]
+
+
+def _bf16():
+    return portmat._arrays.bfloat16_dtype()
+
+
+def _needs(device, name):
+    if name in ("float64", "complex128") and not info(device).supports_float64:
+        pytest.skip(f"{device} has no float64")
+    if name == "bfloat16" and _bf16() is None:
+        pytest.skip("ml_dtypes is not installed (test_bfloat16_without_ml_dtypes covers that case)")
+
+
+def _random(rng, shape, name):
+    """Random operands: integers over their whole range (products wrap), floats in [-1, 1]."""
+    if name == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    if name.startswith(("int", "uint")):
+        i = np.iinfo(np.dtype(name))
+        return rng.integers(i.min, i.max, shape, dtype=name, endpoint=True)
+    if name.startswith("complex"):
+        return (rng.uniform(-1, 1, shape) + 1j * rng.uniform(-1, 1, shape)).astype(name)
+    return rng.uniform(-1, 1, shape).astype(_bf16() if name == "bfloat16" else name)
+
+
+def _wide(x):
+    """x in float64 / complex128 exactly (bfloat16 and float16 widen exactly)."""
+    x = np.asarray(x)
+    if np.iscomplexobj(x):
+        return x.astype(np.complex128)
+    return x.astype(np.float32).astype(np.float64) if x.dtype.itemsize == 2 and x.dtype.kind not in "iu" else \
+        x.astype(np.float64)
+
+
+# The bound of a result computed in `compute` and rounded to `result`: K * eps(compute) of
+# |a| @ |b|, and one rounding to the result's precision.
+_EPS = {"float16": 2.0 ** -23, "bfloat16": 2.0 ** -23, "float32": 2.0 ** -23, "complex64": 2.0 ** -23,
+        "float64": 2.0 ** -52, "complex128": 2.0 ** -52}
+_REL = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}
+
+
+def check_product(c, a, b, rname):
+    """c (a NumPy array) is a @ b of dtype rname: integers and bool equal NumPy's, floating
+    types within the bound of a float64 / complex128 reference."""
+    got = c.dtype.name if c.dtype != _bf16() or _bf16() is None else "bfloat16"
+    assert got == rname, (got, rname)
+    if rname == "bool" or rname.startswith(("int", "uint")):
+        with np.errstate(over="ignore"):
+            want = np.matmul(a.astype(rname), b.astype(rname))
+        assert np.array_equal(c, want), rname
+        return
+    wa, wb, wc = _wide(a), _wide(b), _wide(c)
+    if wa.dtype.kind == "f" and rname.startswith("complex"):
+        wa = wa.astype(np.complex128)
+    assert_close(wc, wa, wb, _EPS[rname], _REL.get(rname, 0.0))
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+def test_every_dtype(device, rng, name):
+    _needs(device, name)
+    for sa, sb in [((17, 33), (33, 5)), ((2, 1, 5, 7), (3, 7, 4)), ((7,), (7, 4)), ((3, 5, 7), (7,)),
+                   ((33,), (33,)), ((4, 64, 48), (48, 40))]:
+        a, b = _random(rng, sa, name), _random(rng, sb, name)
+        x, y = portmat.asarray(a, device=device), portmat.asarray(b, device=device)
+        assert x.dtype == a.dtype and x.nbytes == a.nbytes
+        assert np.array_equal(x.numpy(), a)
+        z = x @ y
+        assert isinstance(z, portmat.Array) and z.device.id == device and z.dtype == a.dtype
+        check_product(z.numpy(), a, b, name)
+    # The empty sum: zeros of the dtype.
+    e = portmat.asarray(np.zeros((3, 0), a.dtype), device=device) @ portmat.asarray(np.zeros((0, 2), a.dtype), device=device)
+    assert e.dtype == a.dtype and np.array_equal(e.numpy(), np.zeros((3, 2), a.dtype))
+
+
+MIXED = [("int8", "float32"), ("uint8", "int8"), ("bool", "int16"), ("float16", "float32"), ("float16", "int8"),
+         ("float32", "complex64"), ("float64", "complex64"), ("int32", "float32"), ("uint16", "int64"),
+         ("bool", "float16"), ("uint64", "int64"), ("int16", "complex128"), ("bfloat16", "float16"),
+         ("bfloat16", "int8"), ("bfloat16", "float32"), ("uint8", "bfloat16")]
+
+
+@pytest.mark.parametrize("pair", MIXED, ids=str)
+def test_mixed_dtypes_promote_as_numpy(device, rng, pair):
+    ta, tb = pair
+    rname = portmat._arrays.result_name(ta, tb)
+    for t in (ta, tb, rname):
+        _needs(device, t)
+    if "bfloat16" not in pair:
+        assert rname == np.result_type(np.dtype(ta), np.dtype(tb)).name
+    a, b = _random(rng, (2, 1, 9, 13), ta), _random(rng, (3, 13, 6), tb)
+    z = portmat.asarray(a, device=device) @ portmat.asarray(b, device=device)
+    assert z.shape == (2, 3, 9, 6)
+    check_product(z.numpy(), a, b, rname)
+    # dtype= names the result (and compute) dtype, as np.matmul's.
+    if rname not in ("float64", "complex128") or info(device).supports_float64:
+        w = portmat.matmul(portmat.asarray(a, device=device), portmat.asarray(b, device=device), dtype=rname
+                           if rname != "bfloat16" else _bf16())
+        assert np.array_equal(w.numpy(), z.numpy())
+
+
+@pytest.mark.parametrize("name", ["float16", "int8", "bool", "complex64", "uint16", "bfloat16"])
+def test_out_of_every_dtype(device, rng, name):
+    _needs(device, name)
+    a, b = _random(rng, (2, 9, 11), name), _random(rng, (11, 7), name)
+    x, y = portmat.asarray(a, device=device), portmat.asarray(b, device=device)
+    o = portmat.asarray(np.zeros((2, 9, 7), a.dtype), device=device)
+    assert portmat.matmul(x, y, out=o) is o
+    check_product(o.numpy(), a, b, name)
+    s = _random(rng, (9, 9), name)
+    xs = portmat.asarray(s, device=device)
+    assert portmat.matmul(xs, xs, out=xs) is xs  # out that is an operand: the product of the values before
+    check_product(xs.numpy(), s, s, name)
+    with pytest.raises(TypeError, match="out is float32, the product"):
+        portmat.matmul(x, y, out=portmat.asarray(np.zeros((2, 9, 7), np.float32), device=device))
+
+
+CASTS = [("int32", "int8"), ("int8", "int32"), ("uint8", "int16"), ("int64", "uint16"), ("int16", "bool"),
+         ("float32", "float16"), ("float16", "float32"), ("float32", "bfloat16"), ("bfloat16", "float32"),
+         ("uint8", "float32"), ("int64", "float64"), ("uint64", "float64"), ("float32", "complex64"),
+         ("complex64", "complex128"), ("complex128", "complex64"), ("bool", "complex64"), ("int8", "float16"),
+         ("float64", "float32"), ("complex64", "bool"), ("float32", "bool")]
+
+
+@pytest.mark.parametrize("pair", CASTS, ids=str)
+def test_astype_on_the_device_is_numpys(device, rng, pair):
+    src, dst = pair
+    for t in pair:
+        _needs(device, t)
+    a = _random(rng, (5, 37), src)
+    if src.startswith("float") or src == "bfloat16":
+        a[0, :4] = [0.0, -0.0, 1e-30, 65519.0 if src != "float16" else 65504.0]  # signed zero, tiny, rounding edges
+        a[1, :3] = [np.inf, -np.inf, 3.0]
+    if src.startswith("complex"):
+        a[0, 0] = 0j
+    x = portmat.asarray(a, device=device)
+    want = a.astype(_bf16() if dst == "bfloat16" else dst)
+    got = x.astype(dst).numpy()
+    assert got.dtype == want.dtype
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)) or np.array_equal(got, want)
+    assert x.astype(src) is x
+    y = portmat.asarray(x, device=device, dtype=_bf16() if dst == "bfloat16" else dst)  # the same cast
+    assert np.array_equal(y.numpy(), got)
+
+
+def test_float16_products_round_once(device):
+    """float16 is accumulated in float32 and rounded once: 2048 + 1 + 1 - 2048 in float16 steps
+    would lose both ones; NumPy's float16 matmul (float32 accumulation) gives 2."""
+    a = np.array([[2048.0, 1.0, 1.0, -2048.0]], np.float16)
+    b = np.ones((4, 1), np.float16)
+    z = portmat.asarray(a, device=device) @ portmat.asarray(b, device=device)
+    assert z.dtype == np.float16 and z.numpy()[0, 0] == 2.0
+    # bool is the logical product: any (a & b) along k, not a count that could wrap to False.
+    t = np.ones((1, 256), bool)
+    w = portmat.asarray(t, device=device) @ portmat.asarray(t.T.copy(), device=device)
+    assert w.dtype == bool and w.numpy()[0, 0]
+
+
+def test_dlpack_export_of_every_dtype(device, rng):
+    if info(device).backend != "cpu":
+        pytest.skip("DLPack export on the CPU device here (CUDA: tested on a GPU machine; OpenCL has none)")
+    for name in ["float16", "complex64", "complex128", "int8", "uint16", "bool", "float64"]:
+        a = _random(rng, (3, 4), name)
+        x = portmat.asarray(a, device=device)
+        try:
+            v = np.from_dlpack(x)
+        except (BufferError, TypeError) as e:  # an older NumPy without kDLBool
+            assert name == "bool", e
+            continue
+        assert v.dtype == a.dtype and np.array_equal(v, a)
+    if _bf16() is not None:
+        x = portmat.asarray(_random(rng, (3, 4), "bfloat16"), device=device)
+        assert type(x.__dlpack__()).__name__ == "PyCapsule"  # kDLBfloat (NumPy itself takes none)
+
+
+def test_bfloat16_without_ml_dtypes(device):
+    """Without ml_dtypes: bfloat16 Arrays still work; their dtype is the string 'bfloat16', and
+    numpy() asks for ml_dtypes or astype('float32')."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["ml_dtypes"] = None  # import ml_dtypes now raises ImportError
+        import numpy as np, portmat
+        a = np.array([[1.0, 2.0, 3.00390625], [0.5, -1.0, 256.0]], np.float32)
+        x = portmat.asarray(a, device={device!r}, dtype="bfloat16")
+        assert x.dtype == "bfloat16" and x.nbytes == 12 and "bfloat16" in repr(x), (x.dtype, repr(x))
+        try:
+            x.numpy()
+            raise SystemExit("numpy() of bfloat16 without ml_dtypes did not raise")
+        except TypeError as e:
+            assert "ml_dtypes" in str(e)
+        w = x.astype("float32").numpy()
+        assert w.tolist() == [[1.0, 2.0, 3.0], [0.5, -1.0, 256.0]], w  # 3.00390625 rounds to even: 3
+        y = portmat.asarray(np.eye(3, dtype=np.float32), device={device!r}, dtype="bfloat16")
+        z = portmat.matmul(x, y)
+        assert z.dtype == "bfloat16" and z.astype("float32").numpy().tolist() == w.tolist()
+        f = x @ portmat.asarray(np.eye(3, dtype=np.float16), device={device!r})
+        assert f.dtype == np.float32 and f.numpy().tolist() == w.tolist()
+        print("ok")
+    """)
+    r = run_python("-c", script, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
 
 
 # ---- other libraries' GPU arrays ----------------------------------------------------------------
@@ -491,8 +694,6 @@ def test_any_dlpack_exporter_on_the_gpu(torch, rng):
         c = portmat.matmul(DLPackOnly(a), DLPackOnly(e))
     assert np.array_equal(c.numpy(), np.full((512, 512), 3.0, np.float32))
     g = torch.ones(4, 4, device="cuda")
-    with pytest.raises(TypeError, match="float16"):
-        portmat.matmul(DLPackOnly(g.half()), DLPackOnly(g.half()))
     with pytest.raises(TypeError):
         portmat.matmul(DLPackOnly(g), g)
     with pytest.raises(TypeError, match="row- nor column-major"):
@@ -565,8 +766,6 @@ def test_cuda_array_interface_objects_on_the_gpu(torch, rng):
     c = portmat.matmul(CAIOnly(x, stream=s.cuda_stream), CAIOnly(e, stream=s.cuda_stream))
     assert np.array_equal(c.numpy(), np.full((512, 512), 2.0, np.float32))
     g = torch.ones(4, 4, device="cuda")
-    with pytest.raises(TypeError, match="float16"):
-        portmat.matmul(CAIOnly(g.half()), CAIOnly(g.half()))
     with pytest.raises(TypeError, match="row- nor column-major"):
         portmat.matmul(CAIOnly(g[::2, ::2]), CAIOnly(g[:2, :2]))
     # portmat's own Array goes out through the same interface.
@@ -590,6 +789,105 @@ def test_portmat_arrays_go_to_torch_and_cupy_without_copies(rng):
         assert np.array_equal(got, a)
         ptr = t.data_ptr() if name == "torch" else t.data.ptr
         assert ptr == x._x.address  # the same memory
+
+
+# ---- generic DLPack / __cuda_array_interface__ producers of every dtype (GPU machine) ------------
+# torch tensors wrapped so that portmat sees only the protocol (as it sees JAX or Numba arrays):
+# the generic paths (matmul_dlpack, matmul_cai) cast on the device and return portmat Arrays.
+def _as_numpy(t):
+    """A torch tensor's values in NumPy (bfloat16 as ml_dtypes' where installed, else float32:
+    exact either way)."""
+    import torch as _t
+    if t.dtype == _t.bfloat16:
+        f = t.float().cpu().numpy()
+        return f.astype(_bf16()) if _bf16() is not None else f
+    return t.cpu().numpy()
+
+
+def _array_values(c, rname):
+    """A portmat Array's values in NumPy (bfloat16 through a float32 cast on the device, exact,
+    where ml_dtypes is missing)."""
+    if rname == "bfloat16" and _bf16() is None:
+        return c.astype("float32").numpy()
+    return c.numpy()
+
+
+def _check_generic(c, a, b, rname, dev):
+    assert isinstance(c, portmat.Array) and c.device.id == dev and c._x.dtype == rname
+    ha, hb, hc = _as_numpy(a), _as_numpy(b), _array_values(c, rname)
+    if rname == "bfloat16" and _bf16() is None:  # compare in float32 bits widened: same bound
+        assert_close(hc.astype(np.float64), ha.astype(np.float64), hb.astype(np.float64), _EPS[rname], _REL[rname])
+        return
+    check_product(hc, ha, hb, rname)
+
+
+@pytest.mark.parametrize("name", TORCH_DTYPES)
+def test_dlpack_exporter_every_dtype_on_the_gpu(torch, rng, name):
+    for sa, sb in [((33, 65), (65, 17)), ((2, 1, 5, 7), (3, 7, 4)), ((9,), (9, 4)), ((3, 5, 7), (7,))]:
+        a, b = _torch_random(torch, rng, sa, name), _torch_random(torch, rng, sb, name)
+        dev = f"cuda:{a.device.index}"
+        c = portmat.matmul(DLPackOnly(a), DLPackOnly(b))
+        _check_generic(c, a, b, name, dev)
+        # A column-major (transposed) view of a real a is read in place after the cast.
+        if not name.startswith("complex") and len(sa) == 2:
+            at = a.t().contiguous().t()  # column-major storage, same values
+            _check_generic(portmat.matmul(DLPackOnly(at), DLPackOnly(b)), a, b, name, dev)
+
+
+@pytest.mark.parametrize("pair", [("int8", "float32"), ("uint8", "int8"), ("bool", "int16"), ("float16", "float32"),
+                                  ("float16", "int8"), ("float32", "complex64"), ("bfloat16", "float32"),
+                                  ("bfloat16", "float16"), ("int32", "float32"), ("bool", "bool")], ids=str)
+def test_dlpack_exporter_mixed_dtypes_and_out_on_the_gpu(torch, rng, pair):
+    ta, tb = pair
+    rname = portmat._arrays.result_name(ta, tb)
+    a, b = _torch_random(torch, rng, (2, 1, 9, 13), ta), _torch_random(torch, rng, (3, 13, 6), tb)
+    dev = f"cuda:{a.device.index}"
+    c = portmat.matmul(DLPackOnly(a), DLPackOnly(b))
+    assert c.shape == (2, 3, 9, 6)
+    _check_generic(c, a, b, rname, dev)
+    out = portmat._arrays.Array(portmat._ext.DeviceArray.empty(dev, rname, [2, 3, 9, 6]))
+    assert portmat.matmul(DLPackOnly(a), DLPackOnly(b), out=out) is out
+    _check_generic(out, a, b, rname, dev)
+    wrong = portmat.asarray(np.zeros((2, 3, 9, 6), np.float64 if rname != "float64" else np.float32), device=dev)
+    with pytest.raises(TypeError, match="out for"):
+        portmat.matmul(DLPackOnly(a), DLPackOnly(b), out=wrong)
+
+
+def test_dlpack_exporter_results_go_back_to_their_library(torch, rng):
+    import types
+
+    class WithNamespace(DLPackOnly):
+        def __array_namespace__(self):
+            return types.SimpleNamespace(from_dlpack=torch.from_dlpack)
+
+    for name in ["float16", "bfloat16", "bool", "int8", "complex64"]:
+        a, b = _torch_random(torch, rng, (17, 9), name), _torch_random(torch, rng, (9, 5), name)
+        t = portmat.matmul(WithNamespace(a), WithNamespace(b))
+        assert isinstance(t, torch.Tensor) and t.is_cuda and t.dtype == a.dtype, (name, t.dtype)
+        _check_torch_result(torch, t, a, b)
+
+
+@pytest.mark.parametrize("name", ["float16", "int8", "int16", "uint8", "bool", "complex64", "complex128"])
+def test_cuda_array_interface_every_dtype_on_the_gpu(torch, rng, name):
+    for sa, sb in [((33, 65), (65, 17)), ((3, 5, 7), (7, 4)), ((9,), (9, 4))]:
+        a, b = _torch_random(torch, rng, sa, name), _torch_random(torch, rng, sb, name)
+        c = portmat.matmul(CAIOnly(a), CAIOnly(b))
+        _check_generic(c, a, b, name, f"cuda:{a.device.index}")
+    a, b = _torch_random(torch, rng, (6, 8), "float16"), _torch_random(torch, rng, (8, 5), "int8")
+    _check_generic(portmat.matmul(CAIOnly(a), CAIOnly(b)), a, b, "float16", f"cuda:{a.device.index}")
+
+
+def test_cuda_arrays_of_every_dtype_export_through_dlpack(torch, rng):
+    dev = CUDA[0]
+    for name in ["float16", "bool", "int8", "complex64", "uint16"]:
+        a = _random(rng, (3, 8, 5), name)
+        x = portmat.asarray(a, device=dev)
+        t = torch.from_dlpack(x)
+        assert t.data_ptr() == x._x.address and str(t.dtype) == f"torch.{name}"
+        assert np.array_equal(t.cpu().numpy(), a)
+    x = portmat.asarray(np.array([[1.0, 3.00390625]], np.float32), device=dev).astype("bfloat16")
+    t = torch.from_dlpack(x)  # kDLBfloat
+    assert t.dtype == torch.bfloat16 and t.float().cpu().tolist() == [[1.0, 3.0]]
 
 
 if __name__ == "__main__":

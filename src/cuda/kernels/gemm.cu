@@ -34,7 +34,8 @@
 //  - gemm_body_ws.cuh  gemm_body_ws, warp-specialized (sm_90a): _ws, stream-K _wsk;
 //  - gemm_batched.cuh  strided batches (_fpb, 64x128_fpb, 128x64_fpb, 64x64b, _small), split_sum
 //                      (split-K's sum of parts) and complex_b (complex b as real);
-//  - gemm_thin.cuh     thin products (a side of c at most 16): thin_dots, thin_axpy, thin_sum.
+//  - gemm_thin.cuh     thin products (a side of c at most 16): thin_dots, thin_axpy, thin_sum;
+//  - casts.cuh         cast_elements, dtype casts for products of dtypes the kernels lack.
 // This file is the one translation unit that includes them, with every kernel's entry point at its
 // end. One unit, because the host loads one module from one fatbin: kernels in several units
 // would need relocatable device code (-rdc) and a device link to become that module, another
@@ -48,6 +49,7 @@
 #include "gemm_body_ws.cuh"
 #include "gemm_batched.cuh"
 #include "gemm_thin.cuh"
+#include "casts.cuh"
 
 using portmat::cuda::GemmArgs;
 using portmat::cuda::gemm_body;
@@ -57,6 +59,8 @@ using portmat::cuda::gemm_body_ws;
 using portmat::cuda::batch_member;
 using portmat::cuda::gemm_small_body;
 using portmat::cuda::complex_b_body;
+using portmat::cuda::CastArgs;
+using portmat::cuda::cast_body;
 using portmat::cuda::ComplexBArgs;
 using portmat::cuda::SplitSumArgs;
 using portmat::cuda::split_sum_body;
@@ -220,4 +224,7 @@ PM_THIN(dots, 1) PM_THIN(dots, 2) PM_THIN(dots, 4) PM_THIN(dots, 8) PM_THIN(dots
 PM_THIN(axpy, 1) PM_THIN(axpy, 2) PM_THIN(axpy, 4) PM_THIN(axpy, 8) PM_THIN(axpy, 16)
 #undef PM_THIN
 __global__ void __launch_bounds__(256) thin_sum_f32(ThinSumArgs p) { thin_sum_body(p); }
+
+// dtype casts (casts.cuh; 256 threads a block, grid-stride)
+__global__ void __launch_bounds__(256) cast_elements(CastArgs p) { cast_body(p); }
 }

@@ -73,6 +73,14 @@ struct ComplexBArgs {
   int k, n, b_col;
 };
 
+// cast_elements (casts.cuh): dst[i] = src[i] from dtype code `from` to `to` (portmat::DType's order).
+struct CastArgs {
+  const void* src;
+  void* dst;
+  long long count;
+  int from, to;
+};
+
 // One compiled tile configuration. A block computes bm x bn of c in k-steps of bk through a
 // `stages`-deep cp.async pipeline; each warp owns a wm x wn piece of it, each thread rm x rn
 // sub-tiles of 4 x 4 (so a thread's tile is 4rm x 4rn, read from shared memory 4 at a time).

@@ -1,0 +1,202 @@
+// Element casts between portmat's dtypes, and complex b's real form, on OpenCL devices.
+//
+// What: `cast_elements` converts a contiguous array from one dtype to another, one work-item per element;
+// `complex_b_f32` / `complex_b_f64` write a complex b (K x N, row-major) as the real (2K x 2N)
+// matrix B'' whose product with a's interleaved parts gives c's (core/batch.hpp, complex_b).
+// Why: portmat's device arrays of dtypes the gemm kernels lack (float16, bfloat16, bool, 8/16-bit
+// integers) are multiplied in a wider one (float32, int32) and rounded back once, and complex ones
+// through the real kernels, all on the device: no round trip to the host. The rules are
+// core/casts.hpp's, element for element (the CPU backend's host loop and the CUDA kernels follow
+// the same ones): float16 and bfloat16 are converted in software on their bits (no cl_khr_fp16
+// needed), round to nearest even; integers wrap; to bool is != 0.
+//
+// dtype codes: portmat::DType's order (include/portmat/portmat.hpp).
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+typedef double wide_t;
+#else
+typedef float wide_t;  // no float64 arrays exist on such a device
+#endif
+
+#define T_F32 0
+#define T_F64 1
+#define T_F16 2
+#define T_C64 3
+#define T_C128 4
+#define T_BOOL 5
+#define T_I8 6
+#define T_I16 7
+#define T_I32 8
+#define T_I64 9
+#define T_U8 10
+#define T_U16 11
+#define T_U32 12
+#define T_U64 13
+#define T_BF16 14
+
+float half_to_float(uint h) {
+  const uint sign = (h & 0x8000u) << 16;
+  uint exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, f;
+  if (exp == 0 && mant == 0) {
+    f = sign;
+  } else if (exp == 0) {
+    exp = 127 - 15 + 1;
+    while (!(mant & 0x400u)) { mant <<= 1; --exp; }
+    f = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+  } else if (exp == 31) {
+    f = sign | 0x7f800000u | (mant << 13);
+  } else {
+    f = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  return as_float(f);
+}
+
+ushort float_to_half(float x) {
+  const uint f = as_uint(x);
+  const uint sign = (f >> 16) & 0x8000u, exp = (f >> 23) & 0xffu;
+  uint mant = f & 0x7fffffu;
+  if (exp == 0xffu) return (ushort)(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0u));
+  const int e = (int)exp - 127 + 15;
+  if (e >= 31) return (ushort)(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return (ushort)sign;
+    mant |= 0x800000u;
+    const int shift = 14 - e;
+    uint m = mant >> shift;
+    const uint rem = mant & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (m & 1u))) ++m;
+    return (ushort)(sign | m);
+  }
+  uint h = sign | ((uint)e << 10) | (mant >> 13);
+  const uint rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return (ushort)h;
+}
+
+float bfloat_to_float(uint h) { return as_float(h << 16); }
+
+ushort float_to_bfloat(float x) {
+  uint f = as_uint(x);
+  if ((f & 0x7fffffffu) > 0x7f800000u) return (ushort)((f >> 16) | 0x40u);
+  f += 0x7fffu + ((f >> 16) & 1u);
+  return (ushort)(f >> 16);
+}
+
+// The carrier: floating-point sources in re / im, integer ones as 64 bits with their kind.
+typedef struct {
+  wide_t re, im;
+  ulong bits;
+  int kind;  // 0: floating point, 1: signed integer or bool, 2: unsigned integer
+} carrier;
+
+carrier load(__global const uchar* p, int t, long i) {
+  carrier v;
+  v.re = 0;
+  v.im = 0;
+  v.bits = 0;
+  v.kind = 0;
+  switch (t) {
+    case T_F32: v.re = ((__global const float*)p)[i]; break;
+#ifdef cl_khr_fp64
+    case T_F64: v.re = ((__global const double*)p)[i]; break;
+    case T_C128: v.re = ((__global const double*)p)[2 * i]; v.im = ((__global const double*)p)[2 * i + 1]; break;
+#endif
+    case T_F16: v.re = half_to_float(((__global const ushort*)p)[i]); break;
+    case T_BF16: v.re = bfloat_to_float(((__global const ushort*)p)[i]); break;
+    case T_C64: v.re = ((__global const float*)p)[2 * i]; v.im = ((__global const float*)p)[2 * i + 1]; break;
+    case T_BOOL: v.bits = p[i] != 0; v.kind = 1; break;
+    case T_I8: v.bits = (ulong)(long)((__global const char*)p)[i]; v.kind = 1; break;
+    case T_I16: v.bits = (ulong)(long)((__global const short*)p)[i]; v.kind = 1; break;
+    case T_I32: v.bits = (ulong)(long)((__global const int*)p)[i]; v.kind = 1; break;
+    case T_I64: v.bits = ((__global const ulong*)p)[i]; v.kind = 1; break;
+    case T_U8: v.bits = p[i]; v.kind = 2; break;
+    case T_U16: v.bits = ((__global const ushort*)p)[i]; v.kind = 2; break;
+    case T_U32: v.bits = ((__global const uint*)p)[i]; v.kind = 2; break;
+    case T_U64: v.bits = ((__global const ulong*)p)[i]; v.kind = 2; break;
+  }
+  return v;
+}
+
+float as_f32(carrier v) {
+  if (v.kind == 1) return (float)(long)v.bits;
+  if (v.kind == 2) return (float)v.bits;
+  return (float)v.re;
+}
+
+wide_t as_wide(carrier v) {
+  if (v.kind == 1) return (wide_t)(long)v.bits;
+  if (v.kind == 2) return (wide_t)v.bits;
+  return v.re;
+}
+
+ulong as_bits(carrier v) {
+  if (v.kind != 0) return v.bits;
+  if (!(v.re > (wide_t)-9223372036854775808.0 && v.re < (wide_t)9223372036854775808.0)) return (ulong)1 << 63;
+  return (ulong)(long)v.re;
+}
+
+void store(__global uchar* p, int t, long i, carrier v) {
+  switch (t) {
+    case T_F32: ((__global float*)p)[i] = as_f32(v); break;
+#ifdef cl_khr_fp64
+    case T_F64: ((__global double*)p)[i] = as_wide(v); break;
+    case T_C128:
+      ((__global double*)p)[2 * i] = as_wide(v);
+      ((__global double*)p)[2 * i + 1] = v.kind ? 0.0 : v.im;
+      break;
+#endif
+    case T_F16: ((__global ushort*)p)[i] = float_to_half(as_f32(v)); break;
+    case T_BF16: ((__global ushort*)p)[i] = float_to_bfloat(as_f32(v)); break;
+    case T_C64:
+      ((__global float*)p)[2 * i] = as_f32(v);
+      ((__global float*)p)[2 * i + 1] = v.kind ? 0.0f : (float)v.im;
+      break;
+    case T_BOOL: p[i] = v.kind ? (v.bits != 0) : (v.re != 0 || v.im != 0); break;
+    case T_I8:
+    case T_U8: p[i] = (uchar)as_bits(v); break;
+    case T_I16:
+    case T_U16: ((__global ushort*)p)[i] = (ushort)as_bits(v); break;
+    case T_I32:
+    case T_U32: ((__global uint*)p)[i] = (uint)as_bits(v); break;
+    case T_I64:
+    case T_U64: ((__global ulong*)p)[i] = as_bits(v); break;
+  }
+}
+
+// dst[i] = src[i] as dtype `to`, for i < count (global size >= count).
+__kernel void cast_elements(__global const uchar* src, int from, __global uchar* dst, int to, long count) {
+  const long i = get_global_id(0);
+  if (i < count) store(dst, to, i, load(src, from, i));
+}
+
+// B'' of each of the stack's b (global size: N, K, matrices): rows 2k and 2k + 1 of B'' are
+// (re, im) and (-im, re) of b's row k.
+__kernel void complex_b_f32(__global const float* b, long b_off, long ldb, long b_step, __global float* out,
+                            long K, long N) {
+  const long n = get_global_id(0), k = get_global_id(1), m = get_global_id(2);
+  if (n >= N || k >= K) return;
+  __global const float* z = b + 2 * (b_off + m * b_step + k * ldb + n);
+  __global float* even = out + m * 4 * K * N + (2 * k) * (2 * N);
+  __global float* odd = even + 2 * N;
+  const float re = z[0], im = z[1];
+  even[2 * n] = re;
+  even[2 * n + 1] = im;
+  odd[2 * n] = -im;
+  odd[2 * n + 1] = re;
+}
+
+#ifdef cl_khr_fp64
+__kernel void complex_b_f64(__global const double* b, long b_off, long ldb, long b_step, __global double* out,
+                            long K, long N) {
+  const long n = get_global_id(0), k = get_global_id(1), m = get_global_id(2);
+  if (n >= N || k >= K) return;
+  __global const double* z = b + 2 * (b_off + m * b_step + k * ldb + n);
+  __global double* even = out + m * 4 * K * N + (2 * k) * (2 * N);
+  __global double* odd = even + 2 * N;
+  const double re = z[0], im = z[1];
+  even[2 * n] = re;
+  even[2 * n + 1] = im;
+  odd[2 * n] = -im;
+  odd[2 * n + 1] = re;
+}
+#endif
