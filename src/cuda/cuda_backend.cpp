@@ -858,8 +858,7 @@ class CudaDevice final : public core::Device {
     }
   }
 
-  // B'' (real, row-major 2K x 2N) of each of `count` complex (K x N) matrices of b, step elements
-  // apart, into out (gemm_batched.cuh, complex_b_body).
+  // dst = src cast from one dtype to the other (count elements, kernels/casts.cuh), on stream.
   void launch_cast(CUstream stream, std::uintptr_t src, DType from, std::uintptr_t dst, DType to, std::int64_t count) {
     if (count <= 0) return;
     CUfunction f = named_function("cast_elements");
@@ -872,6 +871,8 @@ class CudaDevice final : public core::Device {
              "cuLaunchKernel(cast_elements)", where_ + " from " + dtype_name(from) + " to " + dtype_name(to));
   }
 
+  // B'' (real, row-major 2K x 2N) of each of `count` complex (K x N) matrices of b, step elements
+  // apart, into out (gemm_batched.cuh, complex_b_body).
   void complex_b(CUstream stream, CUdeviceptr b, const core::DeviceMatrix& bm, std::int64_t step,
                  std::int64_t count, CUdeviceptr out) {
     const bool f64 = bm.dtype == DType::c128;
