@@ -296,10 +296,12 @@ void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out) 
       if (out.size()) portmat::matmul(host_view_of(ar), host_view_of(br), host_view_of(out), id);
       return;
     }
-    // A device: the operands cast to the compute dtype there, the product in it, then one cast
-    // (float32 -> float16 / bfloat16: one rounding; int32 -> narrow integers: the low bits;
-    // int32 -> bool: != 0) into out.
-    const DeviceArray ac = a.astype(c), bc = b.astype(c);
+    // A device: the operands cast to out's dtype (as the CPU path above does, and NumPy's dtype=:
+    // an int8 operand of a bool product is != 0 before the product, a float32 one of a float16
+    // product rounded to float16), then to the compute dtype there, the product in it, then one
+    // cast (float32 -> float16 / bfloat16: one rounding; int32 -> narrow integers: the low bits;
+    // int32 -> bool: != 0) into out. astype is free where the dtype already is the one asked.
+    const DeviceArray ac = a.astype(r).astype(c), bc = b.astype(r).astype(c);
     const DeviceArray oc = r == c ? out : DeviceArray::empty(id, c, shape);
     multiply_same(*dev, ac, bc, oc);
     if (r != c && out.size()) dev->cast(*oc.state()->buffer, c, *out.state()->buffer, r, out.size());
