@@ -5,9 +5,12 @@
 //   - to bool: x != 0 (a complex number: either part != 0);
 //   - integer to integer: the low bits, after extending the source by its own signedness
 //     (NumPy's wrap-around);
-//   - integer or bool to floating point: the value, rounded to nearest even once;
+//   - integer or bool to floating point: the value, rounded to nearest even once; to float16 /
+//     bfloat16 through float32 (every backend converts them from float32): exact below 2^24, so
+//     only bfloat16 of a larger integer can be rounded twice (2^24 + 2^16 + 1 gives 2^24);
 //   - floating point to floating point: rounded to nearest even once (float64 to float16 /
-//     bfloat16 goes through float32: rounded twice, a case no product of portmat reaches);
+//     bfloat16 goes through float32: rounded twice); products reach these double roundings only
+//     with an out narrower than NumPy's result dtype (the operands are cast to out's dtype first);
 //   - real to complex: (x, 0); complex to real: the real part (NumPy's ComplexWarning case);
 //   - floating point to integer: truncated toward zero; NaN and values out of int64's range give
 //     INT64_MIN's low bits (what NumPy gives on x86), a case no product of portmat reaches.
