@@ -115,7 +115,7 @@ template <class T, int NS>
 }
 
 // The entry points the loader picks a clone of. NS, the padded count of short rows, is one of
-// 1, 2, 4 so that every accumulator array has a compile-time size. The switches stay in
+// 1, 2, 4 or 8 (axpy only) so that every accumulator array has a compile-time size. The switches stay in
 // the cloned functions themselves (always-inline helpers, no lambdas: a lambda is a function of
 // its own, compiled for the baseline only).
 template <class T>
@@ -134,7 +134,8 @@ template <class T>
   switch (NS) {
     case 1: return axpy<T, 1>(L, ldl, Sk, k0, k1, W, acc);
     case 2: return axpy<T, 2>(L, ldl, Sk, k0, k1, W, acc);
-    default: return axpy<T, 4>(L, ldl, Sk, k0, k1, W, acc);
+    case 4: return axpy<T, 4>(L, ldl, Sk, k0, k1, W, acc);
+    default: return axpy<T, 8>(L, ldl, Sk, k0, k1, W, acc);
   }
 }
 
@@ -243,13 +244,21 @@ template <class T>
 bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc,
                  int threads) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
-  if (M > kSkinnyMax && N > kSkinnyMax) return false;
-  // Few rows, unless there are few columns too and only that view gives the dots kernel (the long
-  // operand's rows contiguous along k): a dot product of two vectors, say, as a @ b with a
-  // row-major, rather than K rows of b one element wide.
-  const bool few_rows = M <= kSkinnyMax && !(N <= kSkinnyMax && !a.col_major && !b.col_major);
+  bool few_rows;
+  if (M <= kSkinnyMax || N <= kSkinnyMax) {
+    // Few rows, unless there are few columns too and only that view gives the dots kernel (the
+    // long operand's rows contiguous along k): a dot product of two vectors, say, as a @ b with a
+    // row-major, rather than K rows of b one element wide.
+    few_rows = M <= kSkinnyMax && !(N <= kSkinnyMax && !a.col_major && !b.col_major);
+  } else if (M <= kSkinnyAxpyMax && !b.col_major) {  // axpy only: b's rows streamed once
+    few_rows = true;
+  } else if (N <= kSkinnyAxpyMax && a.col_major) {  // axpy only: a's columns streamed once
+    few_rows = false;
+  } else {
+    return false;
+  }
   const int ns = static_cast<int>(few_rows ? M : N);
-  const int NS = ns <= 1 ? 1 : ns <= 2 ? 2 : 4;
+  const int NS = ns <= 1 ? 1 : ns <= 2 ? 2 : ns <= 4 ? 4 : 8;
   // The long operand L is read where it is, row by row: b (few rows of a) or a (few columns of
   // b), transposed where its storage is. The kernel follows from L's layout:
   //   few rows, b row-major:      axpy, L = b,   S = a,   out (s = i, x = j)

@@ -27,6 +27,12 @@ namespace portmat::cpu {
 // 0.80x / 0.79x, 8 rows 0.39x / 0.54x; 2 columns 2.08x / 0.54x, 4 columns 1.13x / 0.56x,
 // 8 columns 0.55x / 0.59x.
 constexpr std::int64_t kSkinnyMax = 4;
+// ... and up to this many where the long operand's layout gives the axpy kernel (a row-major b
+// with few rows of a, a column-major a with few columns of b): 2-core machine, float32, NumPy
+// time / portmat time, packed GEMM -> axpy: 8 x 4096 @ 4096 x 4096 0.72x -> 0.89x, 8 x 1024 @
+// 1024 x 16384 0.82x -> 0.95x, 6 rows at par (1.35-1.48x both); at 12 and 16 rows axpy lost
+// (16 x 4096 @ 4096 x 4096: 0.69x against 0.91x).
+constexpr std::int64_t kSkinnyAxpyMax = 8;
 
 // c (row-major, ldc) = a @ b when M or N is at most kSkinnyMax and the long operand's layout suits
 // a kernel (always, for dense operands); returns false, touching nothing, otherwise.

@@ -269,7 +269,7 @@ void check_driver_integers(GemmConfig<T> cfg, bool narrow) {
 }
 
 // The skinny path (skinny.hpp) on every layout case: few rows with b row- or column-major, few
-// columns with a row- or column-major; padded leading dimensions, offsets, 1-3 threads, a result
+// columns with a row- or column-major (5-8 of them: taken only by the axpy kernel's layouts); padded leading dimensions, offsets, 1-3 threads, a result
 // with padding that must stay untouched.
 template <class T>
 void check_skinny() {
@@ -278,7 +278,9 @@ void check_skinny() {
   for (auto [m, k, n] : {std::tuple{1, 1, 1}, {1, 37, 300}, {4, 1000, 9}, {3, 5, 2}, {2, 129, 1025},
                          {300, 70, 1}, {513, 64, 4}, {1, 4099, 3},
                          // a long K and fewer row pieces than threads: the threads split K
-                         {1, 600001, 1}, {3, 200003, 1}, {1, 200001, 2}})
+                         {1, 600001, 1}, {3, 200003, 1}, {1, 200001, 2},
+                         // 5-8 rows or columns: only where the layout gives the axpy kernel
+                         {5, 300, 700}, {8, 1000, 33}, {7, 64, 1025}, {300, 70, 6}, {1025, 33, 8}, {6, 9, 6}})
     for (bool a_col : {false, true})
       for (bool b_col : {false, true})
         for (int threads : {1, 3}) {
@@ -293,6 +295,15 @@ void check_skinny() {
           std::vector<T> c(m * ldc, poison);
           portmat::core::HostMatrix ha{a.data(), off, m, k, lda, a_col, dtype_of<T>()};
           portmat::core::HostMatrix hb{b.data(), off, k, n, ldb, b_col, dtype_of<T>()};
+          const bool axpy_only = m > portmat::cpu::kSkinnyMax && n > portmat::cpu::kSkinnyMax;
+          const bool taken = !axpy_only || (m <= portmat::cpu::kSkinnyAxpyMax && !b_col) ||
+                             (n <= portmat::cpu::kSkinnyAxpyMax && a_col);
+          if (!taken) {
+            ASSERT_FALSE(portmat::cpu::skinny_gemm<T>(ha, hb, c.data(), ldc, threads))
+                << m << "x" << k << "x" << n << " a_col=" << a_col << " b_col=" << b_col;
+            ASSERT_EQ(c[0], poison) << "a product it does not take is not touched";
+            continue;
+          }
           ASSERT_TRUE(portmat::cpu::skinny_gemm<T>(ha, hb, c.data(), ldc, threads));
           for (std::int64_t i = 0; i < m; ++i) ASSERT_EQ(c[i * ldc + n], poison) << "padding written";
           MatrixView va{a.data() + off, m, k, a_col ? 1 : lda, a_col ? lda : 1, dtype_of<T>()};
@@ -301,7 +312,7 @@ void check_skinny() {
           EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0)
               << m << "x" << k << "x" << n << " a_col=" << a_col << " b_col=" << b_col << " threads=" << threads;
         }
-  // Past kSkinnyMax on both sides: not taken.
+  // Past kSkinnyAxpyMax on both sides: not taken.
   std::vector<T> x(64 * 64), y(64 * 64);
   portmat::core::HostMatrix h{x.data(), 0, 64, 64, 64, false, dtype_of<T>()};
   EXPECT_FALSE(portmat::cpu::skinny_gemm<T>(h, h, y.data(), 64, 1));
