@@ -164,9 +164,9 @@ const std::vector<KernelSet>& supported_kernel_sets() {
 
 namespace {
 
-// PORTMAT_CPU_BLOCKS="mc,kc,nc" (float32) or "f64:mc,kc,nc": block sizes for tuning on a new CPU
-// without rebuilding. mc and nc are rounded up to the tile; malformed or non-positive values are
-// ignored.
+// PORTMAT_CPU_BLOCKS="mc,kc,nc[,a_outer]" (float32) or "f64:mc,kc,nc[,a_outer]": block sizes (and
+// the loop order: 1 A outer, 0 B outer; gemm_driver.cpp) for tuning on a new CPU without
+// rebuilding. mc and nc are rounded up to the tile; malformed or non-positive values are ignored.
 template <class T>
 void override_blocks(GemmConfig<T>& cfg, const char* prefix) {
   const char* e = std::getenv("PORTMAT_CPU_BLOCKS");
@@ -178,11 +178,13 @@ void override_blocks(GemmConfig<T>& cfg, const char* prefix) {
   } else if (std::strchr(e, ':')) {
     return;  // meant for another dtype
   }
-  long mc = 0, kc = 0, nc = 0;
-  if (std::sscanf(e, "%ld,%ld,%ld", &mc, &kc, &nc) != 3 || mc <= 0 || kc <= 0 || nc <= 0) return;
+  long mc = 0, kc = 0, nc = 0, a_outer = -1;
+  const int got = std::sscanf(e, "%ld,%ld,%ld,%ld", &mc, &kc, &nc, &a_outer);
+  if (got < 3 || mc <= 0 || kc <= 0 || nc <= 0 || (got == 4 && a_outer != 0 && a_outer != 1)) return;
   cfg.mc = (mc + cfg.mr - 1) / cfg.mr * cfg.mr;
   cfg.kc = kc;
   cfg.nc = (nc + cfg.nr - 1) / cfg.nr * cfg.nr;
+  if (got == 4) cfg.a_outer = a_outer == 1;
 }
 
 }  // namespace
