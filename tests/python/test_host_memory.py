@@ -14,8 +14,11 @@ from conftest import DEVICES, check_matmul, random_matrix
 CUDA = [d.id for d in DEVICES if d.backend == "cuda"]
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device on this machine")
 # Devices whose results come from a pool of recycled blocks, and the switch that turns it off.
-POOLED = [d.id for d in DEVICES if d.backend in ("cuda", "cpu")]
-POOL_OFF = {"cuda": "PORTMAT_CUDA_PINNED_RESULTS", "cpu": "PORTMAT_CPU_RESULT_POOL"}
+# OpenCL: discrete devices only (page-locked blocks); those sharing host memory write NumPy's.
+POOLED = [d.id for d in DEVICES
+          if d.backend in ("cuda", "cpu") or (d.backend == "opencl" and not d.host_unified)]
+POOL_OFF = {"cuda": "PORTMAT_CUDA_PINNED_RESULTS", "cpu": "PORTMAT_CPU_RESULT_POOL",
+            "opencl": "PORTMAT_OPENCL_PINNED_RESULTS"}
 
 
 def test_devices_without_a_faster_memory_give_none():
