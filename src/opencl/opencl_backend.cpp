@@ -5,7 +5,8 @@
 // (in memory and, for the driver's binaries, on disk: program_cache.cpp); and a pool of device
 // buffers reused across calls. Devices sharing host memory (CL_DEVICE_HOST_UNIFIED_MEMORY: PoCL,
 // integrated GPUs) read NumPy's memory in place and write the result in place, as the seed does
-// with USM; discrete devices copy operands in (packing sliced views on the way) and the result out.
+// with USM; discrete devices pipeline the copies (matmul_pipelined: page-locked staging, chunks of
+// rows on several queues, results written straight into pooled page-locked arrays).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
