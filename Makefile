@@ -74,8 +74,12 @@ test-example: test-cpp
 	cmake --build build/example
 	build/example/matmul_example
 
+# Then the NumPy contract, host memory and process safety on the OpenCL devices again, sent down a
+# discrete GPU's pipelined path (PORTMAT_OPENCL_DISCRETE=1; docs/opencl.md), ~20 s on 2 cores.
 test-python: install
 	$(VPY) -m pytest -q tests/python
+	PORTMAT_OPENCL_DISCRETE=1 $(VPY) -m pytest -q tests/python/test_numpy_contract.py \
+	  tests/python/test_host_memory.py tests/python/test_process_safety.py -k opencl || test $$? -eq 5  # 5: no OpenCL device
 
 sanitize: sanitize-asan sanitize-tsan
 
