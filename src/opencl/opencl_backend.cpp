@@ -227,7 +227,8 @@ class OpenClDevice final : public core::Device {
                "clEnqueueUnmapMemObject(result stack)", where_);
       return;
     }
-    // Discrete: dense device stacks (one matrix for a broadcast operand). A host stack of n matrices, `outer` lines of `inner` elements each (rows, or columns of a
+    if (pipeline_on() && matmul_batch_pipelined(a, a_step, b, b_step, c, c_step, count)) return;
+    // Discrete, unpipelined (PORTMAT_OPENCL_PIPELINE=0): dense device stacks (one matrix for a broadcast operand). A host stack of n matrices, `outer` lines of `inner` elements each (rows, or columns of a
     // column-major matrix), lines ld apart, matrices step apart <-> a dense device stack.
     auto rect = [&](bool write, cl_mem buf, void* host, std::int64_t n, std::int64_t outer, std::int64_t inner,
                     std::int64_t ld, std::int64_t step) {
@@ -609,6 +610,22 @@ class OpenClDevice final : public core::Device {
     }
   }
 
+  // The pipelined paths' guard: on leaving the call, normally or by an exception, waits for every
+  // pipeline queue, so that no command outlives the staging, device buffers and NumPy memory it
+  // uses, and releases the events the call kept.
+  struct InFlight {
+    OpenClDevice& d;
+    std::vector<cl_event> events;
+    ~InFlight() {
+      for (cl_command_queue q : {d.in_queue_, d.kernel_queue_[0], d.kernel_queue_[1], d.out_queue_}) d.cl_.Finish(q);
+      for (cl_event e : events) d.cl_.ReleaseEvent(e);
+    }
+    cl_event keep(cl_event e) {
+      events.push_back(e);
+      return e;
+    }
+  };
+
   // Discrete memory, pipelined (the CUDA backend's matmul_host without its pinned operands and
   // k-split start). The product is cut along M into chunks of rows (c[i0:i1] = a[i0:i1] @ b).
   // b goes up first, in pieces of whole lines through a ring of page-locked staging slots; then
@@ -657,18 +674,7 @@ class OpenClDevice final : public core::Device {
     Lease dc = lease(static_cast<std::size_t>(M * N) * es);
     // Whatever happens below (declared after the leases, so it runs first), no command may
     // outlive this call: they use the staging, the device buffers and NumPy's memory.
-    struct InFlight {
-      OpenClDevice& d;
-      std::vector<cl_event> events;
-      ~InFlight() {
-        for (cl_command_queue q : {d.in_queue_, d.kernel_queue_[0], d.kernel_queue_[1], d.out_queue_}) d.cl_.Finish(q);
-        for (cl_event e : events) d.cl_.ReleaseEvent(e);
-      }
-      cl_event keep(cl_event e) {
-        events.push_back(e);
-        return e;
-      }
-    } in_flight{*this, {}};
+    InFlight in_flight{*this, {}};
     core::HostPool& pool = *host_threads_;
     const std::string& where = where_;
     auto flush = [&](cl_command_queue q) { cl_check(cl_.Flush(q), "clFlush(pipeline)", where); };
@@ -799,6 +805,143 @@ class OpenClDevice final : public core::Device {
     if (!direct_downs.empty())
       cl_check(cl_.WaitForEvents(static_cast<cl_uint>(direct_downs.size()), direct_downs.data()),
                "gemm or device-to-host copy (clWaitForEvents)", where);
+    return true;
+  }
+
+  // Stacks on a discrete device, pipelined as the CUDA backend's matmul_batch_host: the stack is
+  // cut into chunks of whole matrices (~PORTMAT_OPENCL_CHUNK_MB of staged operands or results
+  // each; PORTMAT_OPENCL_CHUNKS=n: n chunks); per chunk the host threads pack its matrices of a and
+  // b densely into a staging slot (3 in a ring), in_queue_ sends them, one launch multiplies the
+  // chunk (kernel queues alternate), out_queue_ brings the results into an output slot and the
+  // host threads copy them into c (or the download writes c in place where it is a pooled
+  // page-locked block). A broadcast operand (step 0) goes up once, with the first chunk. Returns
+  // false (nothing done) where a slot would exceed the device's allocation limit.
+  bool matmul_batch_pipelined(const core::HostMatrix& a, std::int64_t a_step, const core::HostMatrix& b,
+                              std::int64_t b_step, const MatrixView& c, std::int64_t c_step, std::int64_t count) {
+    const std::size_t es = dtype_size(c.dtype);
+    const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+    const std::size_t a_mat = static_cast<std::size_t>(M * K) * es, b_mat = static_cast<std::size_t>(K * N) * es,
+                      c_mat = static_cast<std::size_t>(M * N) * es;
+    // An operand's host lines: rows of a row-major matrix, columns of a column-major one; on the
+    // device each matrix is dense in its own layout.
+    struct Side {
+      const unsigned char* p;
+      std::size_t step, ld, lines, line, mat;  // bytes, but lines
+      bool stacked;
+    };
+    auto side = [&](const core::HostMatrix& x, std::int64_t step, std::size_t mat) {
+      return Side{static_cast<const unsigned char*>(x.data), static_cast<std::size_t>(step) * es,
+                  static_cast<std::size_t>(x.ld) * es, static_cast<std::size_t>(x.col_major ? x.cols : x.rows),
+                  static_cast<std::size_t>(x.col_major ? x.rows : x.cols) * es, mat, step != 0};
+    };
+    const Side sa = side(a, a_step, a_mat), sb = side(b, b_step, b_mat);
+    const long forced = env_long("PORTMAT_OPENCL_CHUNKS", 0);
+    const std::size_t chunk_bytes = static_cast<std::size_t>(std::max(1L, env_long("PORTMAT_OPENCL_CHUNK_MB", 16))) << 20;
+    const std::size_t per_in = (sa.stacked ? a_mat : 0) + (sb.stacked ? b_mat : 0);
+    const std::int64_t per_chunk =
+        forced > 0 ? (count + std::min<std::int64_t>(forced, count) - 1) / std::min<std::int64_t>(forced, count)
+                   : std::max<std::int64_t>(1, static_cast<std::int64_t>(chunk_bytes / std::max<std::size_t>({per_in, c_mat, 1})));
+    const std::int64_t chunks = (count + per_chunk - 1) / per_chunk;
+    const std::size_t in_slot = per_chunk * per_in + (sa.stacked ? 0 : a_mat) + (sb.stacked ? 0 : b_mat);
+    const std::size_t out_slot = per_chunk * c_mat;
+    if (std::max(in_slot, out_slot) > max_alloc_) return false;
+
+    ready_pipeline();
+    Lease da = lease((sa.stacked ? count : 1) * a_mat), db = lease((sb.stacked ? count : 1) * b_mat);
+    Lease dc = lease(count * c_mat);
+    InFlight in_flight{*this, {}};  // after the leases: runs first
+    core::HostPool& pool = *host_threads_;
+    const std::string& where = where_;
+    auto flush = [&](cl_command_queue q) { cl_check(cl_.Flush(q), "clFlush(pipeline)", where); };
+    const bool c_direct = (M == 1 || c.row_stride == N) && c_step == M * N && pinned(c.data, count * c_mat);
+    const core::DeviceMatrix am{da.get(), 0, M, K, a.col_major ? M : K, a.col_major, a.dtype};
+    const core::DeviceMatrix bm{db.get(), 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
+    const core::DeviceMatrix cm{dc.get(), 0, M, N, N, false, c.dtype};
+
+    cl_event in_free[kSlots] = {};
+    struct Pending {
+      std::int64_t i0, nm;
+      unsigned char* slot;
+      cl_event ready;
+    };
+    std::deque<Pending> pending;
+    auto copy_out = [&](const Pending& p) {
+      cl_check(cl_.WaitForEvents(1, &p.ready), "batched gemm or device-to-host copy (clWaitForEvents)", where);
+      core::copy_3d(pool, static_cast<unsigned char*>(c.data) + p.i0 * c_step * static_cast<std::int64_t>(es),
+                    static_cast<std::size_t>(c_step) * es, static_cast<std::size_t>(M > 1 ? c.row_stride : N) * es,
+                    p.slot, c_mat, static_cast<std::size_t>(N) * es, static_cast<std::size_t>(p.nm),
+                    static_cast<std::size_t>(M), static_cast<std::size_t>(N) * es);
+    };
+    auto done = [&](cl_event e) {
+      cl_int status = CL_QUEUED;
+      return cl_.GetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr) == CL_SUCCESS &&
+             status == CL_COMPLETE;
+    };
+    std::vector<cl_event> direct_downs;
+    for (std::int64_t ci = 0; ci < chunks; ++ci) {
+      const std::int64_t i0 = ci * per_chunk, nm = std::min(per_chunk, count - i0);
+      const int si = static_cast<int>(ci % kSlots);
+      if (in_free[si]) cl_check(cl_.WaitForEvents(1, &in_free[si]), "host-to-device copy (clWaitForEvents)", where);
+      unsigned char* slot = staging(in_stage_[si], in_slot);
+      std::size_t at = 0;
+      cl_event up = nullptr;
+      for (const Side* sd : {&sa, &sb}) {  // chunk ci's matrices of each operand, packed, then sent
+        if (!sd->stacked && i0 > 0) continue;  // a broadcast operand went up with chunk 0
+        const std::int64_t first = sd->stacked ? i0 : 0, n = sd->stacked ? nm : 1;
+        const std::size_t bytes = static_cast<std::size_t>(n) * sd->mat;
+        core::copy_3d(pool, slot + at, sd->mat, sd->line, sd->p + first * sd->step, sd->step, sd->ld,
+                      static_cast<std::size_t>(n), sd->lines, sd->line);
+        cl_check(cl_.EnqueueWriteBuffer(in_queue_, (sd == &sa ? da : db)->mem(), CL_FALSE,
+                                        static_cast<std::size_t>(first) * sd->mat, bytes, slot + at, 0, nullptr, &up),
+                 "clEnqueueWriteBuffer(stack)", where);
+        in_flight.keep(up);
+        at += bytes;
+      }
+      in_free[si] = up;  // in order: the last write of the chunk is the slot's last reader
+      flush(in_queue_);
+      cl_command_queue kq = kernel_queue_[ci % 2];
+      core::DeviceMatrix ai = am, bi = bm, ci_m = cm;
+      ai.offset = sa.stacked ? static_cast<std::size_t>(i0 * M * K) : 0;
+      bi.offset = sb.stacked ? static_cast<std::size_t>(i0 * K * N) : 0;
+      ci_m.offset = static_cast<std::size_t>(i0 * M * N);
+      const cl_event computed = in_flight.keep(enqueue_gemm(da->mem(), ai, db->mem(), bi, dc->mem(), ci_m, true, nm,
+                                                            sa.stacked ? M * K : 0, sb.stacked ? K * N : 0, M * N,
+                                                            kq, 1, &up));
+      flush(kq);
+      if (c_direct) {
+        cl_event down = nullptr;
+        cl_check(cl_.EnqueueReadBuffer(out_queue_, dc->mem(), CL_FALSE, static_cast<std::size_t>(i0) * c_mat,
+                                       static_cast<std::size_t>(nm) * c_mat,
+                                       static_cast<unsigned char*>(c.data) + static_cast<std::size_t>(i0) * c_mat, 1,
+                                       &computed, &down),
+                 "clEnqueueReadBuffer(stack, pinned)", where);
+        direct_downs.push_back(in_flight.keep(down));
+        flush(out_queue_);
+        continue;
+      }
+      while (static_cast<int>(pending.size()) >= kSlots) {
+        copy_out(pending.front());
+        pending.pop_front();
+      }
+      unsigned char* oslot = staging(out_stage_[si], out_slot);
+      cl_event down = nullptr;
+      cl_check(cl_.EnqueueReadBuffer(out_queue_, dc->mem(), CL_FALSE, static_cast<std::size_t>(i0) * c_mat,
+                                     static_cast<std::size_t>(nm) * c_mat, oslot, 1, &computed, &down),
+               "clEnqueueReadBuffer(stack)", where);
+      pending.push_back({i0, nm, oslot, in_flight.keep(down)});
+      flush(out_queue_);
+      while (!pending.empty() && done(pending.front().ready)) {
+        copy_out(pending.front());
+        pending.pop_front();
+      }
+    }
+    while (!pending.empty()) {
+      copy_out(pending.front());
+      pending.pop_front();
+    }
+    if (!direct_downs.empty())
+      cl_check(cl_.WaitForEvents(static_cast<cl_uint>(direct_downs.size()), direct_downs.data()),
+               "batched gemm or device-to-host copy (clWaitForEvents)", where);
     return true;
   }
 

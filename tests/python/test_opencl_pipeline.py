@@ -171,3 +171,19 @@ def test_pinned_results_in_a_forked_child_and_at_exit(discrete):
     """)
     r = run_python("-c", code, env={"PORTMAT_OPENCL_DISCRETE": "1"})
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+@pytest.mark.parametrize("chunks", ["0", "5"])
+def test_stacks_into_pooled_results(discrete, monkeypatch, chunks):
+    # A stack whose result (4 MiB) comes from the page-locked pool from the third call on: the
+    # downloads write it in place, chunk by chunk; a broadcast b goes up once.
+    monkeypatch.setenv("PORTMAT_OPENCL_CHUNKS", chunks)
+    rng = np.random.default_rng()
+    for dtype in ["float32", "float64"]:
+        a = random_values(rng, (64, 128, 128), dtype)
+        for b in (random_values(rng, (64, 128, 128), dtype), random_values(rng, (128, 128), dtype)):
+            for _ in range(3):
+                c = portmat.matmul(a, b, device=discrete)
+                check_same_as_numpy(c, a, b)
+            assert not c.flags.owndata, "the third result should be a pooled block"
+            del c
