@@ -265,6 +265,38 @@ TEST_P(OpenClDevice, PinnedResultBlocksAreWrittenInPlaceAndReused) {
   EXPECT_EQ(dev->alloc_host(bytes, false), nullptr);
 }
 
+// Stacks on the discrete path (matmul_batch_pipelined): (S x M x K) @ b for a stacked b stored
+// column-major (transposed) and a broadcast b, with padded results between matrices, over 1-7
+// chunks of whole matrices; every matrix against the float64 reference, the padding untouched.
+TEST_P(OpenClDevice, PipelinedStacksOverChunks) {
+  std::mt19937 rng(std::random_device{}());
+  const std::int64_t S = 7, M = 13, K = 29, N = 11, cpad = 5;
+  for (const char* chunks : {"0", "1", "2", "3", "7"}) {
+    ScopedEnv env{{"PORTMAT_OPENCL_DISCRETE", "1"}, {"PORTMAT_OPENCL_CHUNKS", chunks}};
+    for (bool broadcast : {false, true}) {
+      auto a = portmat::testing::random_vector<float>(S * M * K, rng);
+      auto b = portmat::testing::random_vector<float>((broadcast ? 1 : S) * K * N, rng);
+      const std::int64_t c_step = M * N + cpad;
+      std::vector<float> c(S * c_step, -7.0f);
+      portmat::ArrayView va{a.data(), DType::f32, {S, M, K}, {M * K, K, 1}};
+      // b's matrices stored column-major: element (k, n) of matrix s at s*K*N + n*K + k
+      portmat::ArrayView vb = broadcast ? portmat::ArrayView{b.data(), DType::f32, {K, N}, {1, K}}
+                                        : portmat::ArrayView{b.data(), DType::f32, {S, K, N}, {K * N, 1, K}};
+      portmat::ArrayView vc{c.data(), DType::f32, {S, M, N}, {c_step, N, 1}};
+      portmat::matmul(va, vb, vc, GetParam());
+      for (std::int64_t i = 0; i < S; ++i) {
+        MatrixView ma{a.data() + i * M * K, M, K, K, 1, DType::f32};
+        MatrixView mb{b.data() + (broadcast ? 0 : i * K * N), K, N, 1, K, DType::f32};
+        MatrixView mc{c.data() + i * c_step, M, N, N, 1, DType::f32};
+        EXPECT_LE(portmat::reference::worst_error_ratio(ma, mb, mc), 1.0)
+            << "matrix " << i << " chunks=" << chunks << " broadcast=" << broadcast;
+        for (std::int64_t e = M * N; e < c_step; ++e)
+          ASSERT_EQ(c[i * c_step + e], -7.0f) << "wrote between matrices " << i << " and " << i + 1;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, OpenClDevice,
                          ::testing::ValuesIn(portmat::testing::device_ids("opencl")),
                          portmat::testing::DeviceName());
