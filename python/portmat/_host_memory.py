@@ -7,8 +7,9 @@ faulted in for the CPU (a fresh array's page faults cost its first writer 1-3% o
 new block is made (for a GPU a few ms per 64 MiB: faulted in and registered) only for a
 (device, shape, dtype) whose earlier results have died: the pattern of repeated calls with
 transient results, where the block is then reused call after call. A program that keeps its
-results gets ordinary arrays and never pays for pinning. Devices without such memory (OpenCL)
-always give ordinary arrays.
+results gets ordinary arrays and never pays for pinning. A discrete OpenCL GPU's blocks are
+mapped page-locked buffers (CL_MEM_ALLOC_HOST_PTR); OpenCL devices that share host memory (PoCL,
+integrated GPUs) always give ordinary arrays, which they write in place.
 
 Operands. An array used a second time as an operand is page-locked where it is (~3.5 ms per
 64 MiB), so that every later call copies it to the device directly; the lock goes when the array
@@ -21,7 +22,8 @@ freed or moved behind portmat's back; np.resize() or a copy work as usual.
 
 Both are limits-bounded in the C++ layer (a quarter of the machine's memory each) and can be
 turned off with PORTMAT_CUDA_PINNED_RESULTS=0 and PORTMAT_CUDA_PIN_OPERANDS=0 (the CPU's result
-blocks with PORTMAT_CPU_RESULT_POOL=0).
+blocks with PORTMAT_CPU_RESULT_POOL=0, OpenCL's with PORTMAT_OPENCL_PINNED_RESULTS=0). OpenCL has
+no way to page-lock memory it did not allocate, so its operands are never pinned.
 """
 
 from __future__ import annotations

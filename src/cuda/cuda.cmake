@@ -70,7 +70,6 @@ set_source_files_properties(${cuda_fatbin_cpp} PROPERTIES OBJECT_DEPENDS ${cuda_
 target_sources(portmat_core PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cuda_api.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_backend.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/host_copy.cpp
   ${CMAKE_CURRENT_LIST_DIR}/pinned_pool.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tile_choice.cpp
   ${cuda_fatbin_cpp})

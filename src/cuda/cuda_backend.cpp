@@ -30,7 +30,7 @@
 #include "core/backend.hpp"
 #include "core/buffer_pool.hpp"
 #include "cuda/cuda_api.hpp"
-#include "cuda/host_copy.hpp"
+#include "core/host_copy.hpp"
 #include "cuda/kernels/gemm_tiles.h"
 #include "cuda/tile_choice.hpp"
 #include "cuda/pinned_pool.hpp"
@@ -39,6 +39,10 @@
 extern "C" const unsigned char portmat_cuda_gemm_fatbin[];
 
 namespace portmat::cuda {
+
+using core::copy_2d;
+using core::copy_3d;
+using core::HostPool;
 
 namespace {
 

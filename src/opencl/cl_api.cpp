@@ -49,7 +49,9 @@ ClApi* load_api() {
       load(lib, "clWaitForEvents", api->WaitForEvents) &&
       load(lib, "clGetEventProfilingInfo", api->GetEventProfilingInfo) &&
       load(lib, "clReleaseEvent", api->ReleaseEvent) &&
-      load(lib, "clFinish", api->Finish);
+      load(lib, "clFinish", api->Finish) &&
+      load(lib, "clFlush", api->Flush) &&
+      load(lib, "clGetEventInfo", api->GetEventInfo);
   if (!ok) {
     delete api;
     return nullptr;

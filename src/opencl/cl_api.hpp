@@ -43,6 +43,8 @@ struct ClApi {
   decltype(&::clGetEventProfilingInfo) GetEventProfilingInfo;
   decltype(&::clReleaseEvent) ReleaseEvent;
   decltype(&::clFinish) Finish;
+  decltype(&::clFlush) Flush;
+  decltype(&::clGetEventInfo) GetEventInfo;
 };
 
 // The loaded table, or nullptr when no OpenCL loader is installed. Loaded once, thread-safely.

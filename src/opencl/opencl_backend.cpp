@@ -5,18 +5,25 @@
 // (in memory and, for the driver's binaries, on disk: program_cache.cpp); and a pool of device
 // buffers reused across calls. Devices sharing host memory (CL_DEVICE_HOST_UNIFIED_MEMORY: PoCL,
 // integrated GPUs) read NumPy's memory in place and write the result in place, as the seed does
-// with USM; discrete devices copy operands in (packing sliced views on the way) and the result out.
+// with USM; discrete devices pipeline the copies (matmul_pipelined: page-locked staging, chunks of
+// rows on several queues, results written straight into pooled page-locked arrays).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "core/backend.hpp"
 #include "core/buffer_pool.hpp"
+#include "core/host_block_pool.hpp"
+#include "core/host_copy.hpp"
 #include "core/layout.hpp"
 #include "core/process.hpp"
 #include "opencl/cl_api.hpp"
@@ -33,6 +40,16 @@ extern const char casts_cl[];        // kernels/casts.cl: dtype casts and comple
 namespace portmat::opencl {
 
 namespace {
+
+// An integer knob (docs/opencl.md, "Knobs"), read on every call as PORTMAT_OPENCL_PARAMS is: unset,
+// empty or not a number means `fallback`.
+long env_long(const char* name, long fallback) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  return (end && *end == '\0') ? v : fallback;
+}
 
 std::string device_string(const ClApi& cl, cl_device_id d, cl_device_info what) {
   std::size_t n = 0;
@@ -138,10 +155,24 @@ class OpenClDevice final : public core::Device {
       cl_command_queue q;
       ~FinishGuard() { cl.Finish(q); }
     } guard{cl_, queue_};
-    if (info_.host_unified)
+    if (shares_memory())
       matmul_in_place(a, b, c);
-    else
+    else if (!pipeline_on() || !matmul_pipelined(a, b, c))
       matmul_copying(a, b, c);
+  }
+
+  // Results of 1 MiB and more on a discrete device come from a pool of page-locked blocks
+  // (mapped CL_MEM_ALLOC_HOST_PTR buffers, core::HostBlockPool), into which matmul_pipelined's
+  // downloads write directly, without the host copy out of staging (python/portmat/_host_memory.py
+  // asks for them). PORTMAT_OPENCL_PINNED_RESULTS=0 or PORTMAT_OPENCL_PIPELINE=0: ordinary arrays.
+  std::shared_ptr<void> alloc_host(std::size_t bytes, bool reuse_only) override {
+    if (bytes < (std::size_t(1) << 20) || shares_memory() || !pipeline_on() ||
+        env_long("PORTMAT_OPENCL_PINNED_RESULTS", 1) == 0)
+      return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    if (!result_pool_) make_result_pool();
+    return result_pool_->get(bytes, reuse_only);
   }
 
   // A stack as one launch (enqueue_gemm's third dimension). Shared memory: the stacks are used
@@ -162,7 +193,11 @@ class OpenClDevice final : public core::Device {
                       c_span = stack_span(c_one.span(), c_step);
     const std::size_t dense = static_cast<std::size_t>((a_step ? count : 1) * M * K + (b_step ? count : 1) * K * N + count * M * N);
     const bool sparse = a_span + b_span + c_span > 2 * dense + 4096;
-    if (count <= 1 || a_step < 0 || b_step < 0 || c_step <= 0 || (info_.host_unified && sparse) ||
+    const bool shared = shares_memory();
+    // On a discrete device a stack of large products goes product by product through the
+    // pipeline (matmul_pipelined), which overlaps their transfers; one launch gains nothing there.
+    const bool one_by_one = !shared && pipeline_on() && 2.0 * M * N * K > kStackMaxFlops;
+    if (count <= 1 || a_step < 0 || b_step < 0 || c_step <= 0 || (shared && sparse) || one_by_one ||
         std::max({a_span, b_span, c_span}) * es > max_alloc_)
       return core::Device::matmul_batch_host(a, a_step, b, b_step, c, c_step, count);
     std::lock_guard<std::mutex> lock(mu_);
@@ -172,7 +207,7 @@ class OpenClDevice final : public core::Device {
       cl_command_queue q;
       ~FinishGuard() { cl.Finish(q); }
     } guard{cl_, queue_};
-    if (info_.host_unified) {
+    if (shared) {
       auto wrap = [&](const void* p, std::size_t bytes, cl_mem_flags flags) {
         return create_buffer(bytes, flags | CL_MEM_USE_HOST_PTR, const_cast<void*>(p));
       };
@@ -193,7 +228,8 @@ class OpenClDevice final : public core::Device {
                "clEnqueueUnmapMemObject(result stack)", where_);
       return;
     }
-    // Discrete: dense device stacks (one matrix for a broadcast operand). A host stack of n matrices, `outer` lines of `inner` elements each (rows, or columns of a
+    if (pipeline_on() && matmul_batch_pipelined(a, a_step, b, b_step, c, c_step, count)) return;
+    // Discrete, unpipelined (PORTMAT_OPENCL_PIPELINE=0): dense device stacks (one matrix for a broadcast operand). A host stack of n matrices, `outer` lines of `inner` elements each (rows, or columns of a
     // column-major matrix), lines ld apart, matrices step apart <-> a dense device stack.
     auto rect = [&](bool write, cl_mem buf, void* host, std::int64_t n, std::int64_t outer, std::int64_t inner,
                     std::int64_t ld, std::int64_t step) {
@@ -408,7 +444,8 @@ class OpenClDevice final : public core::Device {
     return params_for(dtype, m, n, 1).str();
   }
 
-  // Enqueues c = a @ b on buffers holding the matrices; returns the kernel's event.
+  // Enqueues c = a @ b on buffers holding the matrices; returns the kernel's event. On `on` (the
+  // device's queue_ when null) after the events `after` (the pipelined path's other queues).
   // `bases_aligned`: the buffers start on a GVW-vector boundary (always true for our allocations;
   // NumPy's memory used in place may start anywhere a float may).
   // A stack of `count` products: matrix i of each operand `x_step` elements after matrix i - 1
@@ -416,7 +453,8 @@ class OpenClDevice final : public core::Device {
   cl_event enqueue_gemm(cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
                         const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c,
                         bool bases_aligned = true, std::int64_t count = 1, std::int64_t a_step = 0,
-                        std::int64_t b_step = 0, std::int64_t c_step = 0) {
+                        std::int64_t b_step = 0, std::int64_t c_step = 0, cl_command_queue on = nullptr,
+                        cl_uint n_after = 0, const cl_event* after = nullptr) {
     const cl_int M = static_cast<cl_int>(a.rows), N = static_cast<cl_int>(b.cols),
                  K = static_cast<cl_int>(a.cols);
     GemmParams p = params_for(a.dtype, M, N, count);
@@ -457,7 +495,7 @@ class OpenClDevice final : public core::Device {
                  : static_cast<std::size_t>((M + p.mwg - 1) / p.mwg) * p.mdimc,
         static_cast<std::size_t>(count)};
     cl_event ev = nullptr;
-    cl_int err = cl_.EnqueueNDRangeKernel(queue_, k, 3, nullptr, global, local, 0, nullptr, &ev);
+    cl_int err = cl_.EnqueueNDRangeKernel(on ? on : queue_, k, 3, nullptr, global, local, n_after, after, &ev);
     cl_check(err, "clEnqueueNDRangeKernel(gemm)",
              where_ + " for " + (count > 1 ? std::to_string(count) + " x " : std::string()) + "(" +
                  std::to_string(M) + "x" + std::to_string(K) + ") @ (" +
@@ -523,6 +561,449 @@ class OpenClDevice final : public core::Device {
     }
   }
 
+  // ---- the pipelined NumPy path of discrete devices ------------------------------------------
+  // Whether NumPy's memory is used in place (matmul_in_place): devices that share host memory,
+  // unless PORTMAT_OPENCL_DISCRETE=1 makes them take a discrete GPU's path (so that the tests run
+  // the pipeline on PoCL and Intel's CPU runtime).
+  bool shares_memory() const { return info_.host_unified && env_long("PORTMAT_OPENCL_DISCRETE", 0) == 0; }
+  // PORTMAT_OPENCL_PIPELINE=0: discrete devices take matmul_copying (for A/B measurements).
+  static bool pipeline_on() { return env_long("PORTMAT_OPENCL_PIPELINE", 1) != 0; }
+
+  // Page-locked host memory: a CL_MEM_ALLOC_HOST_PTR buffer, mapped once and kept mapped, whose
+  // pointer is the host side of clEnqueueWrite/ReadBuffer (the driver's DMA reads and writes it
+  // directly: on the H200 55 GB/s, against 8.9 / 15 GB/s from malloc'd memory; docs/opencl.md).
+  struct Staging {
+    cl_mem mem = nullptr;
+    unsigned char* p = nullptr;
+    std::size_t bytes = 0;
+  };
+
+  // The staging slot `s` with at least `bytes`, grown (never shrunk) when it is too small. Called
+  // with no command of this device in flight that uses it (every call waits for its own).
+  unsigned char* staging(Staging& s, std::size_t bytes) {
+    if (s.bytes >= bytes) return s.p;
+    if (s.mem) {
+      cl_.EnqueueUnmapMemObject(queue_, s.mem, s.p, 0, nullptr, nullptr);
+      cl_.Finish(queue_);
+      cl_.ReleaseMemObject(s.mem);
+      s = Staging{};
+    }
+    constexpr std::size_t kUnit = std::size_t(2) << 20;  // grown in 2 MiB steps, at least 2 MiB
+    const std::size_t round = std::min<std::size_t>(std::max(max_alloc_, bytes), (bytes + kUnit - 1) / kUnit * kUnit);
+    cl_int err = CL_SUCCESS;
+    cl_mem m = cl_.CreateBuffer(context_, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, round, nullptr, &err);
+    if (err != CL_SUCCESS && !pool_.empty()) {  // give cached device buffers back and retry
+      pool_.trim(0);
+      m = cl_.CreateBuffer(context_, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, round, nullptr, &err);
+    }
+    cl_check(err, "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR staging)", where_ + " for " + std::to_string(round) + " bytes");
+    void* p = cl_.EnqueueMapBuffer(queue_, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, round, 0, nullptr, nullptr, &err);
+    if (err != CL_SUCCESS) {
+      cl_.ReleaseMemObject(m);
+      cl_check(err, "clEnqueueMapBuffer(staging)", where_);
+    }
+    s = Staging{m, static_cast<unsigned char*>(p), round};
+    return s.p;
+  }
+
+  // The pinned result pool (alloc_host). A block is a CL_MEM_ALLOC_HOST_PTR buffer mapped for
+  // good; it is unmapped and released when the pool lets it go, on any thread (a Python thread
+  // dropping an array), through a queue of its own. Keeps up to 1/16 of the host's memory (at most
+  // 2 GiB) of free blocks, and at most a quarter of it in live results, as the CUDA backend does.
+  // In a child made by fork() the pool hands out nothing and lets its blocks go without a driver
+  // call (core::HostBlockPool); the registry never destroys devices, so none is made at exit.
+  void make_result_pool() {
+    cl_int err = CL_SUCCESS;
+    release_queue_ = cl_.CreateCommandQueue(context_, dev_, 0, &err);
+    cl_check(err, "clCreateCommandQueue(result pool)", where_);
+    auto allocate = [this](std::size_t bytes) -> void* {  // called under mu_ (alloc_host)
+      if (bytes > max_alloc_) return nullptr;
+      cl_int e = CL_SUCCESS;
+      cl_mem m = cl_.CreateBuffer(context_, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, bytes, nullptr, &e);
+      if (e != CL_SUCCESS) return nullptr;  // ordinary memory will do
+      void* p = cl_.EnqueueMapBuffer(queue_, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, nullptr, nullptr, &e);
+      if (e != CL_SUCCESS || !p) {
+        cl_.ReleaseMemObject(m);
+        return nullptr;
+      }
+      std::lock_guard<std::mutex> lock(blocks_mu_);
+      blocks_[p] = m;
+      return p;
+    };
+    auto release = [this](void* p) {
+      cl_mem m = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(blocks_mu_);
+        auto it = blocks_.find(p);
+        if (it == blocks_.end()) return;
+        m = it->second;
+        blocks_.erase(it);
+      }
+      cl_.EnqueueUnmapMemObject(release_queue_, m, p, 0, nullptr, nullptr);
+      cl_.Finish(release_queue_);
+      cl_.ReleaseMemObject(m);
+    };
+    const std::size_t ram = static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::size_t>(sysconf(_SC_PAGE_SIZE));
+    result_pool_ = std::make_shared<core::HostBlockPool>(std::min(ram / 16, std::size_t(2) << 30), ram / 4,
+                                                         std::move(allocate), std::move(release));
+  }
+
+  // True when [p, p + bytes) lies in a live block of the result pool: page-locked memory the
+  // pipeline's transfers read or write in place.
+  bool pinned(const void* p, std::size_t bytes) const { return result_pool_ && result_pool_->contains(p, bytes); }
+
+  // The pipeline's queues (in-order: uploads, two for kernels, downloads) and host copy threads,
+  // made at its first use: devices that share host memory never make them.
+  void ready_pipeline() {
+    if (!in_queue_) {
+      cl_int err = CL_SUCCESS;
+      for (cl_command_queue* q : {&in_queue_, &kernel_queue_[0], &kernel_queue_[1], &out_queue_}) {
+        *q = cl_.CreateCommandQueue(context_, dev_, 0, &err);
+        cl_check(err, "clCreateCommandQueue(pipeline)", where_);
+      }
+    }
+    if (!host_threads_) {
+      const long threads =
+          env_long("PORTMAT_OPENCL_THREADS", std::clamp<long>(std::thread::hardware_concurrency(), 1, 16));
+      host_threads_ = std::make_unique<core::HostPool>(static_cast<int>(std::clamp<long>(threads, 1, 64)));
+    }
+  }
+
+  // The pipelined paths' guard: on leaving the call, normally or by an exception, waits for every
+  // pipeline queue, so that no command outlives the staging, device buffers and NumPy memory it
+  // uses, and releases the events the call kept.
+  struct InFlight {
+    OpenClDevice& d;
+    std::vector<cl_event> events;
+    ~InFlight() {
+      for (cl_command_queue q : {d.in_queue_, d.kernel_queue_[0], d.kernel_queue_[1], d.out_queue_}) d.cl_.Finish(q);
+      for (cl_event e : events) d.cl_.ReleaseEvent(e);
+    }
+    cl_event keep(cl_event e) {
+      events.push_back(e);
+      return e;
+    }
+  };
+
+  // Discrete memory, pipelined (the CUDA backend's matmul_host without its pinned operands and
+  // k-split start). The product is cut along M into chunks of rows (c[i0:i1] = a[i0:i1] @ b).
+  // b goes up first, in pieces of whole lines through a ring of page-locked staging slots; then
+  // per chunk: the host threads copy a's rows into a free staging slot, in_queue_ sends them, a
+  // kernel computes the chunk's rows of c (kernel_queue_ 0 and 1 alternate, so that one chunk's
+  // tail overlaps the next one's start), out_queue_ brings them into an output slot, and the host
+  // threads copy them into the result. Host copies, both transfers and kernels of different chunks
+  // overlap; queues depend on each other through events, and the host waits only for a slot it
+  // needs back or a chunk's result. Why staging at all: a NumPy array is pageable memory, which
+  // the driver copies at a fraction of the link's rate, single-threaded (docs/opencl.md);
+  // the host threads fill page-locked staging with non-temporal stores instead (core/host_copy.hpp).
+  // Returns false (nothing done) where a staging slot would exceed the device's allocation limit.
+  bool matmul_pipelined(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c) {
+    const std::size_t es = dtype_size(c.dtype);
+    const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+
+    // Chunks: ~16 MiB of a's or c's rows (PORTMAT_OPENCL_CHUNK_MB), whole 128-row blocks, one
+    // chunk when the product moves 8 MiB or less; PORTMAT_OPENCL_CHUNKS=n cuts M (and b's lines)
+    // into n pieces whatever the sizes (tests reach many chunks with small products).
+    const long forced = env_long("PORTMAT_OPENCL_CHUNKS", 0);
+    const std::size_t chunk_bytes = static_cast<std::size_t>(std::max(1L, env_long("PORTMAT_OPENCL_CHUNK_MB", 16))) << 20;
+    const std::int64_t row_bytes = std::max(K, N) * static_cast<std::int64_t>(es);
+    const std::int64_t total_bytes = (M * K + K * N + M * N) * static_cast<std::int64_t>(es);
+    std::int64_t rows_per_chunk = M;
+    if (forced > 0)
+      rows_per_chunk = (M + std::min<std::int64_t>(forced, M) - 1) / std::min<std::int64_t>(forced, M);
+    else if (total_bytes > (8 << 20))
+      rows_per_chunk = std::min(M, std::max<std::int64_t>(128, static_cast<std::int64_t>(chunk_bytes) / row_bytes / 128 * 128));
+    const std::int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
+
+    // b's pieces: whole lines (rows of a row-major b, columns of a column-major one), ~16 MiB each,
+    // so that the host copy of one piece overlaps the transfer of the one before.
+    const std::int64_t b_lines = b.col_major ? N : K;
+    const std::size_t b_line = static_cast<std::size_t>(b.col_major ? K : N) * es;
+    std::int64_t per_piece = forced > 0 ? (b_lines + std::min<std::int64_t>(forced, b_lines) - 1) / std::min<std::int64_t>(forced, b_lines)
+                                        : std::max<std::int64_t>(1, static_cast<std::int64_t>(chunk_bytes / b_line));
+    per_piece = std::min(per_piece, b_lines);
+    const std::size_t a_chunk = static_cast<std::size_t>(rows_per_chunk * K) * es;
+    const std::size_t in_slot = std::max(a_chunk, static_cast<std::size_t>(per_piece) * b_line);
+    const std::size_t out_slot = static_cast<std::size_t>(rows_per_chunk * N) * es;
+    if (std::max(in_slot, out_slot) > max_alloc_) return false;
+
+    ready_pipeline();
+    Lease da = lease(static_cast<std::size_t>(M * K) * es);
+    Lease db = lease(static_cast<std::size_t>(K * N) * es);
+    Lease dc = lease(static_cast<std::size_t>(M * N) * es);
+    // Whatever happens below (declared after the leases, so it runs first), no command may
+    // outlive this call: they use the staging, the device buffers and NumPy's memory.
+    InFlight in_flight{*this, {}};
+    core::HostPool& pool = *host_threads_;
+    const std::string& where = where_;
+    auto flush = [&](cl_command_queue q) { cl_check(cl_.Flush(q), "clFlush(pipeline)", where); };
+
+    // Staging rings: kSlots slots per direction, each its own buffer (grown, kept for later calls).
+    cl_event in_free[kSlots] = {};
+    int in_next = 0;
+    auto take_in_slot = [&](int& s) {
+      s = in_next;
+      in_next = (in_next + 1) % kSlots;
+      if (in_free[s]) cl_check(cl_.WaitForEvents(1, &in_free[s]), "host-to-device copy (clWaitForEvents)", where);
+      return staging(in_stage_[s], in_slot);
+    };
+    auto send = [&](int s, unsigned char* slot, cl_mem dst, std::size_t at, std::size_t bytes, const char* what) {
+      cl_event ev = nullptr;
+      cl_check(cl_.EnqueueWriteBuffer(in_queue_, dst, CL_FALSE, at, bytes, slot, 0, nullptr, &ev), what, where);
+      in_free[s] = in_flight.keep(ev);
+      flush(in_queue_);
+      return ev;
+    };
+
+    // Operands and results in the pinned result pool (a result fed back as an operand, say) are
+    // read and written in place, without a host copy: dense b, dense row-major a (whose row
+    // chunks are contiguous), a result with contiguous rows.
+    const std::size_t a_bytes = static_cast<std::size_t>(M * K) * es, b_bytes = static_cast<std::size_t>(K * N) * es;
+    const bool a_direct = !a.col_major && (M == 1 || a.ld == K) && pinned(a.data, a_bytes);
+    const bool b_direct = b.ld == (b.col_major ? K : N) && pinned(b.data, b_bytes);
+    const bool c_direct = (M == 1 || c.row_stride == N) && pinned(c.data, static_cast<std::size_t>(M * N) * es);
+    std::vector<cl_event> direct_downs;  // checked before returning (InFlight only waits)
+
+    const auto* bsrc = static_cast<const unsigned char*>(b.data);
+    cl_event b_ready = nullptr;
+    if (b_direct) {
+      cl_check(cl_.EnqueueWriteBuffer(in_queue_, db->mem(), CL_FALSE, 0, b_bytes, bsrc, 0, nullptr, &b_ready),
+               "clEnqueueWriteBuffer(b, pinned)", where);
+      in_flight.keep(b_ready);
+      flush(in_queue_);
+    }
+    for (std::int64_t l0 = 0; !b_direct && l0 < b_lines; l0 += per_piece) {
+      const std::int64_t nl = std::min(per_piece, b_lines - l0);
+      int s = 0;
+      unsigned char* slot = take_in_slot(s);
+      core::copy_2d(pool, slot, b_line, bsrc + l0 * b.ld * es, b.ld * es, nl, b_line);
+      b_ready = send(s, slot, db->mem(), l0 * b_line, nl * b_line, "clEnqueueWriteBuffer(b)");
+    }
+
+    struct Pending {
+      std::int64_t i0, rows;
+      unsigned char* slot;
+      cl_event ready;
+    };
+    std::deque<Pending> pending;
+    auto copy_out = [&](const Pending& p) {
+      cl_check(cl_.WaitForEvents(1, &p.ready), "gemm or device-to-host copy (clWaitForEvents)", where);
+      const std::int64_t line_stride = p.rows > 1 ? c.row_stride : N;
+      core::copy_2d(pool, static_cast<unsigned char*>(c.data) + p.i0 * c.row_stride * es, line_stride * es, p.slot,
+                    N * es, p.rows, N * es);
+    };
+    auto done = [&](cl_event e) {
+      cl_int status = CL_QUEUED;
+      return cl_.GetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr) == CL_SUCCESS &&
+             status == CL_COMPLETE;
+    };
+
+    const auto* asrc = static_cast<const unsigned char*>(a.data);
+    const core::DeviceMatrix bm{db.get(), 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
+    for (std::int64_t ci = 0; ci < chunks; ++ci) {
+      const std::int64_t i0 = ci * rows_per_chunk, rows = std::min(rows_per_chunk, M - i0);
+      // a's rows: lines of K, or K columns of `rows` (column-major), dense on the device.
+      cl_event a_ready = nullptr;
+      if (a_direct) {
+        cl_check(cl_.EnqueueWriteBuffer(in_queue_, da->mem(), CL_FALSE, static_cast<std::size_t>(i0 * K) * es,
+                                        static_cast<std::size_t>(rows * K) * es, asrc + i0 * K * es, 0, nullptr,
+                                        &a_ready),
+                 "clEnqueueWriteBuffer(a, pinned)", where);
+        in_flight.keep(a_ready);
+        flush(in_queue_);
+      } else {
+        int s = 0;
+        unsigned char* slot = take_in_slot(s);
+        if (a.col_major)
+          core::copy_2d(pool, slot, rows * es, asrc + i0 * es, a.ld * es, K, rows * es);
+        else
+          core::copy_2d(pool, slot, K * es, asrc + i0 * a.ld * es, a.ld * es, rows, K * es);
+        a_ready = send(s, slot, da->mem(), static_cast<std::size_t>(i0 * K) * es,
+                       static_cast<std::size_t>(rows * K) * es, "clEnqueueWriteBuffer(a)");
+      }
+      const core::DeviceMatrix am{da.get(), static_cast<std::size_t>(i0 * K), rows, K, a.col_major ? rows : K,
+                                  a.col_major, a.dtype};
+      const core::DeviceMatrix cm{dc.get(), static_cast<std::size_t>(i0 * N), rows, N, N, false, c.dtype};
+      const cl_event after[2] = {a_ready, b_ready};
+      cl_command_queue kq = kernel_queue_[ci % 2];
+      const cl_event computed = in_flight.keep(
+          enqueue_gemm(da->mem(), am, db->mem(), bm, dc->mem(), cm, true, 1, 0, 0, 0, kq, 2, after));
+      flush(kq);
+      if (c_direct) {  // straight into the result's rows
+        cl_event down = nullptr;
+        cl_check(cl_.EnqueueReadBuffer(out_queue_, dc->mem(), CL_FALSE, static_cast<std::size_t>(i0 * N) * es,
+                                       static_cast<std::size_t>(rows * N) * es,
+                                       static_cast<unsigned char*>(c.data) + i0 * N * es, 1, &computed, &down),
+                 "clEnqueueReadBuffer(c, pinned)", where);
+        direct_downs.push_back(in_flight.keep(down));
+        flush(out_queue_);
+        continue;
+      }
+      // The output slot this chunk uses must have been copied out: at most kSlots in flight.
+      while (static_cast<int>(pending.size()) >= kSlots) {
+        copy_out(pending.front());
+        pending.pop_front();
+      }
+      unsigned char* oslot = staging(out_stage_[ci % kSlots], out_slot);
+      cl_event down = nullptr;
+      cl_check(cl_.EnqueueReadBuffer(out_queue_, dc->mem(), CL_FALSE, static_cast<std::size_t>(i0 * N) * es,
+                                     static_cast<std::size_t>(rows * N) * es, oslot, 1, &computed, &down),
+               "clEnqueueReadBuffer(c)", where);
+      pending.push_back({i0, rows, oslot, in_flight.keep(down)});
+      flush(out_queue_);
+      // Results already down go out now, between the copies in.
+      while (!pending.empty() && done(pending.front().ready)) {
+        copy_out(pending.front());
+        pending.pop_front();
+      }
+    }
+    while (!pending.empty()) {
+      copy_out(pending.front());
+      pending.pop_front();
+    }
+    if (!direct_downs.empty())
+      cl_check(cl_.WaitForEvents(static_cast<cl_uint>(direct_downs.size()), direct_downs.data()),
+               "gemm or device-to-host copy (clWaitForEvents)", where);
+    return true;
+  }
+
+  // Stacks on a discrete device, pipelined as the CUDA backend's matmul_batch_host: the stack is
+  // cut into chunks of whole matrices (~PORTMAT_OPENCL_CHUNK_MB of staged operands or results
+  // each; PORTMAT_OPENCL_CHUNKS=n: n chunks); per chunk the host threads pack its matrices of a and
+  // b densely into a staging slot (3 in a ring), in_queue_ sends them, one launch multiplies the
+  // chunk (kernel queues alternate), out_queue_ brings the results into an output slot and the
+  // host threads copy them into c (or the download writes c in place where it is a pooled
+  // page-locked block). A broadcast operand (step 0) goes up once, with the first chunk. Returns
+  // false (nothing done) where a slot would exceed the device's allocation limit.
+  bool matmul_batch_pipelined(const core::HostMatrix& a, std::int64_t a_step, const core::HostMatrix& b,
+                              std::int64_t b_step, const MatrixView& c, std::int64_t c_step, std::int64_t count) {
+    const std::size_t es = dtype_size(c.dtype);
+    const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+    const std::size_t a_mat = static_cast<std::size_t>(M * K) * es, b_mat = static_cast<std::size_t>(K * N) * es,
+                      c_mat = static_cast<std::size_t>(M * N) * es;
+    // An operand's host lines: rows of a row-major matrix, columns of a column-major one; on the
+    // device each matrix is dense in its own layout.
+    struct Side {
+      const unsigned char* p;
+      std::size_t step, ld, lines, line, mat;  // bytes, but lines
+      bool stacked;
+    };
+    auto side = [&](const core::HostMatrix& x, std::int64_t step, std::size_t mat) {
+      return Side{static_cast<const unsigned char*>(x.data), static_cast<std::size_t>(step) * es,
+                  static_cast<std::size_t>(x.ld) * es, static_cast<std::size_t>(x.col_major ? x.cols : x.rows),
+                  static_cast<std::size_t>(x.col_major ? x.rows : x.cols) * es, mat, step != 0};
+    };
+    const Side sa = side(a, a_step, a_mat), sb = side(b, b_step, b_mat);
+    const long forced = env_long("PORTMAT_OPENCL_CHUNKS", 0);
+    const std::size_t chunk_bytes = static_cast<std::size_t>(std::max(1L, env_long("PORTMAT_OPENCL_CHUNK_MB", 16))) << 20;
+    const std::size_t per_in = (sa.stacked ? a_mat : 0) + (sb.stacked ? b_mat : 0);
+    const std::int64_t per_chunk =
+        forced > 0 ? (count + std::min<std::int64_t>(forced, count) - 1) / std::min<std::int64_t>(forced, count)
+                   : std::max<std::int64_t>(1, static_cast<std::int64_t>(chunk_bytes / std::max<std::size_t>({per_in, c_mat, 1})));
+    const std::int64_t chunks = (count + per_chunk - 1) / per_chunk;
+    const std::size_t in_slot = per_chunk * per_in + (sa.stacked ? 0 : a_mat) + (sb.stacked ? 0 : b_mat);
+    const std::size_t out_slot = per_chunk * c_mat;
+    if (std::max(in_slot, out_slot) > max_alloc_) return false;
+
+    ready_pipeline();
+    Lease da = lease((sa.stacked ? count : 1) * a_mat), db = lease((sb.stacked ? count : 1) * b_mat);
+    Lease dc = lease(count * c_mat);
+    InFlight in_flight{*this, {}};  // after the leases: runs first
+    core::HostPool& pool = *host_threads_;
+    const std::string& where = where_;
+    auto flush = [&](cl_command_queue q) { cl_check(cl_.Flush(q), "clFlush(pipeline)", where); };
+    const bool c_direct = (M == 1 || c.row_stride == N) && c_step == M * N && pinned(c.data, count * c_mat);
+    const core::DeviceMatrix am{da.get(), 0, M, K, a.col_major ? M : K, a.col_major, a.dtype};
+    const core::DeviceMatrix bm{db.get(), 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
+    const core::DeviceMatrix cm{dc.get(), 0, M, N, N, false, c.dtype};
+
+    cl_event in_free[kSlots] = {};
+    struct Pending {
+      std::int64_t i0, nm;
+      unsigned char* slot;
+      cl_event ready;
+    };
+    std::deque<Pending> pending;
+    auto copy_out = [&](const Pending& p) {
+      cl_check(cl_.WaitForEvents(1, &p.ready), "batched gemm or device-to-host copy (clWaitForEvents)", where);
+      core::copy_3d(pool, static_cast<unsigned char*>(c.data) + p.i0 * c_step * static_cast<std::int64_t>(es),
+                    static_cast<std::size_t>(c_step) * es, static_cast<std::size_t>(M > 1 ? c.row_stride : N) * es,
+                    p.slot, c_mat, static_cast<std::size_t>(N) * es, static_cast<std::size_t>(p.nm),
+                    static_cast<std::size_t>(M), static_cast<std::size_t>(N) * es);
+    };
+    auto done = [&](cl_event e) {
+      cl_int status = CL_QUEUED;
+      return cl_.GetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr) == CL_SUCCESS &&
+             status == CL_COMPLETE;
+    };
+    std::vector<cl_event> direct_downs;
+    for (std::int64_t ci = 0; ci < chunks; ++ci) {
+      const std::int64_t i0 = ci * per_chunk, nm = std::min(per_chunk, count - i0);
+      const int si = static_cast<int>(ci % kSlots);
+      if (in_free[si]) cl_check(cl_.WaitForEvents(1, &in_free[si]), "host-to-device copy (clWaitForEvents)", where);
+      unsigned char* slot = staging(in_stage_[si], in_slot);
+      std::size_t at = 0;
+      cl_event up = nullptr;
+      for (const Side* sd : {&sa, &sb}) {  // chunk ci's matrices of each operand, packed, then sent
+        if (!sd->stacked && i0 > 0) continue;  // a broadcast operand went up with chunk 0
+        const std::int64_t first = sd->stacked ? i0 : 0, n = sd->stacked ? nm : 1;
+        const std::size_t bytes = static_cast<std::size_t>(n) * sd->mat;
+        core::copy_3d(pool, slot + at, sd->mat, sd->line, sd->p + first * sd->step, sd->step, sd->ld,
+                      static_cast<std::size_t>(n), sd->lines, sd->line);
+        cl_check(cl_.EnqueueWriteBuffer(in_queue_, (sd == &sa ? da : db)->mem(), CL_FALSE,
+                                        static_cast<std::size_t>(first) * sd->mat, bytes, slot + at, 0, nullptr, &up),
+                 "clEnqueueWriteBuffer(stack)", where);
+        in_flight.keep(up);
+        at += bytes;
+      }
+      in_free[si] = up;  // in order: the last write of the chunk is the slot's last reader
+      flush(in_queue_);
+      cl_command_queue kq = kernel_queue_[ci % 2];
+      core::DeviceMatrix ai = am, bi = bm, ci_m = cm;
+      ai.offset = sa.stacked ? static_cast<std::size_t>(i0 * M * K) : 0;
+      bi.offset = sb.stacked ? static_cast<std::size_t>(i0 * K * N) : 0;
+      ci_m.offset = static_cast<std::size_t>(i0 * M * N);
+      const cl_event computed = in_flight.keep(enqueue_gemm(da->mem(), ai, db->mem(), bi, dc->mem(), ci_m, true, nm,
+                                                            sa.stacked ? M * K : 0, sb.stacked ? K * N : 0, M * N,
+                                                            kq, 1, &up));
+      flush(kq);
+      if (c_direct) {
+        cl_event down = nullptr;
+        cl_check(cl_.EnqueueReadBuffer(out_queue_, dc->mem(), CL_FALSE, static_cast<std::size_t>(i0) * c_mat,
+                                       static_cast<std::size_t>(nm) * c_mat,
+                                       static_cast<unsigned char*>(c.data) + static_cast<std::size_t>(i0) * c_mat, 1,
+                                       &computed, &down),
+                 "clEnqueueReadBuffer(stack, pinned)", where);
+        direct_downs.push_back(in_flight.keep(down));
+        flush(out_queue_);
+        continue;
+      }
+      while (static_cast<int>(pending.size()) >= kSlots) {
+        copy_out(pending.front());
+        pending.pop_front();
+      }
+      unsigned char* oslot = staging(out_stage_[si], out_slot);
+      cl_event down = nullptr;
+      cl_check(cl_.EnqueueReadBuffer(out_queue_, dc->mem(), CL_FALSE, static_cast<std::size_t>(i0) * c_mat,
+                                     static_cast<std::size_t>(nm) * c_mat, oslot, 1, &computed, &down),
+               "clEnqueueReadBuffer(stack)", where);
+      pending.push_back({i0, nm, oslot, in_flight.keep(down)});
+      flush(out_queue_);
+      while (!pending.empty() && done(pending.front().ready)) {
+        copy_out(pending.front());
+        pending.pop_front();
+      }
+    }
+    while (!pending.empty()) {
+      copy_out(pending.front());
+      pending.pop_front();
+    }
+    if (!direct_downs.empty())
+      cl_check(cl_.WaitForEvents(static_cast<cl_uint>(direct_downs.size()), direct_downs.data()),
+               "batched gemm or device-to-host copy (clWaitForEvents)", where);
+    return true;
+  }
+
   // Discrete memory: operands go into pooled device buffers, packed dense (a sliced view crosses
   // the bus without its gaps, via a rectangular copy); the result comes back into c.
   void matmul_copying(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c) {
@@ -576,6 +1057,19 @@ class OpenClDevice final : public core::Device {
   std::map<std::string, cl_kernel> kernels_;  // by build options ("casts:<name>": casts.cl's)
   cl_program casts_program_ = nullptr;        // casts.cl, built at the first cast (lives with the device)
   core::BufferPool<ClBuffer> pool_;  // keeps at most a quarter of the device (constructor)
+  // The pipeline (matmul_pipelined), made at its first use. Its staging stays mapped for the
+  // process's life, as the device does (the registry never destroys devices, so no driver call
+  // runs at exit); a child made by fork() never uses it, since the registry refuses OpenCL
+  // devices there (Backend::survives_fork).
+  static constexpr int kSlots = 3;  // staging slots per direction: fill one while two are in flight
+  static constexpr double kStackMaxFlops = 4e9;  // stacks of larger products go one by one (matmul_batch_host)
+  cl_command_queue in_queue_ = nullptr, kernel_queue_[2] = {nullptr, nullptr}, out_queue_ = nullptr;
+  Staging in_stage_[kSlots], out_stage_[kSlots];
+  std::shared_ptr<core::HostBlockPool> result_pool_;  // alloc_host, made at its first use
+  cl_command_queue release_queue_ = nullptr;          // unmaps the pool's blocks as they go
+  std::mutex blocks_mu_;                              // guards blocks_ (released on any thread)
+  std::map<void*, cl_mem> blocks_;                    // the pool's blocks: mapped pointer -> buffer
+  std::unique_ptr<core::HostPool> host_threads_;
 };
 
 class OpenClBackend final : public core::Backend {

@@ -3,7 +3,15 @@
 // with offsets and both layouts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <initializer_list>
+#include <optional>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/backend.hpp"
@@ -147,6 +155,146 @@ TEST_P(OpenClDevice, DeviceResidentGemmWithOffsetsAndLayouts) {
       MatrixView vc{c.data() + off, M, N, N, 1, DType::f32};
       EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0) << a_col << b_col;
     }
+}
+
+// Sets environment variables for one scope, putting back what was there before.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, std::string>> vars) {
+    for (const auto& [name, value] : vars) {
+      const char* old = std::getenv(name);
+      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+      setenv(name, value.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, old] : saved_)
+      if (old)
+        setenv(name, old->c_str(), 1);
+      else
+        unsetenv(name);
+  }
+
+ private:
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+// The discrete devices' pipelined NumPy path (matmul_pipelined), run on whatever OpenCL device
+// there is: PORTMAT_OPENCL_DISCRETE=1 sends a device that shares host memory (PoCL, Intel's CPU
+// runtime) down a discrete GPU's path, and PORTMAT_OPENCL_CHUNKS cuts M and b's lines into that
+// many pieces. Awkward sizes (one row, one column, primes, more chunks than rows), both layouts of
+// a and b, padded leading dimensions and offsets, a result with padded rows whose padding must
+// stay untouched; float32 and float64 against the float64 reference, integers exactly. Chunk
+// counts vary so that the staging rings grow, wrap and are reused across calls.
+TEST_P(OpenClDevice, PipelinedPathOverChunksLayoutsAndViews) {
+  auto dev = portmat::core::open_device(GetParam());
+  const bool f64 = dev->info().supports_f64;
+  std::mt19937 rng(std::random_device{}());
+  struct Shape {
+    std::int64_t m, k, n;
+  };
+  const Shape shapes[] = {{1, 33, 77}, {37, 70, 45}, {129, 5, 300}, {300, 131, 1}, {2, 1, 3}, {160, 96, 130}};
+  for (const char* pipeline : {"1", "0"})
+    for (const char* chunks : {"0", "1", "2", "3", "7", "500"}) {
+      if (pipeline[0] == '0' && chunks[0] != '0') continue;  // the unpipelined path has no chunks
+      ScopedEnv env{{"PORTMAT_OPENCL_DISCRETE", "1"}, {"PORTMAT_OPENCL_PIPELINE", pipeline},
+                    {"PORTMAT_OPENCL_CHUNKS", chunks}};
+      for (const Shape& s : shapes)
+        for (bool a_col : {false, true})
+          for (bool b_col : {false, true}) {
+            const int pad = 3;
+            auto run = [&](auto zero) {
+              using T = decltype(zero);
+              const DType dt = portmat::testing::dtype_of<T>();
+              const std::int64_t lda = (a_col ? s.m : s.k) + pad, ldb = (b_col ? s.k : s.n) + pad, ldc = s.n + pad;
+              auto a = portmat::testing::random_vector<T>((a_col ? s.k : s.m) * lda + pad, rng);
+              auto b = portmat::testing::random_vector<T>((b_col ? s.n : s.k) * ldb + pad, rng);
+              std::vector<T> c(s.m * ldc + pad, T(-7));
+              MatrixView va{a.data() + pad, s.m, s.k, a_col ? 1 : lda, a_col ? lda : 1, dt};
+              MatrixView vb{b.data() + pad, s.k, s.n, b_col ? 1 : ldb, b_col ? ldb : 1, dt};
+              MatrixView vc{c.data() + 1, s.m, s.n, ldc, 1, dt};
+              portmat::matmul(va, vb, vc, GetParam());
+              EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0)
+                  << dtype_name(dt) << " " << s.m << "x" << s.k << " @ " << s.k << "x" << s.n << " a_col=" << a_col
+                  << " b_col=" << b_col << " pipeline=" << pipeline << " chunks=" << chunks;
+              EXPECT_EQ(c[0], T(-7)) << "wrote before the result";
+              for (std::int64_t i = 0; i < s.m; ++i)
+                for (std::int64_t j = s.n; j < ldc; ++j)
+                  ASSERT_EQ(c[1 + i * ldc + j], T(-7)) << "wrote past row " << i << " chunks=" << chunks;
+            };
+            run(0.0f);
+            if (f64) run(0.0);
+            portmat::testing::check_integer<std::int32_t>(GetParam(), DType::i32, s.m, s.n, s.k, a_col, b_col, pad, rng);
+            portmat::testing::check_integer<std::int64_t>(GetParam(), DType::i64, s.m, s.n, s.k, a_col, b_col, pad, rng);
+          }
+    }
+}
+
+// The pinned result pool of discrete devices (alloc_host): page-locked blocks that the pipeline's
+// downloads write in place (and reads in place as operands), handed out again once given back;
+// none for small results, with PORTMAT_OPENCL_PINNED_RESULTS=0, or on a device used in place.
+TEST_P(OpenClDevice, PinnedResultBlocksAreWrittenInPlaceAndReused) {
+  auto dev = portmat::core::open_device(GetParam());
+  std::mt19937 rng(std::random_device{}());
+  const std::int64_t M = 600, K = 300, N = 500;
+  const std::size_t bytes = static_cast<std::size_t>(M * N) * 4;
+  if (dev->info().host_unified) EXPECT_EQ(dev->alloc_host(bytes, false), nullptr);
+  ScopedEnv env{{"PORTMAT_OPENCL_DISCRETE", "1"}, {"PORTMAT_OPENCL_CHUNKS", "3"}};
+  EXPECT_EQ(dev->alloc_host(4096, false), nullptr) << "results under 1 MiB stay ordinary memory";
+  auto a = portmat::testing::random_vector<float>(M * K, rng);
+  auto b = portmat::testing::random_vector<float>(K * N, rng);
+  MatrixView va{a.data(), M, K, K, 1, DType::f32}, vb{b.data(), K, N, N, 1, DType::f32};
+  void* first = nullptr;
+  for (int round = 0; round < 2; ++round) {
+    std::shared_ptr<void> block = dev->alloc_host(bytes, round == 1);
+    ASSERT_NE(block, nullptr) << "round " << round;
+    if (round == 0) first = block.get();
+    if (round == 1) EXPECT_EQ(block.get(), first) << "a block given back is handed out again";
+    std::fill_n(static_cast<float*>(block.get()), M * N, std::nanf(""));
+    MatrixView vc{block.get(), M, N, N, 1, DType::f32};
+    portmat::matmul(va, vb, vc, GetParam());
+    EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0) << "round " << round;
+    // the block as an operand (read in place): (K' x M) @ (M x N)
+    auto e = portmat::testing::random_vector<float>(7 * M, rng);
+    std::vector<float> f(7 * N);
+    MatrixView ve{e.data(), 7, M, M, 1, DType::f32}, vf{f.data(), 7, N, N, 1, DType::f32};
+    portmat::matmul(ve, vc, vf, GetParam());
+    EXPECT_LE(portmat::reference::worst_error_ratio(ve, vc, vf), 1.0) << "round " << round;
+  }
+  ScopedEnv off{{"PORTMAT_OPENCL_PINNED_RESULTS", "0"}};
+  EXPECT_EQ(dev->alloc_host(bytes, false), nullptr);
+}
+
+// Stacks on the discrete path (matmul_batch_pipelined): (S x M x K) @ b for a stacked b stored
+// column-major (transposed) and a broadcast b, with padded results between matrices, over 1-7
+// chunks of whole matrices; every matrix against the float64 reference, the padding untouched.
+TEST_P(OpenClDevice, PipelinedStacksOverChunks) {
+  std::mt19937 rng(std::random_device{}());
+  const std::int64_t S = 7, M = 13, K = 29, N = 11, cpad = 5;
+  for (const char* chunks : {"0", "1", "2", "3", "7"}) {
+    ScopedEnv env{{"PORTMAT_OPENCL_DISCRETE", "1"}, {"PORTMAT_OPENCL_CHUNKS", chunks}};
+    for (bool broadcast : {false, true}) {
+      auto a = portmat::testing::random_vector<float>(S * M * K, rng);
+      auto b = portmat::testing::random_vector<float>((broadcast ? 1 : S) * K * N, rng);
+      const std::int64_t c_step = M * N + cpad;
+      std::vector<float> c(S * c_step, -7.0f);
+      portmat::ArrayView va{a.data(), DType::f32, {S, M, K}, {M * K, K, 1}};
+      // b's matrices stored column-major: element (k, n) of matrix s at s*K*N + n*K + k
+      portmat::ArrayView vb = broadcast ? portmat::ArrayView{b.data(), DType::f32, {K, N}, {1, K}}
+                                        : portmat::ArrayView{b.data(), DType::f32, {S, K, N}, {K * N, 1, K}};
+      portmat::ArrayView vc{c.data(), DType::f32, {S, M, N}, {c_step, N, 1}};
+      portmat::matmul(va, vb, vc, GetParam());
+      for (std::int64_t i = 0; i < S; ++i) {
+        MatrixView ma{a.data() + i * M * K, M, K, K, 1, DType::f32};
+        MatrixView mb{b.data() + (broadcast ? 0 : i * K * N), K, N, 1, K, DType::f32};
+        MatrixView mc{c.data() + i * c_step, M, N, N, 1, DType::f32};
+        EXPECT_LE(portmat::reference::worst_error_ratio(ma, mb, mc), 1.0)
+            << "matrix " << i << " chunks=" << chunks << " broadcast=" << broadcast;
+        for (std::int64_t e = M * N; e < c_step; ++e)
+          ASSERT_EQ(c[i * c_step + e], -7.0f) << "wrote between matrices " << i << " and " << i + 1;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, OpenClDevice,

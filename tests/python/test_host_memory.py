@@ -3,6 +3,8 @@ GPUs, already faulted-in memory on the CPU), operands pinned in place on their s
 by the copy engines directly, and every case that must still be staged. The pinning tests run
 where portmat finds a CUDA device; elsewhere only the checks that hold on every machine run."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -14,8 +16,13 @@ from conftest import DEVICES, check_matmul, random_matrix
 CUDA = [d.id for d in DEVICES if d.backend == "cuda"]
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device on this machine")
 # Devices whose results come from a pool of recycled blocks, and the switch that turns it off.
-POOLED = [d.id for d in DEVICES if d.backend in ("cuda", "cpu")]
-POOL_OFF = {"cuda": "PORTMAT_CUDA_PINNED_RESULTS", "cpu": "PORTMAT_CPU_RESULT_POOL"}
+# OpenCL: discrete devices only (page-locked blocks); those sharing host memory write NumPy's,
+# unless PORTMAT_OPENCL_DISCRETE=1 sends them down the discrete path (the whole suite may run so).
+_OPENCL_DISCRETE = os.environ.get("PORTMAT_OPENCL_DISCRETE") == "1"
+POOLED = [d.id for d in DEVICES
+          if d.backend in ("cuda", "cpu") or (d.backend == "opencl" and (not d.host_unified or _OPENCL_DISCRETE))]
+POOL_OFF = {"cuda": "PORTMAT_CUDA_PINNED_RESULTS", "cpu": "PORTMAT_CPU_RESULT_POOL",
+            "opencl": "PORTMAT_OPENCL_PINNED_RESULTS"}
 
 
 def test_devices_without_a_faster_memory_give_none():

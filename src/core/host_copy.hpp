@@ -1,4 +1,4 @@
-// Parallel host-side copies for the CUDA backend's NumPy-in/NumPy-out path.
+// Parallel host-side copies for the NumPy-in/NumPy-out paths of discrete GPUs (CUDA, OpenCL).
 //
 // One thread copies host memory into pinned staging at only ~5.6 GB/s on the H200's host (a
 // 16-core Xeon VM), ~20 GB/s with 4-8 threads, while the PCIe link moves ~54 GB/s: so every copy
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-namespace portmat::cuda {
+namespace portmat::core {
 
 // A fixed set of worker threads; run() splits [0, n) over them and the calling thread and returns
 // when all parts are done. One run at a time (callers hold the device's lock).
@@ -57,4 +57,4 @@ void copy_3d(HostPool& pool, void* dst, std::size_t dst_step, std::size_t dst_ld
 // Non-temporal stores on or off (PORTMAT_CUDA_NT=0 turns them off; for measurements).
 bool nt_stores_enabled();
 
-}  // namespace portmat::cuda
+}  // namespace portmat::core

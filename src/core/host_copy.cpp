@@ -1,5 +1,5 @@
 // See host_copy.hpp.
-#include "cuda/host_copy.hpp"
+#include "core/host_copy.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <emmintrin.h>
 #endif
 
-namespace portmat::cuda {
+namespace portmat::core {
 
 HostPool::HostPool(int threads) {
   for (int i = 1; i < std::max(threads, 1); ++i) workers_.emplace_back([this, i] { work(i); });
@@ -145,4 +145,4 @@ void copy_3d(HostPool& pool, void* dst, std::size_t dst_step, std::size_t dst_ld
   });
 }
 
-}  // namespace portmat::cuda
+}  // namespace portmat::core
