@@ -117,8 +117,18 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
     // CPU OpenCL (PoCL): work-groups become loops; 64x64 blocks of 8x8 keep the tile in cache.
     p.mwg = p.nwg = 64;
     p.mdimc = p.ndimc = 8;
+  } else if (dev.vendor.find("NVIDIA") != std::string::npos && dtype_size(dtype) == 4) {
+    // NVIDIA's driver: `portmat tune` on an H200 (2026-12-02, n = 4096, 20 candidates, each
+    // verified against float64): 64x128 blocks of 8x16 work-items (8x8 each), k slices of 8,
+    // 45.0 TFLOP/s against 30.2 for the 128x128x16 blocks shipped before (41.8 when they were
+    // chosen on 2026-11-29; the kernel has gained stacks and integer types since). n <= 2048
+    // already ran 64x128 blocks (too few 128x128 ones for 132 SMs).
+    p.mwg = 64;
+    p.mdimc = 8;
+    p.kwg = 8;
+    p.pada = 0;
   } else {
-    // Measured on an H200 through NVIDIA's driver (record 2026-11-29_h200_opencl_tune.txt):
+    // Other GPUs: measured on an H200 through NVIDIA's driver (record 2026-11-29_h200_opencl_tune.txt):
     // unpadded A slices ran 32.9 -> 41.8 TFLOP/s at n = 4096.
     p.pada = 0;
     const long blocks = ((m + p.mwg - 1) / p.mwg) * ((n + p.nwg - 1) / p.nwg) * count;
