@@ -792,11 +792,6 @@ class OpenClDevice final : public core::Device {
       core::copy_2d(pool, static_cast<unsigned char*>(c.data) + p.i0 * c.row_stride * es, line_stride * es, p.slot,
                     N * es, p.rows, N * es);
     };
-    auto done = [&](cl_event e) {
-      cl_int status = CL_QUEUED;
-      return cl_.GetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr) == CL_SUCCESS &&
-             status == CL_COMPLETE;
-    };
 
     const auto* asrc = static_cast<const unsigned char*>(a.data);
     const core::DeviceMatrix bm{db.get(), 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
@@ -840,10 +835,7 @@ class OpenClDevice final : public core::Device {
         continue;
       }
       // The output slot this chunk uses must have been copied out: at most kSlots in flight.
-      while (static_cast<int>(pending.size()) >= kSlots) {
-        copy_out(pending.front());
-        pending.pop_front();
-      }
+      copy_out_in_order(pending, copy_out, [&] { return static_cast<int>(pending.size()) >= kSlots; });
       unsigned char* oslot = staging(out_stage_[ci % kSlots], out_slot);
       cl_event down = nullptr;
       cl_check(cl_.EnqueueReadBuffer(out_queue_, dc->mem(), CL_FALSE, static_cast<std::size_t>(i0 * N) * es,
@@ -852,19 +844,32 @@ class OpenClDevice final : public core::Device {
       pending.push_back({i0, rows, oslot, in_flight.keep(down)});
       flush(out_queue_);
       // Results already down go out now, between the copies in.
-      while (!pending.empty() && done(pending.front().ready)) {
-        copy_out(pending.front());
-        pending.pop_front();
-      }
+      copy_out_in_order(pending, copy_out, [&] { return finished(pending.front().ready); });
     }
-    while (!pending.empty()) {
+    copy_out_in_order(pending, copy_out, [] { return true; });
+    wait_for(direct_downs, "gemm or device-to-host copy (clWaitForEvents)", where);
+    return true;
+  }
+
+  // The pipelines' downloads through staging, copied out of their slots in the order they were
+  // queued (copy_out waits for each) for as long as `more()` holds and any are left.
+  template <class Pending, class CopyOut, class More>
+  static void copy_out_in_order(std::deque<Pending>& pending, const CopyOut& copy_out, const More& more) {
+    while (!pending.empty() && more()) {
       copy_out(pending.front());
       pending.pop_front();
     }
-    if (!direct_downs.empty())
-      cl_check(cl_.WaitForEvents(static_cast<cl_uint>(direct_downs.size()), direct_downs.data()),
-               "gemm or device-to-host copy (clWaitForEvents)", where);
-    return true;
+  }
+  // Whether an event's command has completed, without waiting for it.
+  bool finished(cl_event e) const {
+    cl_int status = CL_QUEUED;
+    return cl_.GetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr) == CL_SUCCESS &&
+           status == CL_COMPLETE;
+  }
+  // Waits for every event of `events` (downloads written straight into the result).
+  void wait_for(const std::vector<cl_event>& events, const char* what, const std::string& where) const {
+    if (!events.empty())
+      cl_check(cl_.WaitForEvents(static_cast<cl_uint>(events.size()), events.data()), what, where);
   }
 
   // Stacks on a discrete device, pipelined as the CUDA backend's matmul_batch_host: the stack is
@@ -931,11 +936,6 @@ class OpenClDevice final : public core::Device {
                     p.slot, c_mat, static_cast<std::size_t>(N) * es, static_cast<std::size_t>(p.nm),
                     static_cast<std::size_t>(M), static_cast<std::size_t>(N) * es);
     };
-    auto done = [&](cl_event e) {
-      cl_int status = CL_QUEUED;
-      return cl_.GetEventInfo(e, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr) == CL_SUCCESS &&
-             status == CL_COMPLETE;
-    };
     std::vector<cl_event> direct_downs;
     for (std::int64_t ci = 0; ci < chunks; ++ci) {
       const std::int64_t i0 = ci * per_chunk, nm = std::min(per_chunk, count - i0);
@@ -978,10 +978,7 @@ class OpenClDevice final : public core::Device {
         flush(out_queue_);
         continue;
       }
-      while (static_cast<int>(pending.size()) >= kSlots) {
-        copy_out(pending.front());
-        pending.pop_front();
-      }
+      copy_out_in_order(pending, copy_out, [&] { return static_cast<int>(pending.size()) >= kSlots; });
       unsigned char* oslot = staging(out_stage_[si], out_slot);
       cl_event down = nullptr;
       cl_check(cl_.EnqueueReadBuffer(out_queue_, dc->mem(), CL_FALSE, static_cast<std::size_t>(i0) * c_mat,
@@ -989,18 +986,10 @@ class OpenClDevice final : public core::Device {
                "clEnqueueReadBuffer(stack)", where);
       pending.push_back({i0, nm, oslot, in_flight.keep(down)});
       flush(out_queue_);
-      while (!pending.empty() && done(pending.front().ready)) {
-        copy_out(pending.front());
-        pending.pop_front();
-      }
+      copy_out_in_order(pending, copy_out, [&] { return finished(pending.front().ready); });
     }
-    while (!pending.empty()) {
-      copy_out(pending.front());
-      pending.pop_front();
-    }
-    if (!direct_downs.empty())
-      cl_check(cl_.WaitForEvents(static_cast<cl_uint>(direct_downs.size()), direct_downs.data()),
-               "batched gemm or device-to-host copy (clWaitForEvents)", where);
+    copy_out_in_order(pending, copy_out, [] { return true; });
+    wait_for(direct_downs, "batched gemm or device-to-host copy (clWaitForEvents)", where);
     return true;
   }
 
