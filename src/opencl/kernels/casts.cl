@@ -170,33 +170,22 @@ __kernel void cast_elements(__global const uchar* src, int from, __global uchar*
 }
 
 // B'' of each of the stack's b (global size: N, K, matrices): rows 2k and 2k + 1 of B'' are
-// (re, im) and (-im, re) of b's row k.
-__kernel void complex_b_f32(__global const float* b, long b_off, long ldb, long b_step, __global float* out,
-                            long K, long N) {
-  const long n = get_global_id(0), k = get_global_id(1), m = get_global_id(2);
-  if (n >= N || k >= K) return;
-  __global const float* z = b + 2 * (b_off + m * b_step + k * ldb + n);
-  __global float* even = out + m * 4 * K * N + (2 * k) * (2 * N);
-  __global float* odd = even + 2 * N;
-  const float re = z[0], im = z[1];
-  even[2 * n] = re;
-  even[2 * n + 1] = im;
-  odd[2 * n] = -im;
-  odd[2 * n + 1] = re;
-}
-
+// (re, im) and (-im, re) of b's row k. One body for both element types (OpenCL C has no templates).
+#define PM_COMPLEX_B(T, NAME)                                                                       \
+  __kernel void NAME(__global const T* b, long b_off, long ldb, long b_step, __global T* out, long K, \
+                     long N) {                                                                      \
+    const long n = get_global_id(0), k = get_global_id(1), m = get_global_id(2);                    \
+    if (n >= N || k >= K) return;                                                                   \
+    __global const T* z = b + 2 * (b_off + m * b_step + k * ldb + n);                               \
+    __global T* even = out + m * 4 * K * N + (2 * k) * (2 * N);                                     \
+    __global T* odd = even + 2 * N;                                                                 \
+    const T re = z[0], im = z[1];                                                                   \
+    even[2 * n] = re;                                                                               \
+    even[2 * n + 1] = im;                                                                           \
+    odd[2 * n] = -im;                                                                               \
+    odd[2 * n + 1] = re;                                                                            \
+  }
+PM_COMPLEX_B(float, complex_b_f32)
 #ifdef cl_khr_fp64
-__kernel void complex_b_f64(__global const double* b, long b_off, long ldb, long b_step, __global double* out,
-                            long K, long N) {
-  const long n = get_global_id(0), k = get_global_id(1), m = get_global_id(2);
-  if (n >= N || k >= K) return;
-  __global const double* z = b + 2 * (b_off + m * b_step + k * ldb + n);
-  __global double* even = out + m * 4 * K * N + (2 * k) * (2 * N);
-  __global double* odd = even + 2 * N;
-  const double re = z[0], im = z[1];
-  even[2 * n] = re;
-  even[2 * n + 1] = im;
-  odd[2 * n] = -im;
-  odd[2 * n + 1] = re;
-}
+PM_COMPLEX_B(double, complex_b_f64)
 #endif
