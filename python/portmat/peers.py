@@ -105,7 +105,8 @@ class TorchPeer:
 
         if not torch.cuda.is_available():
             raise ImportError("torch has no CUDA device")
-        torch.set_float32_matmul_precision(_TORCH_MODES[precision])  # "high": allow_tf32 on
+        # allow_tf32 is what set_float32_matmul_precision("high") / ("highest") sets for CUDA matmuls.
+        torch.backends.cuda.matmul.allow_tf32 = _TORCH_MODES[precision] == "high"
         torch.backends.cudnn.allow_tf32 = False
         self.torch = torch
         self.version = f"PyTorch {torch.__version__}"
