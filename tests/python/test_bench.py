@@ -589,3 +589,24 @@ def test_real_dpnp_peer():
         (rec,) = bench.run([64], 2, CPU.id)
         p = rec["peers"]["dpnp"]
         assert p["verified"] and p["resident_verified"] and p["host_s"] > 0 and p["resident_s"] > 0
+
+
+def test_every_device_registers_intel_opencl_for_dpnp_only_when_installed(tmp_path, monkeypatch):
+    """bench/every_device.py gives the CPU backend's runs an OCL_ICD_VENDORS naming this
+    environment's libintelocl.so when there is one, and leaves the environment alone otherwise."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("every_device", ROOT / "bench" / "every_device.py")
+    every_device = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(every_device)
+    monkeypatch.delenv("OCL_ICD_VENDORS", raising=False)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "env"))
+    assert every_device.intel_opencl_env(str(tmp_path / "scratch")) is None  # no Intel runtime
+    lib = tmp_path / "env" / "lib" / "libintelocl.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    env = every_device.intel_opencl_env(str(tmp_path / "scratch"))
+    (icd,) = pathlib.Path(env["OCL_ICD_VENDORS"]).iterdir()
+    assert icd.suffix == ".icd" and icd.read_text().strip() == str(lib)
+    monkeypatch.setenv("OCL_ICD_VENDORS", "/somewhere/else")  # the user's own registration stands
+    assert every_device.intel_opencl_env(str(tmp_path / "scratch2")) is None
