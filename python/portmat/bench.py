@@ -21,9 +21,14 @@ up again.
   is also timed replaying them as a CUDA graph, and the faster counts: peers.py);
 - max_rel_error: max |c - ref| / (|a| @ |b|) over the checked entries: the componentwise error,
   which float32 arithmetic keeps near sqrt(n) * 6e-8 and never above n * 6e-8.
-Peers (peers.py: cuBLAS through CuPy and torch on NVIDIA GPUs, Intel MKL on the CPU) are verified
-against the same bound and timed the same way, NumPy in/out, and device-resident where they have a
-device (a CPU peer has only the NumPy in/out time).
+Peers (peers.py: cuBLAS through CuPy and torch on NVIDIA GPUs, Intel MKL on the CPU, Intel's dpnp
+on the CPU and OpenCL CPU devices) are verified against the same bound and timed the same way, NumPy
+in/out, and device-resident where they have a device (MKL has only the NumPy in/out time). dpnp's
+device-resident product (dpnp.matmul of operands already on its SYCL queue, then queue.wait()) is
+verified too and timed on the host's clock in the same alternating blocks as everything else: on a
+CPU device that is what a SYCL user waits for, and it includes dpnp's per-call cost, as portmat's
+kernel time on the CPU includes portmat's. A peer that belongs to the device but could not be used
+(not installed, no SYCL device) is named with the reason in each record's peers_missing.
 
 run_shapes() is the benchmark over shapes (`--shapes FILE` or the built-in SUITE): one product
 (M x K) @ (K x N) per shape, either side possibly a 1-D vector, every contender (NumPy, portmat,
@@ -176,7 +181,8 @@ def _time_blocks(contenders: dict, repeat: int, say, block_size: int = _BLOCK) -
 def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, batch=None) -> list[dict]:
     """One record per size n: (n x n) @ (n x n) products, or stacks of `batch` of them."""
     dev = portmat._ext.find_device(portmat._device_spec(device))
-    peers = _peers.available(dev) if with_peers else []
+    missing = {}
+    peers = _peers.available(dev, missing) if with_peers else []
     blas = blas_info()
     host = platform.node()
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -221,6 +227,14 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
                 continue
             peer.host(a, b)
             contenders[peer.name] = lambda peer=peer: peer.host(a, b)
+            if hasattr(peer, "resident_call"):  # dpnp: device-resident, host-clocked, same blocks
+                try:
+                    call = peer.resident_call(a, b)
+                    peer_errors[f"{peer.name} resident"] = max_rel_error(a, b, peer.fetch(call()), rng)
+                    call()
+                except Exception:
+                    continue
+                contenders[f"{peer.name} resident"] = call
         # How many runs: from the slower of NumPy and portmat (on a GPU, NumPy's host product
         # sets the pace; every contender gets the same count), each the median of three calls
         # (a single call can catch the other library's threads still spinning: one 0.15 ms
@@ -251,6 +265,19 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
                 "verified": bool(peer_errors[peer.name] <= error_bound(n, dtype)),
                 "version": getattr(peer, "version", None),
             }
+            peer_results[peer.name]["host_verified"] = peer_results[peer.name]["verified"]
+            if f"{peer.name} resident" in times:  # timed in the blocks above, on the host's clock
+                t_res, err_res = times[f"{peer.name} resident"], peer_errors[f"{peer.name} resident"]
+                ok = err_res <= error_bound(n, dtype)
+                peer_results[peer.name].update({
+                    "resident_s": statistics.median(t_res),
+                    "resident_spread_s": [min(t_res), max(t_res)],
+                    "resident_clock": "host",
+                    "resident_max_rel_error": err_res,
+                    "resident_verified": bool(ok),
+                    "gflops_resident": flop / statistics.median(t_res) / 1e9,
+                })
+                peer_results[peer.name]["verified"] = bool(peer_results[peer.name]["verified"] and ok)
             if not hasattr(peer, "resident"):  # a CPU peer: NumPy in/out is its whole story
                 continue
             say(f"n={n}: {peer.name} device-resident")
@@ -282,6 +309,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
             "date": today,
         }
         rec["peers"] = peer_results
+        rec["peers_missing"] = dict(missing)
         if dev.peak_gflops > 0:
             rec["peak_gflops"] = dev.peak_gflops
         rec["speedup_vs_numpy"] = rec["numpy_s"] / rec["portmat_s"]
@@ -304,8 +332,13 @@ def _runs_text(records: list[dict]) -> str:
 
 
 def _peer_versions(records: list[dict]) -> list[str]:
+    """A line naming each peer's version, and one naming each peer of the device left out, and why."""
     versions = {name: p["version"] for r in records for name, p in r.get("peers", {}).items() if p.get("version")}
-    return ["peers: " + "; ".join(f"{name}: {v}" for name, v in sorted(versions.items()))] if versions else []
+    lines = ["peers: " + "; ".join(f"{name}: {v}" for name, v in sorted(versions.items()))] if versions else []
+    missing = {name: why for r in records for name, why in r.get("peers_missing", {}).items()}
+    if missing:
+        lines.append("peers not run: " + "; ".join(f"{name}: {why}" for name, why in sorted(missing.items())))
+    return lines
 
 
 def table(records: list[dict]) -> str:
@@ -322,7 +355,8 @@ def table(records: list[dict]) -> str:
         "same arrays each call); new arrays = one call on arrays portmat has not seen; "
         f"kernel = device-resident (on a GPU each run the mean of {_RESIDENT_LAUNCHES} queued products, "
         "peers alike; torch's also as a CUDA graph, the faster counting); "
-        "peers: NumPy in/out ms, vs peer = its time / portmat's, and device-resident GFLOP/s (GPU peers)",
+        "peers: NumPy in/out ms, vs peer = its time / portmat's, and device-resident GFLOP/s (GPU peers: "
+        "device timer; dpnp: dpnp.matmul + queue.wait() on the host's clock, in the same blocks)",
         "",
     ]
     peer_names = sorted({name for r in records for name in r.get("peers", {})})
@@ -343,10 +377,11 @@ def table(records: list[dict]) -> str:
             extra.append(f"{100 * best / r['peak_gflops']:.0f}%" if "peak_gflops" in r else "")
         for name in peer_names:
             p = r.get("peers", {}).get(name)
-            cells = [f"{p['host_s'] * 1e3:.3f}" + ("" if p.get("verified", True) else " (WRONG)"),
+            cells = [f"{p['host_s'] * 1e3:.3f}" + ("" if p.get("host_verified", p.get("verified", True)) else " (WRONG)"),
                      f"{p['host_s'] / r['portmat_s']:.2f}x"] if p else ["", ""]
             if name in resident:
-                cells.append(f"{p['gflops_resident']:.0f}" if p and "gflops_resident" in p else "")
+                cells.append(f"{p['gflops_resident']:.0f}" + ("" if p.get("resident_verified", True) else " (WRONG)")
+                             if p and "gflops_resident" in p else "")
             extra += cells
         rows.append([
             str(r["size"]),
@@ -512,7 +547,8 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
     is there (the same cores, never the faster)."""
     auto = device == "auto"
     dev = portmat._ext.find_device("" if auto else portmat._device_spec(device))
-    peers = _peers.available(dev) if with_peers and not auto else []
+    missing = {}
+    peers = _peers.available(dev, missing) if with_peers and not auto else []
     singles = []
     if auto:
         every = portmat._ext.devices()
@@ -600,6 +636,7 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
         rec["target_vs_numpy"] = 1.0 if rec["numpy_s"] > _OVERHEAD_S else 0.8
         rec["meets_target"] = bool(rec["speedup_vs_numpy"] >= rec["target_vs_numpy"])
         rec["peers"] = {}
+        rec["peers_missing"] = dict(missing)
         for peer in (p for p in peers if p.name in contenders):
             s = summary[peer.name]
             rec["peers"][peer.name] = {
