@@ -535,7 +535,8 @@ def _summary(t: list[float]) -> dict:
     return {"s": statistics.median(t), "spread_s": [min(t), max(t)], "quartiles_s": [q1, q3]}
 
 
-def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peers=True) -> list[dict]:
+def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peers=True,
+               on_record=None) -> list[dict]:
     """One record per shape (M, K, N) (see Shape): fresh operands, every contender's result checked
     against float64 within error_bound(K), then NumPy, portmat and each peer timed in alternating
     blocks (as run() does, in _SHAPE_MIN_BLOCKS to _SHAPE_MAX_BLOCKS blocks). Each record carries the memory
@@ -544,7 +545,8 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
     saying which device it chose; instead of peers, portmat on each single device is timed in the
     same blocks ("on <device>", issue 16: the automatic choice should be no slower than the faster
     of NumPy and portmat on each device), except OpenCL CPU devices where the native CPU backend
-    is there (the same cores, never the faster)."""
+    is there (the same cores, never the faster). on_record(records), when given, is called with the
+    records so far after each shape (the memory bandwidth fields come at the end)."""
     auto = device == "auto"
     dev = portmat._ext.find_device("" if auto else portmat._device_spec(device))
     missing = {}
@@ -659,6 +661,8 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
             rec["best_single"], rec["best_single_s"] = best
             rec["speedup_vs_best_single"] = best[1] / rec["portmat_s"]
         records.append(rec)
+        if on_record is not None:  # e.g. the records so far to a file, in case the run is cut short
+            on_record(records)
     say("memory bandwidth (np.copyto) again")
     bw_end = copy_bandwidth()
     gbps = max(bw_start["gbps"], bw_end["gbps"])

@@ -610,3 +610,19 @@ def test_every_device_registers_intel_opencl_for_dpnp_only_when_installed(tmp_pa
     assert icd.suffix == ".icd" and icd.read_text().strip() == str(lib)
     monkeypatch.setenv("OCL_ICD_VENDORS", "/somewhere/else")  # the user's own registration stands
     assert every_device.intel_opencl_env(str(tmp_path / "scratch2")) is None
+
+
+def test_bench_shapes_hands_out_the_records_so_far_after_each_shape(monkeypatch):
+    """run_shapes(on_record=...) sees the records after every shape (the CLI writes --json then, so
+    that a run cut short by a time limit still leaves what it measured)."""
+    from portmat import bench
+
+    if CPU is None:
+        pytest.skip("no CPU backend device")
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda: {"gbps": 1.0, "bytes": 1, "threads": 1,
+                                                           "gbps_1_thread": 1.0, "gbps_threads": 1.0})
+    seen = []
+    records = bench.run_shapes([(3, 4, 5), (2, 6, None)], 2, CPU.id, with_peers=False,
+                               on_record=lambda recs: seen.append([r["shape"] for r in recs]))
+    assert seen == [[records[0]["shape"]], [records[0]["shape"], records[1]["shape"]]]
+    assert all(r["verified"] for r in records)
