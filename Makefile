@@ -1,7 +1,7 @@
 # portmat quick start: `make bench` or `make test` on a fresh Debian/Ubuntu machine (as root, or
 # with sudo). Each sets up what it needs: system packages, .venv, a build of portmat in it.
 #   make bench   every device of this machine against NumPy (and its peers: MKL and matplotlib are
-#                pip-installed for it when they can be), written to
+#                pip-installed for it when they can be; dpnp too with BENCH_SYCL=1), written to
 #                bench/results/$(MACHINE)-<device>-<dtype>.json and the tables of bench/results/README.md
 #                and README.md; MACHINE defaults to "<cores>core" (BENCH_ARGS="--only cpu --sizes 512,1024")
 #   make test    every test suite: C++ (GoogleTest via ctest), Python (pytest), and the installed
@@ -32,8 +32,15 @@ APT_PACKAGES := build-essential cmake ninja-build python3-dev python3-venv \
 PY_PACKAGES  := "numpy>=1.24" "nanobind>=2.0" "scikit-build-core>=0.10" pytest hypothesis threadpoolctl tqdm ml_dtypes
 # Optional peers and tools of `make bench` (pyproject.toml's `bench` extra), each installed when pip
 # can (MKL's wheel exists for x86-64 only): the vendor's gemm as the CPU peer, and matplotlib for
-# `portmat bench --plot`. portmat never needs them to build, import or test.
+# `portmat bench --plot`. With BENCH_SYCL=1 also Intel's SYCL dpnp as a CPU peer (the `sycl` extra:
+# wheels for x86-64 Linux only, about 2.8 GB with the oneMKL they bring, so not by default;
+# bench/every_device.py registers Intel's OpenCL runtime for it). portmat never needs them to
+# build, import or test.
+BENCH_SYCL ?= 0
 BENCH_PACKAGES := mkl matplotlib
+ifeq ($(BENCH_SYCL),1)
+BENCH_PACKAGES += dpnp dpctl intel-opencl-rt
+endif
 
 ifeq ($(OFFLINE),1)
 VPY := $(PYTHON)

@@ -7,6 +7,11 @@ CPU backend also issue 16's suite of shapes (`--shapes suite`), ...-<dtype>-shap
 tables of bench/results/README.md and README.md (bench/results_tables.py). <device> is the backend (cpu, cuda) or, for OpenCL, the backend and the
 kind (opencl-gpu, opencl-cpu); the first device of each is measured.
 
+The CPU backend's runs see Intel's OpenCL CPU runtime (PyPI intel-opencl-rt, when installed in this
+environment and $OCL_ICD_VENDORS is not set) registered alone, so that its SYCL peer, dpnp, finds
+its device (on PoCL dpnp cannot allocate its memory); the OpenCL devices' runs keep the system's
+registration, so opencl-cpu stays PoCL's device.
+
     python bench/every_device.py --machine 2core                 # what `make bench` runs
     python bench/every_device.py --machine h200 --out "$OUT"     # bench/h200.sh on the H200
     python bench/every_device.py --machine laptop --only cpu --sizes 512,1024
@@ -18,6 +23,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -44,6 +50,20 @@ def label(backend: str, kind: str) -> str:
     return f"{backend}-{kind}" if backend == "opencl" else backend
 
 
+def intel_opencl_env(folder: str) -> dict | None:
+    """os.environ with OCL_ICD_VENDORS naming a folder (made in `folder`) whose one .icd file names
+    this environment's libintelocl.so (the wheel's own .icd names a placeholder path), or None
+    where Intel's OpenCL runtime is not installed here or $OCL_ICD_VENDORS is already set."""
+    lib = os.path.join(sys.prefix, "lib", "libintelocl.so")
+    if os.environ.get("OCL_ICD_VENDORS") or not os.path.exists(lib):
+        return None
+    vendors = os.path.join(folder, "vendors")
+    os.makedirs(vendors, exist_ok=True)
+    with open(os.path.join(vendors, "intel.icd"), "w") as f:
+        f.write(lib + "\n")
+    return dict(os.environ, OCL_ICD_VENDORS=vendors)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--machine", required=True, help="short name of this machine kind: h200, 2core, ...")
@@ -59,12 +79,15 @@ def main() -> int:
 
     seen, failed = set(), []
     os.makedirs(args.out, exist_ok=True)
+    scratch = tempfile.TemporaryDirectory(prefix="portmat-bench-")
+    cpu_env = intel_opencl_env(scratch.name)  # dpnp's device, for the CPU backend's runs
     for d in portmat.devices():
         key = (d.backend, d.kind)
         name = label(*key)
         if key not in PLAN or name in seen or (args.only and name not in args.only.split(",")):
             continue
         seen.add(name)
+        env = cpu_env if key == ("cpu", "cpu") else None
         for dtype, sizes, stack in PLAN[key]:
             if dtype in ("float64", "complex128") and not d.supports_float64:
                 continue
@@ -79,7 +102,7 @@ def main() -> int:
             if args.repeat:
                 cmd += ["--repeat", args.repeat]
             print(f"== {name} {dtype}: {' '.join(cmd[1:])}", flush=True)
-            if subprocess.run(cmd).returncode != 0:
+            if subprocess.run(cmd, env=env).returncode != 0:
                 failed.append(f"{name} {dtype}")
         for dtype in SHAPES.get(key, []) if not args.sizes else []:
             if dtype in ("float64", "complex128") and not d.supports_float64:
@@ -90,7 +113,7 @@ def main() -> int:
             if args.repeat:
                 cmd += ["--repeat", args.repeat]
             print(f"== {name} {dtype} shapes: {' '.join(cmd[1:])}", flush=True)
-            if subprocess.run(cmd).returncode != 0:
+            if subprocess.run(cmd, env=env).returncode != 0:
                 failed.append(f"{name} {dtype} shapes")
     if not args.no_tables:
         subprocess.run([sys.executable, os.path.join(HERE, "results_tables.py"), "--results", args.out], check=False)

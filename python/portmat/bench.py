@@ -21,9 +21,14 @@ up again.
   is also timed replaying them as a CUDA graph, and the faster counts: peers.py);
 - max_rel_error: max |c - ref| / (|a| @ |b|) over the checked entries: the componentwise error,
   which float32 arithmetic keeps near sqrt(n) * 6e-8 and never above n * 6e-8.
-Peers (peers.py: cuBLAS through CuPy and torch on NVIDIA GPUs, Intel MKL on the CPU) are verified
-against the same bound and timed the same way, NumPy in/out, and device-resident where they have a
-device (a CPU peer has only the NumPy in/out time).
+Peers (peers.py: cuBLAS through CuPy and torch on NVIDIA GPUs, Intel MKL on the CPU, Intel's dpnp
+on the CPU and OpenCL CPU devices) are verified against the same bound and timed the same way, NumPy
+in/out, and device-resident where they have a device (MKL has only the NumPy in/out time). dpnp's
+device-resident product (dpnp.matmul of operands already on its SYCL queue, then queue.wait()) is
+verified too and timed on the host's clock in the same alternating blocks as everything else: on a
+CPU device that is what a SYCL user waits for, and it includes dpnp's per-call cost, as portmat's
+kernel time on the CPU includes portmat's. A peer that belongs to the device but could not be used
+(not installed, no SYCL device) is named with the reason in each record's peers_missing.
 
 run_shapes() is the benchmark over shapes (`--shapes FILE` or the built-in SUITE): one product
 (M x K) @ (K x N) per shape, either side possibly a 1-D vector, every contender (NumPy, portmat,
@@ -193,7 +198,8 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
     if precision is not None and dtype != "float32":
         raise ValueError(f"bench: --precision is for float32 products, not {dtype}")
     dev = portmat._ext.find_device(portmat._device_spec(device))
-    peers = _peers.available(dev, precision) if with_peers else []
+    missing = {}
+    peers = _peers.available(dev, missing, precision) if with_peers else []
     mode = precision or ""
     bound = (lambda k: mode_error_bound(k, precision)) if precision else (lambda k: error_bound(k, dtype))
     blas = blas_info()
@@ -241,6 +247,14 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
                 continue
             peer.host(a, b)
             contenders[peer.name] = lambda peer=peer: peer.host(a, b)
+            if hasattr(peer, "resident_call"):  # dpnp: device-resident, host-clocked, same blocks
+                try:
+                    call = peer.resident_call(a, b)
+                    peer_errors[f"{peer.name} resident"] = max_rel_error(a, b, peer.fetch(call()), rng)
+                    call()
+                except Exception:
+                    continue
+                contenders[f"{peer.name} resident"] = call
         # How many runs: from the slower of NumPy and portmat (on a GPU, NumPy's host product
         # sets the pace; every contender gets the same count), each the median of three calls
         # (a single call can catch the other library's threads still spinning: one 0.15 ms
@@ -272,6 +286,19 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
                 "version": getattr(peer, "version", None),
                 "mode": getattr(peer, "mode", None),
             }
+            peer_results[peer.name]["host_verified"] = peer_results[peer.name]["verified"]
+            if f"{peer.name} resident" in times:  # timed in the blocks above, on the host's clock
+                t_res, err_res = times[f"{peer.name} resident"], peer_errors[f"{peer.name} resident"]
+                ok = err_res <= error_bound(n, dtype)
+                peer_results[peer.name].update({
+                    "resident_s": statistics.median(t_res),
+                    "resident_spread_s": [min(t_res), max(t_res)],
+                    "resident_clock": "host",
+                    "resident_max_rel_error": err_res,
+                    "resident_verified": bool(ok),
+                    "gflops_resident": flop / statistics.median(t_res) / 1e9,
+                })
+                peer_results[peer.name]["verified"] = bool(peer_results[peer.name]["verified"] and ok)
             if not hasattr(peer, "resident"):  # a CPU peer: NumPy in/out is its whole story
                 continue
             say(f"n={n}: {peer.name} device-resident")
@@ -304,6 +331,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
             "date": today,
         }
         rec["peers"] = peer_results
+        rec["peers_missing"] = dict(missing)
         if dev.peak_gflops > 0:
             rec["peak_gflops"] = dev.peak_gflops
         rec["speedup_vs_numpy"] = rec["numpy_s"] / rec["portmat_s"]
@@ -326,8 +354,13 @@ def _runs_text(records: list[dict]) -> str:
 
 
 def _peer_versions(records: list[dict]) -> list[str]:
+    """A line naming each peer's version, and one naming each peer of the device left out, and why."""
     versions = {name: p["version"] for r in records for name, p in r.get("peers", {}).items() if p.get("version")}
-    return ["peers: " + "; ".join(f"{name}: {v}" for name, v in sorted(versions.items()))] if versions else []
+    lines = ["peers: " + "; ".join(f"{name}: {v}" for name, v in sorted(versions.items()))] if versions else []
+    missing = {name: why for r in records for name, why in r.get("peers_missing", {}).items()}
+    if missing:
+        lines.append("peers not run: " + "; ".join(f"{name}: {why}" for name, why in sorted(missing.items())))
+    return lines
 
 
 def table(records: list[dict]) -> str:
@@ -344,7 +377,8 @@ def table(records: list[dict]) -> str:
         "same arrays each call); new arrays = one call on arrays portmat has not seen; "
         f"kernel = device-resident (on a GPU each run the mean of {_RESIDENT_LAUNCHES} queued products, "
         "peers alike; torch's also as a CUDA graph, the faster counting); "
-        "peers: NumPy in/out ms, vs peer = its time / portmat's, and device-resident GFLOP/s (GPU peers)",
+        "peers: NumPy in/out ms, vs peer = its time / portmat's, and device-resident GFLOP/s (GPU peers: "
+        "device timer; dpnp: dpnp.matmul + queue.wait() on the host's clock, in the same blocks)",
         "",
     ]
     peer_names = sorted({name for r in records for name in r.get("peers", {})})
@@ -365,10 +399,11 @@ def table(records: list[dict]) -> str:
             extra.append(f"{100 * best / r['peak_gflops']:.0f}%" if "peak_gflops" in r else "")
         for name in peer_names:
             p = r.get("peers", {}).get(name)
-            cells = [f"{p['host_s'] * 1e3:.3f}" + ("" if p.get("verified", True) else " (WRONG)"),
+            cells = [f"{p['host_s'] * 1e3:.3f}" + ("" if p.get("host_verified", p.get("verified", True)) else " (WRONG)"),
                      f"{p['host_s'] / r['portmat_s']:.2f}x"] if p else ["", ""]
             if name in resident:
-                cells.append(f"{p['gflops_resident']:.0f}" if p and "gflops_resident" in p else "")
+                cells.append(f"{p['gflops_resident']:.0f}" + ("" if p.get("resident_verified", True) else " (WRONG)")
+                             if p and "gflops_resident" in p else "")
             extra += cells
         rows.append([
             str(r["size"]),
@@ -522,7 +557,8 @@ def _summary(t: list[float]) -> dict:
     return {"s": statistics.median(t), "spread_s": [min(t), max(t)], "quartiles_s": [q1, q3]}
 
 
-def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peers=True) -> list[dict]:
+def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peers=True,
+               on_record=None) -> list[dict]:
     """One record per shape (M, K, N) (see Shape): fresh operands, every contender's result checked
     against float64 within error_bound(K), then NumPy, portmat and each peer timed in alternating
     blocks (as run() does, in _SHAPE_MIN_BLOCKS to _SHAPE_MAX_BLOCKS blocks). Each record carries the memory
@@ -531,10 +567,12 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
     saying which device it chose; instead of peers, portmat on each single device is timed in the
     same blocks ("on <device>", issue 16: the automatic choice should be no slower than the faster
     of NumPy and portmat on each device), except OpenCL CPU devices where the native CPU backend
-    is there (the same cores, never the faster)."""
+    is there (the same cores, never the faster). on_record(records), when given, is called with the
+    records so far after each shape (the memory bandwidth fields come at the end)."""
     auto = device == "auto"
     dev = portmat._ext.find_device("" if auto else portmat._device_spec(device))
-    peers = _peers.available(dev) if with_peers and not auto else []
+    missing = {}
+    peers = _peers.available(dev, missing) if with_peers and not auto else []
     singles = []
     if auto:
         every = portmat._ext.devices()
@@ -622,6 +660,7 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
         rec["target_vs_numpy"] = 1.0 if rec["numpy_s"] > _OVERHEAD_S else 0.8
         rec["meets_target"] = bool(rec["speedup_vs_numpy"] >= rec["target_vs_numpy"])
         rec["peers"] = {}
+        rec["peers_missing"] = dict(missing)
         for peer in (p for p in peers if p.name in contenders):
             s = summary[peer.name]
             rec["peers"][peer.name] = {
@@ -644,6 +683,8 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
             rec["best_single"], rec["best_single_s"] = best
             rec["speedup_vs_best_single"] = best[1] / rec["portmat_s"]
         records.append(rec)
+        if on_record is not None:  # e.g. the records so far to a file, in case the run is cut short
+            on_record(records)
     say("memory bandwidth (np.copyto) again")
     bw_end = copy_bandwidth()
     gbps = max(bw_start["gbps"], bw_end["gbps"])

@@ -145,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
             shapes = bench.load_shapes(args.shapes)
         except ValueError as e:
             parser.error(str(e))
-        records = bench.run_shapes(shapes, args.repeat, args.device, args.dtype, progress=sys.stderr)
+        # With --json the records so far are written after each shape, so that a run cut short (a
+        # time limit on a lent machine) still leaves what it measured.
+        save = (lambda recs: bench.write_json(recs, args.json)) if args.json else None
+        records = bench.run_shapes(shapes, args.repeat, args.device, args.dtype, progress=sys.stderr,
+                                   on_record=save)
     else:
         records = bench.run(sizes, args.repeat, args.device, args.dtype, progress=sys.stderr, batch=args.batch,
                             precision=args.precision)

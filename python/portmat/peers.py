@@ -3,7 +3,8 @@
 NumPy is always a peer (bench.py times it directly). On NVIDIA GPUs, cuBLAS through CuPy and
 through PyTorch joins when importable, with TF32 off so all compute exact float32. On the CPU
 backend's device, Intel MKL's gemm joins when the PyPI `mkl` wheel is installed (loaded with
-ctypes at run time: never needed to build or import portmat). A peer has:
+ctypes at run time: never needed to build or import portmat); so does Intel's dpnp (below), there
+and on OpenCL CPU devices. A peer has:
 - name, and version (a line for the record);
 - host(a, b): NumPy in, NumPy out, the way a NumPy user would call it; it raises for shapes or
   dtypes the peer does not multiply, and the benchmark then leaves it out of that product;
@@ -11,7 +12,17 @@ ctypes at run time: never needed to build or import portmat). A peer has:
   on the device (CUDA events), each of `repeat` runs the mean of `launches` products queued back
   to back (torch: or replayed as a CUDA graph, whichever is faster, so that small products are
   not timed at Python's launch rate); any shape (stacks too) and any dtype the peer multiplies
-  (it raises for others).
+  (it raises for others);
+- resident_call(a, b) and fetch(c), host-clocked device peers (dpnp): resident_call puts the
+  operands on the peer's device once and returns call(), which runs one product there and waits
+  for it, returning the result on the device; fetch(c) brings that result back as NumPy. The
+  benchmark times call() in the same alternating blocks as the NumPy in/out calls, with the host's
+  clock (a SYCL queue has no events to read here without a profiling queue), and checks fetch(call()).
+
+On the CPU backend's device and on OpenCL CPU devices, Intel's dpnp (SYCL + oneMKL) joins when it
+is importable and dpctl finds its SYCL device ("opencl:cpu", or $PORTMAT_DPNP_DEVICE): the same
+cores as portmat's, and what a user of the SYCL world would call instead. available(dev, missing)
+writes why each peer that belongs to dev could not be used into `missing` (the benchmark prints it).
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import subprocess
 import sys
 
 
@@ -301,20 +313,124 @@ class MKLPeer:
         return c
 
 
-def available(device, precision=None) -> list:
-    """The peers that make sense for this portmat device and can be imported here, in the mode
-    matching portmat's precision mode (None: their exact float32)."""
+# Run in a child process before dpnp is imported here: a SYCL runtime that is broken (a missing
+# library, an ICD that names nothing, an uncaught sycl::exception at load) can abort or hang the
+# process that loads it, and the benchmark must go on without dpnp instead. portmat's own OpenCL
+# devices are listed first, as the benchmark does, so that both share one ICD loader as they will.
+_DPNP_PROBE = """
+import sys
+import numpy, portmat
+portmat.devices()
+import dpctl, dpnp
+q = dpctl.SyclQueue(sys.argv[1])
+print(q.sycl_device.name, "|", q.sycl_device.vendor, flush=True)
+a = numpy.arange(12, dtype=numpy.float32).reshape(3, 4)
+c = dpnp.matmul(dpnp.asarray(a, sycl_queue=q), dpnp.asarray(a.T.copy(), sycl_queue=q)).asnumpy()
+if not numpy.array_equal(c, a @ a.T):
+    sys.exit("dpnp's 3 x 4 @ 4 x 3 product is wrong on " + q.sycl_device.name)
+"""
+_DPNP_PROBE_TIMEOUT_S = 120
+
+
+def _probe_dpnp(spec: str) -> None:
+    """ImportError naming why dpnp cannot be used on the SYCL device `spec` (a dpctl filter string),
+    from a child process (see _DPNP_PROBE); nothing when it can."""
+    import importlib.util
+
+    for module in ("dpctl", "dpnp"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # sys.modules[module] is None, or has no spec
+            found = False
+        if not found:
+            raise ImportError(f"{module} is not installed (pip install dpnp dpctl intel-opencl-rt)")
+    try:
+        r = subprocess.run([sys.executable, "-c", _DPNP_PROBE, spec], capture_output=True, text=True,
+                           timeout=_DPNP_PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ImportError(f"dpnp on SYCL device {spec!r} took over {_DPNP_PROBE_TIMEOUT_S} s to multiply "
+                          "a 3 x 4 matrix") from None
+    if r.returncode != 0:
+        lines = [ln.strip() for ln in (r.stderr or r.stdout).splitlines() if ln.strip()]
+        why = lines[-1][:300] if lines else f"exit status {r.returncode}"
+        if r.returncode < 0:
+            why = f"killed by signal {-r.returncode}" + (f" ({why})" if lines else "")
+        device = r.stdout.split("\n")[0].strip()  # "name | vendor" once the queue was made
+        if device:
+            name, _, vendor = device.partition(" | ")
+            why += f" (on {name}" + ("" if "intel" in vendor.lower() else
+                                     f", {vendor}'s: dpnp wants Intel's OpenCL CPU runtime, registered as "
+                                     "bench/README.md says") + ")"
+        raise ImportError(f"dpnp on SYCL device {spec!r}: {why}")
+
+
+class DpnpPeer:
+    """Intel's dpnp (Data Parallel Extension for NumPy: SYCL, with oneMKL's gemm) on one SYCL queue,
+    by default dpctl's "opencl:cpu" device (Intel's OpenCL CPU runtime, PyPI intel-opencl-rt, whose
+    ICD must be registered: see bench/README.md), or $PORTMAT_DPNP_DEVICE's filter string.
+    host(a, b): dpnp.asarray of each operand on the queue, dpnp.matmul, asnumpy: what a NumPy user
+    would write. resident_call(a, b): the operands copied to the queue once; each call a dpnp.matmul
+    and queue.wait(), timed on the host's clock. Whatever dtype or shape dpnp.matmul refuses, it
+    raises, and the benchmark leaves dpnp out of that product."""
+
+    name = "dpnp"
+
+    def __init__(self, spec: str | None = None):
+        spec = spec or os.environ.get("PORTMAT_DPNP_DEVICE") or "opencl:cpu"
+        _probe_dpnp(spec)
+        import dpctl
+        import dpnp
+
+        self.dpnp = dpnp
+        self.queue = dpctl.SyclQueue(spec)
+        d = self.queue.sycl_device
+        self.device_name = d.name
+        backend = str(d.backend).split(".")[-1]
+        self.version = (f"dpnp {dpnp.__version__}, dpctl {dpctl.__version__}, on {d.name} ({backend}, driver "
+                        f"{d.driver_version}, {d.max_compute_units} compute units)")
+
+    def _on_queue(self, x):
+        return self.dpnp.asarray(x, sycl_queue=self.queue)
+
+    def host(self, a, b):
+        return self.dpnp.asnumpy(self.dpnp.matmul(self._on_queue(a), self._on_queue(b)))
+
+    def resident_call(self, a, b):
+        dpnp, queue = self.dpnp, self.queue
+        da, db = self._on_queue(a), self._on_queue(b)
+        queue.wait()
+
+        def call():
+            c = dpnp.matmul(da, db)
+            queue.wait()
+            return c
+        return call
+
+    def fetch(self, c):
+        return self.dpnp.asnumpy(c)
+
+
+def available(device, missing: dict | None = None, precision: str | None = None) -> list:
+    """The peers that make sense for this portmat device and can be imported here, the GPU ones in
+    the mode matching portmat's precision mode (None: their exact float32); into `missing` (when
+    given), each of those peers that cannot be used, with the reason.
+    dpnp belongs to the CPU backend's device and to OpenCL CPU devices: on this machine it runs on
+    the same cores (through Intel's OpenCL CPU runtime), so it is what a user of either would
+    compare with. MKL to the CPU backend's device; CuPy and torch to NVIDIA GPUs."""
     peers = []
     is_nvidia = device.backend == "cuda" or "nvidia" in (device.vendor + device.name).lower()
     if device.kind == "cpu" and device.backend == "cpu":
-        classes = (MKLPeer,)
+        classes = (MKLPeer, DpnpPeer)
+    elif device.kind == "cpu" and device.backend == "opencl":
+        classes = (DpnpPeer,)
     elif device.kind == "gpu" and is_nvidia:
         classes = (CuPyPeer, TorchPeer)
     else:
         return peers
     for cls in classes:
         try:
-            peers.append(cls(precision) if cls is not MKLPeer else cls())
-        except Exception:  # not installed, or no usable GPU: simply not a peer here
-            pass
+            peers.append(cls(precision) if cls in (CuPyPeer, TorchPeer) else cls())
+        except Exception as e:  # not installed, or no usable device: simply not a peer here
+            if missing is not None:
+                missing[cls.name] = f"{type(e).__name__}: {e}" if not isinstance(e, ImportError) else str(e)
     return peers

@@ -164,6 +164,17 @@ const std::vector<Case>& shape_cases() {
   return cases;
 }
 
+// The message of the std::invalid_argument that call() throws (a test failure if it throws none).
+std::string message_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no std::invalid_argument";
+  return "";
+}
+
 }  // namespace
 
 class OnEveryDevice : public ::testing::TestWithParam<std::string> {};
@@ -406,15 +417,6 @@ TEST_P(OnEveryDevice, ErrorsAreInvalidArguments) {
   const std::string dev = GetParam();
   std::vector<float> x(64, 1.0f);
   auto on_dev = [&](const Shape& s) { return DeviceArray::from_host(view_of(x, s), dev); };
-  auto message_of = [](auto&& call) -> std::string {
-    try {
-      call();
-    } catch (const std::invalid_argument& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "no std::invalid_argument";
-    return "";
-  };
   const DeviceArray a34 = on_dev({3, 4}), b52 = on_dev({5, 2}), b42 = on_dev({4, 2});
 
   // Inner dimensions that differ, stacks that do not broadcast: both shapes named.
@@ -895,16 +897,6 @@ const std::vector<std::pair<Shape, Shape>>& typed_shapes() {
       {{3, 7, 65}, {65}},     {{65}, {65}},          {{2, 1, 7, 33}, {3, 33, 7}}, {{2, 0}, {0, 3}},
   };
   return cases;
-}
-
-std::string message_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no std::invalid_argument";
-  return "";
 }
 
 }  // namespace
