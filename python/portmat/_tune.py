@@ -48,8 +48,14 @@ DIRECT = dict(DIRECT=1, MWG=8, MDIMC=1, NDIMC=32)
 def _searches(shipped: dict, cpu: bool) -> list[tuple[dict, list[list[dict]]]]:
     """The searches: (start, groups), each group the alternatives for one set of tunables, tried
     on top of the best parameters so far. gemm.cl's, and on CPUs the direct kernel's."""
+    # Blocks and work-group shapes together first: the register tile per work-item (MWG / MDIMC by
+    # NWG / NDIMC) is what they decide jointly, and a block tried with the wrong shape for it
+    # (128 x 256 with 128 work-items: 256 accumulators each) would spill and be judged on that.
+    # Then the shape alone, for the block the first group chose.
     gemm = [
-        [dict(MWG=m, NWG=n) for m, n in ((32, 32), (64, 64), (64, 128), (128, 64), (128, 128))],
+        [dict(MWG=m, NWG=n, MDIMC=dm, NDIMC=dn) for m, n, dm, dn in (
+            (32, 32, 8, 8), (64, 64, 8, 8), (64, 64, 16, 16), (64, 128, 8, 16), (128, 64, 16, 8),
+            (128, 128, 16, 16), (128, 128, 8, 16), (128, 128, 16, 8), (128, 256, 16, 16), (256, 128, 16, 16))],
         [dict(MDIMC=m, NDIMC=n) for m, n in ((8, 8), (8, 16), (16, 8), (16, 16), (16, 32), (32, 16))],
         [dict(KWG=k) for k in (8, 16, 32)],
         [dict(VWM=v, VWN=w) for v, w in ((2, 2), (4, 4), (8, 8), (2, 4), (4, 2))],
@@ -122,14 +128,22 @@ def tune_device(dev: str, dtype: str = "float32", size: int | None = None, repea
         shipped_gflops = _time(info.id, dtype, n, repeat)
         best, best_gflops = dict(shipped), shipped_gflops
         tried = {_text(shipped): shipped_gflops}
-        searches = _searches(shipped, cpu)
+        # Coordinate descent: each group of tunables is tried on top of the best so far. On GPUs
+        # (a candidate takes about 2 s) the groups are walked twice, since a later group's choice
+        # can change which of an earlier group's alternatives is best; the second walk times only
+        # what the first did not. On CPUs (half a minute a candidate) once. `total` counts every
+        # alternative of every walk, so the bar may end short of it.
+        passes = 1 if cpu else 2
+        searches = _searches(shipped, cpu) * passes
         total = sum(len(g) for _, groups in searches for g in groups)
         if max_candidates is not None:
             total = min(total, max_candidates)
         bar = _progress(total, f"tuning {info.id} {dtype}")
         done = 0
         start = time.perf_counter()
-        for first, groups in searches:
+        for i, (first, groups) in enumerate(searches):
+            if i >= len(searches) // passes:  # a later pass starts from the best of the one before
+                first = best
             current, current_gflops = dict(first), tried.get(_text(first), 0.0)
             for group in groups:
                 base = dict(current)
