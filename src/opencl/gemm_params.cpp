@@ -118,15 +118,19 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
     p.mwg = p.nwg = 64;
     p.mdimc = p.ndimc = 8;
   } else if (dev.vendor.find("NVIDIA") != std::string::npos && dtype_size(dtype) == 4) {
-    // NVIDIA's driver: `portmat tune` on an H200 (2026-12-02, n = 4096, 20 candidates, each
-    // verified against float64): 64x128 blocks of 8x16 work-items (8x8 each), k slices of 8,
-    // 45.0 TFLOP/s against 30.2 for the 128x128x16 blocks shipped before (41.8 when they were
-    // chosen on 2026-11-29; the kernel has gained stacks and integer types since). n <= 2048
-    // already ran 64x128 blocks (too few 128x128 ones for 132 SMs).
-    p.mwg = 64;
-    p.mdimc = 8;
+    // NVIDIA's driver: `portmat tune` on an H200 (2026-12-02 13:30 UTC, n = 4096, blocks and
+    // work-group shapes searched together, each candidate verified against float64): 128x128
+    // blocks of 16x16 work-items (8x8 each) with k slices of 8 and unpadded A slices, 47.2 TFLOP/s
+    // against 44.9 in the same run for the 64x128 blocks shipped before (45.0 when an earlier
+    // 20-candidate run chose them). Where 128x128 blocks are too few to fill the device (n <= 2048
+    // on 132 SMs), 64x128 blocks of 8x16 work-items, as for other GPUs below.
     p.kwg = 8;
     p.pada = 0;
+    const long blocks = ((m + p.mwg - 1) / p.mwg) * ((n + p.nwg - 1) / p.nwg) * count;
+    if (blocks < 2L * dev.compute_units) {
+      p.mwg = 64;
+      p.mdimc = 8;
+    }
   } else {
     // Other GPUs: measured on an H200 through NVIDIA's driver (record 2026-11-29_h200_opencl_tune.txt):
     // unpadded A slices ran 32.9 -> 41.8 TFLOP/s at n = 4096.
