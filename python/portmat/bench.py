@@ -332,7 +332,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
         }
         rec["peers"] = peer_results
         rec["peers_missing"] = dict(missing)
-        if dev.peak_gflops > 0:
+        if dev.peak_gflops > 0 and precision in (None, "float32"):  # the FMA units' peak, not the tensor cores'
             rec["peak_gflops"] = dev.peak_gflops
         rec["speedup_vs_numpy"] = rec["numpy_s"] / rec["portmat_s"]
         rec["gflops_numpy"] = flop / rec["numpy_s"] / 1e9
