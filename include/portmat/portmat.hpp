@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -105,11 +106,35 @@ DeviceInfo device_for(const std::string& spec, std::int64_t m, std::int64_t n, s
 DeviceInfo default_device();
 void set_default_device(const std::string& spec);  // "" restores the automatic choice
 
+// ---- precision of float32 products (issue 18) ---------------------------------------------------
+// How a product computed in float32 arithmetic (float32, complex64, and float16 / bfloat16, which
+// are computed in float32) is computed. float64, complex128, the integers and bool ignore it.
+//   float32     exact float32: every product and sum rounded as float32 FMAs round (the default;
+//               PyTorch's set_float32_matmul_precision("highest"), cuBLAS CUBLAS_COMPUTE_32F)
+//   float32_tc  float32 accuracy on tensor cores: each operand split into a TF32 high and low part,
+//               hi*hi + hi*lo + lo*hi accumulated in float32 (no PyTorch or cuBLAS equivalent on
+//               Hopper; cuBLAS's CUBLAS_COMPUTE_32F_EMULATED_16BFX9 is the nearest idea)
+//   tf32        operands rounded to TF32 (10 mantissa bits), float32 accumulation (PyTorch "high"
+//               / allow_tf32, cuBLAS CUBLAS_COMPUTE_32F_FAST_TF32)
+//   bfloat16    operands rounded to bfloat16 (7 mantissa bits), float32 accumulation (PyTorch
+//               "medium", cuBLAS CUBLAS_COMPUTE_32F_FAST_16BF)
+// Only CUDA GPUs of compute capability 8.0 or later run the modes other than float32; every other
+// device raises DeviceError naming the mode and the device (never something else silently).
+// Not yet run on a GPU: see docs/usage.md.
+enum class Precision { float32, float32_tc, tf32, bfloat16 };
+const char* precision_name(Precision p);              // "float32", "float32_tc", "tf32", "bfloat16"
+Precision precision_from_name(const std::string& s);  // throws std::invalid_argument for others
+// The process-wide mode: set_precision(), else $PORTMAT_PRECISION, else float32. std::nullopt
+// restores the automatic choice.
+void set_precision(std::optional<Precision> p);
+Precision get_precision();
+
 // ---- the operation ------------------------------------------------------------------------------
 // c = a @ b. a is (M, K), b is (K, N), c is (M, N); all of one dtype. a and b may be any strided
 // views; c must be row-major with unit column stride. Thread-safe.
+// precision: the mode of this call (std::nullopt: get_precision()).
 void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
-            const std::string& device = "");
+            const std::string& device = "", std::optional<Precision> precision = std::nullopt);
 
 // out = a @ b with np.matmul's shapes: a 1-D a is a row vector and a 1-D b a column vector (their
 // added axis is not in the result), the leading axes of stacks broadcast, and out has exactly the
@@ -117,7 +142,7 @@ void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
 // unless it has one element, and out must not overlap a or b. Stacks run as strided batches: one
 // launch per batch on GPUs, products spread over the threads on the CPU.
 void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out,
-            const std::string& device = "");
+            const std::string& device = "", std::optional<Precision> precision = std::nullopt);
 
 // The shape of a @ b for operands of these shapes; throws std::invalid_argument naming both when
 // NumPy would refuse them (a 0-d operand, inner dimensions that differ, stacks that do not
@@ -169,9 +194,10 @@ class DeviceArray {
 // product's: a and b of other dtypes are cast to it on the device first, as NumPy casts operands
 // to np.result_type (the caller picks out's dtype; mixed dtypes are promoted by the caller).
 // Returns when the product is done: the next call, or a copy to the host, sees it.
-void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out);
+void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out,
+            std::optional<Precision> precision = std::nullopt);
 // a @ b into a new array of a's dtype; a and b must be of one dtype (else pass out).
-DeviceArray matmul(const DeviceArray& a, const DeviceArray& b);
+DeviceArray matmul(const DeviceArray& a, const DeviceArray& b, std::optional<Precision> precision = std::nullopt);
 
 // dst[i] = src[i] cast from `from` to `to` for i < count, on memory another library owns on a
 // CUDA GPU (device addresses, contiguous), queued on `stream` and not waited for, as
@@ -187,7 +213,8 @@ void cast_on_stream(std::uintptr_t src, DType from, std::uintptr_t dst, DType to
 // until the queued work is done) is needed for complex dtypes only. float32, float64, complex64,
 // complex128 and the 32/64-bit integers.
 void matmul_on_stream(const ArrayView& a, const ArrayView& b, const ArrayView& out, const std::string& device,
-                      std::uintptr_t stream, std::uintptr_t workspace = 0);
+                      std::uintptr_t stream, std::uintptr_t workspace = 0,
+                      std::optional<Precision> precision = std::nullopt);
 std::size_t workspace_bytes(const ArrayView& a, const ArrayView& b);
 
 // Kernel-only timing: runs a (M,K)x(K,N) product on device-resident random data `repeat` times and
@@ -197,8 +224,10 @@ std::size_t workspace_bytes(const ArrayView& a, const ArrayView& b);
 // batch > 1: a strided stack of `batch` products, timed as one (its seconds are the whole
 // stack's). complex64 / complex128 where the device multiplies complex matrices itself (CUDA:
 // b rewritten as a real matrix on the device, inside the timed region; a row-major).
+// precision: as matmul's (float32 and complex64 only; the others ignore it).
 std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,
                               std::int64_t k, DType dtype, int repeat, int launches = 1,
-                              const std::string& layout = "rr", std::int64_t batch = 1);
+                              const std::string& layout = "rr", std::int64_t batch = 1,
+                              std::optional<Precision> precision = std::nullopt);
 
 }  // namespace portmat

@@ -29,6 +29,9 @@ __all__ = [
     "devices",
     "default_device",
     "set_default_device",
+    "set_precision",
+    "get_precision",
+    "PRECISIONS",
     "set_num_threads",
     "num_threads",
     "DeviceInfo",
@@ -144,7 +147,36 @@ def _loop_dtype(a, b, out, dtype, casting) -> _np.dtype:
     return loop
 
 
-def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
+# The precision modes of float32 products (issue 18; docs/usage.md, "Precision"): exact float32
+# (the default), float32-accurate on tensor cores, TF32, bfloat16. Only CUDA GPUs of sm_80 and
+# later run the last three; elsewhere they raise DeviceError naming the mode and the device.
+PRECISIONS = ("float32", "float32_tc", "tf32", "bfloat16")
+# The dtypes whose products are float32 products, which follow the mode.
+_MODED = frozenset(("float32", "complex64", "float16", "bfloat16"))
+
+
+def _precision_arg(precision):
+    if precision is None:
+        return ""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))} or None, "
+                         f"not {precision!r}")
+    return precision
+
+
+def set_precision(mode) -> None:
+    """Sets the process-wide precision of float32 products (one of PRECISIONS); None restores
+    the automatic choice ($PORTMAT_PRECISION, else 'float32'). A `precision=` argument of
+    matmul wins over it."""
+    _ext.set_precision(_precision_arg(mode))
+
+
+def get_precision() -> str:
+    """The precision float32 products use where matmul is given none."""
+    return _ext.get_precision()
+
+
+def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", precision=None):
     """a @ b as np.matmul(a, b, out=out, dtype=dtype, casting=casting) computes it, on a portmat
     device.
 
@@ -156,7 +188,13 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
     be any array of the result's shape that NumPy's casting rules allow, any strides, even
     overlapping a or b; it is returned. Any views are read in place where a kernel can.
     Both 1-D: a NumPy scalar, as np.matmul returns.
+
+    precision: how products computed in float32 arithmetic (float32, complex64, float16,
+    bfloat16) are computed: 'float32' (exact, the default), 'float32_tc', 'tf32', 'bfloat16'
+    (PRECISIONS; docs/usage.md has what each computes and its error), None: get_precision().
+    Other dtypes ignore it. Devices that cannot run a mode raise DeviceError naming it.
     """
+    mode = _precision_arg(precision)
     # The common small case first, in one call (issue 16: NumPy's own call takes ~1.3-2.5 us at
     # n = 8): plain 1-2 dimensional float32 / float64 arrays of one dtype, a small result, no dtype
     # or casting asked, and out, if given, a plain array the result can go straight into.
@@ -164,7 +202,7 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
     # raises NumPy's errors).
     if dtype is None and casting == "same_kind" and (out is None or type(out) is _np.ndarray):
         c = _ext.matmul_small(a, b, device if type(device) is str else
-                              "" if device is None else _device_spec(device), out)
+                              "" if device is None else _device_spec(device), out, mode)
         if c is not None:
             return c
     if type(a) is not _np.ndarray or type(b) is not _np.ndarray:
@@ -172,7 +210,13 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
         if isinstance(a, Array) or isinstance(b, Array):
             if isinstance(out, tuple) and len(out) == 1:
                 out = out[0]
-            return _arrays._matmul_arrays(a, b, out, dtype, device)
+            return _arrays._matmul_arrays(a, b, out, dtype, device, mode)
+        if mode and (_arrays.is_foreign(a) or _arrays.is_foreign(b) or
+                     _arrays.dlpack_cuda_index(a) is not None or _arrays.dlpack_cuda_index(b) is not None or
+                     _arrays.has_cuda_array_interface(a) or _arrays.has_cuda_array_interface(b)):
+            # Not plumbed yet: the process-wide setting does reach these paths (the C++ reads it).
+            raise NotImplementedError("matmul: precision= is not taken yet for CuPy / torch / DLPack arrays; "
+                                      "use portmat.set_precision(...) around the call")
         if out is None and dtype is None and device is None:
             c = _arrays.matmul_fast(a, b)
             if c is not None:
@@ -203,6 +247,10 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
     # dtypes without kernels; np.memmap results are plain arrays either way.
     if loop not in _KERNEL_DTYPES or type(a) not in _PLAIN or type(b) not in _PLAIN or (
             out is not None and type(out) not in _PLAIN):
+        if _np.dtype(loop).name in _MODED and (mode or _ext.get_precision()) != "float32":
+            raise DeviceError(f"matmul: precision '{mode or _ext.get_precision()}' is not available for "
+                              f"{type(a).__name__} / {type(b).__name__} operands, which NumPy multiplies; "
+                              f"pass plain numpy.ndarray operands (np.asarray) or precision='float32'")
         return _np.matmul(a, b, out=out, dtype=dtype, casting=casting)
     if a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]:  # the common case, in Python
         shape = (a.shape[0], b.shape[1])
@@ -240,7 +288,7 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind"):
             if not info.host_unified:
                 _host_memory.pin_operands(dev, a, b)
             target = _host_memory.new_result(dev, shape, dtype)
-    _ext.matmul_arrays(a, b, target, dev)
+    _ext.matmul_arrays(a, b, target, dev, mode)
     if out is not None:
         if not direct:
             _np.copyto(out, target, casting="unsafe")  # resolve_dtypes checked the casting

@@ -248,8 +248,9 @@ def _describe(x) -> str:
     return f"a {type(x).__module__}.{type(x).__name__}"
 
 
-def _matmul_arrays(a, b, out, dtype, device):
-    """matmul where an operand is a portmat.Array: both must be, on one device."""
+def _matmul_arrays(a, b, out, dtype, device, precision=""):
+    """matmul where an operand is a portmat.Array: both must be, on one device. precision: a
+    mode's name, "" for the process-wide setting."""
     if not isinstance(a, Array) or not isinstance(b, Array):
         raise TypeError(f"matmul: a is {_describe(a)} and b is {_describe(b)}; portmat arrays multiply "
                         f"only with portmat arrays on the same device (move the other with "
@@ -275,12 +276,12 @@ def _matmul_arrays(a, b, out, dtype, device):
         if out._x.address and out._x.address in (a._x.address, b._x.address) or out is a or out is b:
             # The one way an Array overlaps another: it is the same memory.
             tmp = Array(_ext.DeviceArray.empty(a.device.id, rname, list(shape)))
-            _ext.matmul_device_arrays(a._x, b._x, tmp._x)
+            _ext.matmul_device_arrays(a._x, b._x, tmp._x, precision)
             return _copy_into(out, tmp)
-        _ext.matmul_device_arrays(a._x, b._x, out._x)
+        _ext.matmul_device_arrays(a._x, b._x, out._x, precision)
         return out
     r = _ext.DeviceArray.empty(a.device.id, rname, list(shape))
-    _ext.matmul_device_arrays(a._x, b._x, r)
+    _ext.matmul_device_arrays(a._x, b._x, r, precision)
     return Array(r)
 
 

@@ -178,11 +178,30 @@ def _time_blocks(contenders: dict, repeat: int, say, block_size: int = _BLOCK) -
     return times
 
 
-def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, batch=None) -> list[dict]:
-    """One record per size n: (n x n) @ (n x n) products, or stacks of `batch` of them."""
+# What each precision mode may add to max_rel_error (issue 18; src/core/reference.hpp, error_bound,
+# has the derivation): the operands' rounding per product, and the float32 accumulation (three
+# additions per k for float32_tc).
+_MODE_OPERAND_ERROR = {"float32": 0.0, "float32_tc": 3 * 2.0**-22, "tf32": 2 * 2.0**-11 + 2.0**-22,
+                       "bfloat16": 2 * 2.0**-8 + 2.0**-16}
+
+
+def mode_error_bound(k: int, precision: str) -> float:
+    """The worst-case max_rel_error of a float32 product in precision mode `precision`."""
+    return _MODE_OPERAND_ERROR[precision] + (3 if precision == "float32_tc" else 1) * max(k, 1) * 2.0**-23
+
+
+def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, batch=None,
+        precision=None) -> list[dict]:
+    """One record per size n: (n x n) @ (n x n) products, or stacks of `batch` of them.
+    precision: portmat's precision mode (float32 products only), the peers in their matching
+    mode (peers.py says which), each one's max_rel_error against float64 reported."""
+    if precision is not None and dtype != "float32":
+        raise ValueError(f"bench: --precision is for float32 products, not {dtype}")
     dev = portmat._ext.find_device(portmat._device_spec(device))
     missing = {}
-    peers = _peers.available(dev, missing) if with_peers else []
+    peers = _peers.available(dev, missing, precision) if with_peers else []
+    mode = precision or ""
+    bound = (lambda k: mode_error_bound(k, precision)) if precision else (lambda k: error_bound(k, dtype))
     blas = blas_info()
     host = platform.node()
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -205,19 +224,20 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
         a = random_operand(rng, shape, dtype)
         b = random_operand(rng, shape, dtype)
         say(f"n={n}: verifying")
-        c = portmat.matmul(a, b, device=dev)
+        c = portmat.matmul(a, b, device=dev, precision=precision)
         err = max_rel_error(a, b, c, rng)
-        verified = err <= error_bound(n, dtype)
+        verified = err <= bound(n)
         say(f"n={n}: warming up")
         a @ b
-        portmat.matmul(a, b, device=dev)
+        portmat.matmul(a, b, device=dev, precision=precision)
         fresh_a, fresh_b = a.copy(), b.copy()
         time.sleep(_PAUSE_S)  # NumPy's BLAS threads still spin after the warm-up above
-        _warm_up(lambda: portmat.matmul(a, b, device=dev))  # wakes the machine, not the copies
-        t_new = _time_once(lambda: portmat.matmul(fresh_a, fresh_b, device=dev))
+        _warm_up(lambda: portmat.matmul(a, b, device=dev, precision=precision))  # wakes the machine, not the copies
+        t_new = _time_once(lambda: portmat.matmul(fresh_a, fresh_b, device=dev, precision=precision))
         del fresh_a, fresh_b
         # Verify and warm up each peer, then time every contender in the same alternating blocks.
-        contenders = {"numpy": lambda: a @ b, "portmat": lambda: portmat.matmul(a, b, device=dev)}
+        contenders = {"numpy": lambda: a @ b,
+                      "portmat": lambda: portmat.matmul(a, b, device=dev, precision=precision)}
         peer_errors = {}
         for peer in peers:
             say(f"n={n}: verifying {peer.name}")
@@ -250,8 +270,8 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
             # A stack on a device without a batched kernel loops over its products: fewer runs.
             runs_k = runs if batch is None else min(runs, max(3, int(_MIN_TIMED_S / max(t_call, 1e-9))))
             try:
-                t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, runs_k, launches, "rr", batch or 1)
-                       if t >= 0]
+                t_k = [t for t in _ext.time_gemm(dev.id, n, n, n, dtype, runs_k, launches, "rr", batch or 1,
+                                                 mode) if t >= 0]
             except portmat.Error:  # complex products that the device does not run itself
                 t_k = []
         flop = ops_per_madd * n**3 * (batch or 1)
@@ -262,8 +282,9 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
                 "host_s": statistics.median(t_host),
                 "host_spread_s": [min(t_host), max(t_host)],
                 "max_rel_error": peer_errors[peer.name],
-                "verified": bool(peer_errors[peer.name] <= error_bound(n, dtype)),
+                "verified": bool(peer_errors[peer.name] <= bound(n)),
                 "version": getattr(peer, "version", None),
+                "mode": getattr(peer, "mode", None),
             }
             peer_results[peer.name]["host_verified"] = peer_results[peer.name]["verified"]
             if f"{peer.name} resident" in times:  # timed in the blocks above, on the host's clock
@@ -291,6 +312,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
             "size": n,
             "batch": batch,
             "dtype": dtype,
+            "precision": precision or "float32",
             "device": dev.id,
             "device_name": dev.name,
             "numpy_s": statistics.median(t_np),
@@ -310,7 +332,7 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
         }
         rec["peers"] = peer_results
         rec["peers_missing"] = dict(missing)
-        if dev.peak_gflops > 0:
+        if dev.peak_gflops > 0 and precision in (None, "float32"):  # the FMA units' peak, not the tensor cores'
             rec["peak_gflops"] = dev.peak_gflops
         rec["speedup_vs_numpy"] = rec["numpy_s"] / rec["portmat_s"]
         rec["gflops_numpy"] = flop / rec["numpy_s"] / 1e9

@@ -102,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--dtype", choices=["float32", "float64", "float16", "complex64", "complex128", "bool",
                                        "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                                        "uint64"], default="float32")
+    b.add_argument("--precision", choices=["float32", "float32_tc", "tf32", "bfloat16"], default=None,
+                   help="portmat's precision mode for float32 products (docs/usage.md), the CUDA peers in the "
+                        "matching mode (torch set_float32_matmul_precision, CuPy's compute type); each one's "
+                        "max error against float64 is reported")
     b.add_argument("--batch", type=int, default=None, metavar="B",
                    help="multiply stacks of B matrices, (B, n, n) @ (B, n, n), as one call")
     b.add_argument("--json", metavar="FILE", help="write the records as JSON to FILE")
@@ -128,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         return _tune_command(parser, args)
     if args.shapes is not None and (args.sizes is not None or args.batch is not None):
         parser.error("--shapes times its own shapes: leave out --sizes and --batch")
+    if args.precision is not None and (args.shapes is not None or args.dtype != "float32"):
+        parser.error("--precision is for float32 products of --sizes (not --shapes, not other dtypes) for now")
     sizes = args.sizes if args.sizes is not None else [512, 1024, 2048, 4096]
     if args.repeat < 1 or any(n < 1 for n in sizes) or (args.batch is not None and args.batch < 1):
         parser.error("--repeat, --sizes and --batch must be positive")
@@ -145,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         records = bench.run_shapes(shapes, args.repeat, args.device, args.dtype, progress=sys.stderr,
                                    on_record=save)
     else:
-        records = bench.run(sizes, args.repeat, args.device, args.dtype, progress=sys.stderr, batch=args.batch)
+        records = bench.run(sizes, args.repeat, args.device, args.dtype, progress=sys.stderr, batch=args.batch,
+                            precision=args.precision)
     command = "python -m portmat " + " ".join(sys.argv[1:] if argv is None else argv)
     for r in records:
         r["command"] = command

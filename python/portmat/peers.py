@@ -48,15 +48,34 @@ def _queued_seconds(start, stop, elapsed_ms, product, repeat, launches):
     return out
 
 
+# The peers' modes matching portmat's precision modes (`portmat bench --precision`, issue 18):
+#   float32     torch "highest" (allow_tf32 off), CuPy's default compute type: cuBLAS 32F (FFMA)
+#   float32_tc  no peer has it: torch "highest" and CuPy's default, the float32 it is measured against
+#   tf32        torch "high" (allow_tf32), CuPy COMPUTE_TYPE_TF32: cuBLAS 32F_FAST_TF32
+#   bfloat16    operands converted to bfloat16 on the device and multiplied there (torch; CuPy
+#               COMPUTE_TYPE_BF16 on float32 data where it has it), float32 result
+# Not yet run on a GPU: CuPy's compute-type switch (cupy._core._routines_linalg.set_compute_type)
+# is private API; where it is missing the CuPy peer is left out for tf32 / bfloat16.
+_TORCH_MODES = {None: "highest", "float32": "highest", "float32_tc": "highest", "tf32": "high", "bfloat16": "highest"}
+
+
 class CuPyPeer:
     name = "cupy"
 
-    def __init__(self):
+    def __init__(self, precision=None):
         import cupy
 
         self.cp = cupy
         self.version = f"CuPy {cupy.__version__}"
         cupy.cuda.Device(0).use()
+        self.mode = "default compute type (cuBLAS 32F)"
+        if precision in ("tf32", "bfloat16"):
+            import numpy as np
+            from cupy._core import _routines_linalg as linalg  # private: raises where it moved
+
+            kind = linalg.COMPUTE_TYPE_TF32 if precision == "tf32" else linalg.COMPUTE_TYPE_BF16
+            linalg.set_compute_type(np.float32, kind)
+            self.mode = f"COMPUTE_TYPE_{precision.upper().replace('BFLOAT16', 'BF16')}"
 
     def host(self, a, b):
         cp = self.cp
@@ -93,19 +112,26 @@ def torch_graph(torch, product, launches):
 class TorchPeer:
     name = "torch"
 
-    def __init__(self):
+    def __init__(self, precision=None):
         import torch
 
         if not torch.cuda.is_available():
             raise ImportError("torch has no CUDA device")
-        torch.backends.cuda.matmul.allow_tf32 = False
+        # allow_tf32 is what set_float32_matmul_precision("high") / ("highest") sets for CUDA matmuls.
+        torch.backends.cuda.matmul.allow_tf32 = _TORCH_MODES[precision] == "high"
         torch.backends.cudnn.allow_tf32 = False
         self.torch = torch
         self.version = f"PyTorch {torch.__version__}"
+        self.bf16 = precision == "bfloat16"
+        self.mode = "bfloat16 operands" if self.bf16 else f"set_float32_matmul_precision('{_TORCH_MODES[precision]}')"
+
+    def _on_device(self, x):
+        t = self.torch.from_numpy(x).cuda()
+        return t.bfloat16() if self.bf16 else t
 
     def host(self, a, b):
-        torch = self.torch
-        return (torch.from_numpy(a).cuda() @ torch.from_numpy(b).cuda()).cpu().numpy()
+        c = self._on_device(a) @ self._on_device(b)
+        return c.float().cpu().numpy()
 
     def resident(self, a, b, repeat, launches=1):
         """The faster of two timings: `launches` products queued from Python, and the same
@@ -113,7 +139,7 @@ class TorchPeer:
         less than ~20 us leaves it idle between launches (H200, n <= 512: 20-25 us queued against
         7-14 us replayed), and the comparison would be with Python's launch rate, not cuBLAS."""
         torch = self.torch
-        a, b = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        a, b = self._on_device(a), self._on_device(b)
         c = a @ b
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         queued = _queued_seconds(start, stop, lambda: start.elapsed_time(stop),
@@ -384,9 +410,10 @@ class DpnpPeer:
         return self.dpnp.asnumpy(c)
 
 
-def available(device, missing: dict | None = None) -> list:
-    """The peers that make sense for this portmat device and can be imported here; into `missing`
-    (when given), each of those peers that cannot be used, with the reason.
+def available(device, missing: dict | None = None, precision: str | None = None) -> list:
+    """The peers that make sense for this portmat device and can be imported here, the GPU ones in
+    the mode matching portmat's precision mode (None: their exact float32); into `missing` (when
+    given), each of those peers that cannot be used, with the reason.
     dpnp belongs to the CPU backend's device and to OpenCL CPU devices: on this machine it runs on
     the same cores (through Intel's OpenCL CPU runtime), so it is what a user of either would
     compare with. MKL to the CPU backend's device; CuPy and torch to NVIDIA GPUs."""
@@ -402,7 +429,7 @@ def available(device, missing: dict | None = None) -> list:
         return peers
     for cls in classes:
         try:
-            peers.append(cls())
+            peers.append(cls(precision) if cls in (CuPyPeer, TorchPeer) else cls())
         except Exception as e:  # not installed, or no usable device: simply not a peer here
             if missing is not None:
                 missing[cls.name] = f"{type(e).__name__}: {e}" if not isinstance(e, ImportError) else str(e)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.hpp"
 #include "core/batch.hpp"
 #include "core/process.hpp"
 
@@ -134,8 +135,10 @@ bool for_each_batch(const ArrayView& a, const ArrayView& b, const ArrayView& out
 
 }  // namespace core
 
-void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const std::string& device) {
+void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const std::string& device,
+            std::optional<Precision> precision) {
   core::with_enough_stack([&] {
+    const core::PrecisionScope scope(precision);
     const bool any = core::for_each_batch(a, b, out, [&](const core::Batch& p) { core::multiply_batch(p, device); });
     if (!any) {  // the device is still resolved: bad specs raise
       MatrixView none{out.data, 0, 0, 0, 0, out.dtype};

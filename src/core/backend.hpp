@@ -187,6 +187,15 @@ class Device {
     return t == DType::f32 || (t == DType::f64 && info().supports_f64);
   }
 
+  // Whether the device runs float32 products in precision mode p (portmat.hpp, Precision): float32
+  // everywhere; the others only where a backend says so (CUDA, sm_80 and later). A device that
+  // says yes reads current_precision() in every product of float32 arithmetic it is handed (on
+  // the calling thread) and computes that mode, or throws; precision_note(p) says why not.
+  virtual bool supports(Precision p) const { return p == Precision::float32; }
+  virtual std::string precision_note(Precision /*p*/) const {
+    return std::string("the ") + info().backend + " backend has no kernels for it";
+  }
+
   // Bytes per second at which matmul_host's operands reach the kernels and results come back:
   // a discrete GPU's link, measured; a CPU's memory copy rate, measured; 0 where unknown. Measured
   // once, at the first call (milliseconds), for the automatic device choice (open_device_for).
@@ -222,6 +231,32 @@ class Backend {
   // asking why a device is missing. Valid after devices().
   virtual std::vector<std::string> notes() const { return {}; }
 };
+
+// The precision mode of the call in progress on this thread (precision.cpp): the core sets it with
+// a PrecisionScope inside with_enough_stack, on the thread that then calls the device, around
+// every public entry point (matmul, device arrays, matmul_on_stream, time_gemm). A scope rather
+// than an argument of every Device method (seven virtuals, three backends, each passing it down
+// to its launches): the CUDA backend reads it where it chooses a kernel (launch, launch_batch),
+// always on the calling thread. A backend that launched from threads of its own would have to
+// read it first on the calling thread. Devices that do not support() a mode never see it: the core
+// checks first (require_precision).
+Precision current_precision();
+class PrecisionScope {
+ public:
+  explicit PrecisionScope(std::optional<Precision> p);  // nullopt: get_precision()
+  ~PrecisionScope();
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  Precision saved_;
+};
+// Whether products of dtype t follow the precision mode: float32, and the dtypes computed in
+// float32 (complex64, float16, bfloat16).
+bool follows_precision(DType t);
+// Throws DeviceError naming the mode and the device where current_precision() is not float32,
+// t follows it, and dev does not support() it.
+void require_precision(const Device& dev, DType t);
 
 // Registered backends (registry.cpp), in order of preference for the default device.
 std::vector<std::unique_ptr<Backend>> make_backends();

@@ -271,7 +271,7 @@ ArrayView host_view_of(const DeviceArray& x) {
 
 }  // namespace
 
-void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out) {
+void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out, std::optional<Precision> precision) {
   for (auto [x, name] : {std::pair{&a, "a"}, {&b, "b"}, {&out, "out"}})
     if (!x->valid()) throw std::invalid_argument(std::string("matmul: ") + name + " is an empty DeviceArray handle");
   const std::string id = a.device().id();
@@ -286,14 +286,17 @@ void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out) 
     throw std::invalid_argument("matmul: out has shape " + ArrayView{nullptr, out.dtype(), out.shape(), {}}.shape_str() +
                                 ", expected " + ArrayView{nullptr, out.dtype(), shape, {}}.shape_str());
   core::with_enough_stack([&] {
+    const core::PrecisionScope scope(precision);
     auto dev = core::open_device(id);  // raises in a child forked after the driver started
     const DType r = out.dtype(), c = core::compute_dtype(r);
     check_array_dtype(*dev, r);
+    core::require_precision(*dev, r);
     if (dev->info().backend == "cpu") {
       // Host memory: the host path, which brings every dtype to one the CPU kernels compute in
       // plain C++ (dtypes.cpp); operands of another dtype are cast to out's first (casts.cpp).
       const DeviceArray ar = a.astype(r), br = b.astype(r);
-      if (out.size()) portmat::matmul(host_view_of(ar), host_view_of(br), host_view_of(out), id);
+      if (out.size())
+        portmat::matmul(host_view_of(ar), host_view_of(br), host_view_of(out), id, core::current_precision());
       return;
     }
     // A device: the operands cast to out's dtype (as the CPU path above does, and NumPy's dtype=:
@@ -308,13 +311,13 @@ void matmul(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out) 
   });
 }
 
-DeviceArray matmul(const DeviceArray& a, const DeviceArray& b) {
+DeviceArray matmul(const DeviceArray& a, const DeviceArray& b, std::optional<Precision> precision) {
   if (!a.valid() || !b.valid()) throw std::invalid_argument("matmul: an operand is an empty DeviceArray handle");
   if (a.dtype() != b.dtype())
     throw std::invalid_argument(std::string("matmul: a is ") + dtype_name(a.dtype()) + " and b " + dtype_name(b.dtype()) +
                                 "; pass out of the result's dtype (NumPy's np.result_type) to multiply mixed dtypes");
   DeviceArray out = DeviceArray::empty(a.device().id(), a.dtype(), matmul_shape(a.shape(), b.shape()));
-  matmul(a, b, out);
+  matmul(a, b, out, precision);
   return out;
 }
 
@@ -333,7 +336,7 @@ std::size_t workspace_bytes(const ArrayView& /*a*/, const ArrayView& b) {
 }
 
 void matmul_on_stream(const ArrayView& a, const ArrayView& b, const ArrayView& out, const std::string& device,
-                      std::uintptr_t stream, std::uintptr_t workspace) {
+                      std::uintptr_t stream, std::uintptr_t workspace, std::optional<Precision> precision) {
   const DType t = a.dtype;
   const bool complex = t == DType::c64 || t == DType::c128;
   const DType as = computed_as(t);
@@ -345,7 +348,9 @@ void matmul_on_stream(const ArrayView& a, const ArrayView& b, const ArrayView& o
   if (complex && workspace == 0 && workspace_bytes(a, b) > 0)
     throw std::invalid_argument("matmul: complex device arrays need a workspace of workspace_bytes(a, b) bytes");
   core::with_enough_stack([&] {
+    const core::PrecisionScope scope(precision);
     auto dev = core::open_device(device);
+    core::require_precision(*dev, t);
     const bool any = core::for_each_batch(a, b, out, [&](const core::Batch& p0) {
       const core::Batch p = complex ? p0 : merged(p0);
       for (auto [v, name] : {std::pair{&p.a, "a"}, {&p.b, "b"}})

@@ -127,6 +127,7 @@ void through(core::Device& dev, const core::Batch& p, DType compute, const std::
 
 void route(core::Device& dev, const core::Batch& p, const std::string& device) {
   const DType t = p.c.dtype;
+  core::require_precision(dev, t);  // before any conversion: the mode and the device named at once
   switch (t) {
     case DType::f32:
     case DType::f64:
@@ -201,9 +202,14 @@ namespace core {
 
 void multiply_batch(const Batch& p, const std::string& device) {
   const std::int64_t M = p.a.rows, N = p.b.cols, K = p.a.cols;
-  // Resolve even for empty work: bad specs always raise.
-  auto dev = open_device_for(device, M * std::max<std::int64_t>(p.count, 1), N, K,
-                             static_cast<std::int64_t>(dtype_size(p.c.dtype)));
+  // Resolve even for empty work: bad specs always raise. A mode other than float32 takes the
+  // default device as it is: the automatic choice would send small products to the CPU, which
+  // runs none of them (a user who asks for tf32 on a GPU machine means the GPU).
+  const bool moded = current_precision() != Precision::float32 && follows_precision(p.c.dtype);
+  auto dev = moded ? open_device(device)
+                   : open_device_for(device, M * std::max<std::int64_t>(p.count, 1), N, K,
+                                     static_cast<std::int64_t>(dtype_size(p.c.dtype)));
+  if (moded) require_precision(*dev, p.c.dtype);  // also for empty products: the same answer at every size
   if (M == 0 || N == 0 || p.count == 0) return;
   if (K == 0) {  // the empty sum
     const std::size_t es = dtype_size(p.c.dtype);
@@ -220,14 +226,17 @@ void multiply_batch(const Batch& p, const std::string& device) {
 }  // namespace core
 
 void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
-            const std::string& device) {
+            const std::string& device, std::optional<Precision> precision) {
   core::check_views(a, b, c);
-  core::with_enough_stack([&] { core::multiply_batch({a, b, c}, device); });
+  core::with_enough_stack([&] {
+    const core::PrecisionScope scope(precision);
+    core::multiply_batch({a, b, c}, device);
+  });
 }
 
 std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,
                               std::int64_t k, DType dtype, int repeat, int launches,
-                              const std::string& layout, std::int64_t batch) {
+                              const std::string& layout, std::int64_t batch, std::optional<Precision> precision) {
   if (m <= 0 || n <= 0 || k <= 0 || repeat <= 0 || launches <= 0 || batch <= 0)
     throw std::invalid_argument("time_gemm: sizes, repeat, launches and batch must be positive");
   auto is_layout = [](char x) { return x == 'r' || x == 'c'; };
@@ -242,7 +251,9 @@ std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::in
   if (complex && a_col)
     throw std::invalid_argument("time_gemm: complex products take a row-major a (layout \"rr\" or \"rc\")");
   return core::with_enough_stack([&] {
+    const core::PrecisionScope scope(precision);
     auto dev = core::open_device(device);
+    core::require_precision(*dev, dtype);
     const bool wide = dtype == DType::f64 || dtype == DType::c128;
     if (wide && !dev->info().supports_f64)
       throw DeviceError(std::string("time_gemm: device ") + dev->info().id() + " does not support " + dtype_name(dtype));

@@ -2,7 +2,10 @@
 #include "core/reference.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <stdexcept>
 
 namespace portmat::reference {
 
@@ -46,6 +49,118 @@ double worst_error_ratio(const MatrixView& a, const MatrixView& b, const MatrixV
       worst = std::max(worst, ratio);
     }
   return worst;
+}
+
+// ---- the precision modes -------------------------------------------------------------------------
+
+namespace {
+std::uint32_t bits_of(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+float float_of(std::uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+// x rounded to nearest-even keeping the top 32 - drop bits; infinities and NaN as the header says.
+float round_bits(float x, int drop, std::uint32_t nan) {
+  std::uint32_t u = bits_of(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return (u & 0x7fffffu) ? float_of(nan) : x;
+  const std::uint32_t half = (1u << (drop - 1)) - 1u, mask = ~((1u << drop) - 1u);
+  u += half + ((u >> drop) & 1u);
+  return float_of(u & mask);
+}
+}  // namespace
+
+float round_tf32(float x) { return round_bits(x, 13, 0x7fffffffu); }
+float round_bf16(float x) { return round_bits(x, 16, 0x7fffffffu); }
+
+void split_tf32(float x, float& hi, float& lo) {
+  hi = round_tf32(x);
+  lo = std::isfinite(hi) ? round_tf32(x - hi) : 0.f;
+}
+
+double mode_product(Precision p, float a, float b) {
+  switch (p) {
+    case Precision::float32: return static_cast<double>(a) * b;
+    case Precision::tf32: return static_cast<double>(round_tf32(a)) * round_tf32(b);
+    case Precision::bfloat16: return static_cast<double>(round_bf16(a)) * round_bf16(b);
+    case Precision::float32_tc: {
+      float ah, al, bh, bl;
+      split_tf32(a, ah, al);
+      split_tf32(b, bh, bl);
+      return static_cast<double>(al) * bh + static_cast<double>(ah) * bl + static_cast<double>(ah) * bh;
+    }
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+void gemm_mode(Precision p, const MatrixView& a, const MatrixView& b, std::vector<double>& ref,
+               std::vector<double>& mag) {
+  if (a.dtype != DType::f32 || b.dtype != DType::f32)
+    throw std::invalid_argument("reference::gemm_mode: the modes are of float32 products");
+  const std::int64_t M = a.rows, N = b.cols, K = a.cols;
+  ref.assign(static_cast<std::size_t>(M * N), 0.0);
+  mag.assign(static_cast<std::size_t>(M * N), 0.0);
+  auto f = [](const MatrixView& v, std::int64_t i, std::int64_t j) {
+    return static_cast<const float*>(v.data)[i * v.row_stride + j * v.col_stride];
+  };
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t k = 0; k < K; ++k) {
+      const float aik = f(a, i, k);
+      for (std::int64_t j = 0; j < N; ++j) {
+        const float bkj = f(b, k, j);
+        ref[i * N + j] += mode_product(p, aik, bkj);
+        mag[i * N + j] += std::fabs(static_cast<double>(aik) * bkj);
+      }
+    }
+}
+
+namespace {
+double accumulation_bound(Precision p, std::int64_t k) {
+  const double kk = static_cast<double>(std::max<std::int64_t>(k, 1));
+  return (p == Precision::float32_tc ? 3.0 : 1.0) * kk * std::ldexp(1.0, -23);
+}
+}  // namespace
+
+double error_bound(Precision p, std::int64_t k) {
+  double operands = 0;
+  switch (p) {
+    case Precision::float32: operands = 0; break;
+    case Precision::tf32: operands = 2 * std::ldexp(1.0, -11) + std::ldexp(1.0, -22); break;
+    case Precision::bfloat16: operands = 2 * std::ldexp(1.0, -8) + std::ldexp(1.0, -16); break;
+    case Precision::float32_tc: operands = 3 * std::ldexp(1.0, -22) + std::ldexp(1.0, -44); break;
+  }
+  return operands + accumulation_bound(p, k);
+}
+
+namespace {
+double worst_against(const std::vector<double>& ref, const std::vector<double>& mag, const MatrixView& c,
+                     double scale) {
+  double worst = 0.0;
+  for (std::int64_t i = 0; i < c.rows; ++i)
+    for (std::int64_t j = 0; j < c.cols; ++j) {
+      const double got = at(c, i, j), r = ref[i * c.cols + j];
+      const double ratio = std::fabs(got - r) / (scale * mag[i * c.cols + j] + std::numeric_limits<double>::min());
+      if (std::isnan(ratio)) return std::numeric_limits<double>::infinity();
+      worst = std::max(worst, ratio);
+    }
+  return worst;
+}
+}  // namespace
+
+double worst_mode_ratio(Precision p, const MatrixView& a, const MatrixView& b, const MatrixView& c) {
+  std::vector<double> ref, mag;
+  gemm_mode(p, a, b, ref, mag);
+  return worst_against(ref, mag, c, accumulation_bound(p, a.cols));
+}
+
+double worst_relative_error(const MatrixView& a, const MatrixView& b, const MatrixView& c) {
+  std::vector<double> ref, mag;
+  gemm(a, b, ref, mag);
+  return worst_against(ref, mag, c, 1.0);
 }
 
 }  // namespace portmat::reference

@@ -39,6 +39,7 @@ set(cuda_kernel_files
   ${cuda_kernels}/gemm_batched.cuh  # strided batches (_fpb, 64x64b, _small), complex b as real
   ${cuda_kernels}/gemm_thin.cuh     # thin products: a side of c at most 16
   ${cuda_kernels}/casts.cuh         # dtype casts for products of dtypes the kernels lack
+  ${cuda_kernels}/gemm_tc.cuh       # tensor cores (mma.sync): the precision modes of issue 18
 )
 set(cuda_fatbin ${CMAKE_CURRENT_BINARY_DIR}/embedded/cuda_gemm.fatbin)
 add_custom_command(OUTPUT ${cuda_fatbin}

@@ -169,6 +169,14 @@ class CudaDevice final : public core::Device {
     cu_check(cu_.StreamSynchronize(kstream_[0]), "device-to-host copy (cuStreamSynchronize)", where_);
   }
 
+  // The precision modes other than float32 (issue 18) run on the tensor-core kernels
+  // (kernels/gemm_tc.cuh, mma.sync): sm_80 and later. NOT YET RUN ON A GPU.
+  bool supports(Precision p) const override { return p == Precision::float32 || cc_major_ >= 8; }
+  std::string precision_note(Precision /*p*/) const override {
+    return "it is sm_" + std::to_string(cc_major_) + std::to_string(cc_minor_) +
+           "; portmat's tensor-core kernels (mma.sync) need sm_80 or later";
+  }
+
   // float32, float64, and the wrapping unsigned products that carry every integer dtype.
   bool computes(DType t) const override {
     return t == DType::f32 || t == DType::f64 || t == DType::u32 || t == DType::u64;
@@ -634,6 +642,8 @@ class CudaDevice final : public core::Device {
     const std::size_t es = dtype_size(am.dtype);
     if (accumulate && am.dtype != DType::f32)
       throw std::logic_error("CUDA gemm: accumulating launches are float32 only");
+    if (am.dtype == DType::f32 && core::current_precision() != Precision::float32)
+      return launch_tc(stream, a, am, 0, b, bm, 0, c, ldc, 0, m, n, k, 1, accumulate);
     const Plan planned = plan(am.dtype, m, n, k, am.col_major, bm.col_major, whole);
     if (!accumulate && planned.thin.use) return launch_thin(stream, a, am, b, bm, c, ldc, m, n, k, planned.thin);
     const TileChoice choice = accumulate ? TileChoice{&kF32_128x256_fpa, false, 0, 0.0} : planned.tile;
@@ -833,6 +843,8 @@ class CudaDevice final : public core::Device {
                     std::int64_t count, bool whole) {
     if (count == 1) return launch(stream, a, am, b, bm, c, ldc, m, n, k, whole);
     if (count <= 0) return;
+    if (am.dtype == DType::f32 && core::current_precision() != Precision::float32)
+      return launch_tc(stream, a, am, a_step, b, bm, b_step, c, ldc, c_step, m, n, k, count, false);
     const bool f64 = am.dtype == DType::f64;
     const bool integer = am.dtype == DType::u32 || am.dtype == DType::u64;
     const std::size_t es = dtype_size(am.dtype);
@@ -859,6 +871,51 @@ class CudaDevice final : public core::Device {
                                               small ? 1 : static_cast<unsigned>(nm), 1, t.threads(), 1, 1,
                                               t.smem_bytes(), stream, params, nullptr))
         cu_check(r, "cuLaunchKernel(batched gemm)", product_text(where_, m, n, k, std::string(" with ") + t.name, count));
+    }
+  }
+
+  // The precision modes (issue 18): c[i] (+)= a[i] @ b[i] for i < count on the tensor-core kernels
+  // (kernels/gemm_tc.cuh; gemm_tc_{tf32,f32x3,bf16}_{rr,rc,cr,cc}), one kTc tile per block on a 1-D
+  // swizzled grid, blockIdx.y the matrix (count 1: one product; x_step 0: the same matrix). The
+  // mode is core::current_precision() (backend.hpp: read here, on the calling thread). No thin,
+  // split-K or stream-K path yet: every product, however shaped, takes these tiles.
+  // accumulate: c += a @ b (matmul_host's k-split pieces). NOT YET RUN ON A GPU.
+  void launch_tc(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, std::int64_t a_step, CUdeviceptr b,
+                 const core::DeviceMatrix& bm, std::int64_t b_step, CUdeviceptr c, std::int64_t ldc,
+                 std::int64_t c_step, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t count,
+                 bool accumulate) {
+    const Precision mode = core::current_precision();
+    if (!supports(mode))  // the core checks first (require_precision); this is the backstop
+      throw DeviceError(std::string("precision '") + precision_name(mode) + "' is not available on " + where_ + ": " +
+                        precision_note(mode));
+    const char* kind = mode == Precision::tf32 ? "tf32" : mode == Precision::float32_tc ? "f32x3" : "bf16";
+    const std::string name = std::string("gemm_tc_") + kind + "_" + (am.col_major ? "c" : "r") + (bm.col_major ? "c" : "r");
+    CUfunction f = nullptr;
+    if (auto it = functions_.find(name); it != functions_.end()) {
+      f = it->second;
+    } else {
+      f = module_function(name);
+      if (kTc.smem_bytes() > smem_optin_)
+        throw DeviceError(name + " needs " + std::to_string(kTc.smem_bytes()) + " bytes of shared memory; " + where_ +
+                          " allows " + std::to_string(smem_optin_));
+      cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kTc.smem_bytes()),
+               "cuFuncSetAttribute(max dynamic shared memory)", where_);
+      functions_.emplace(name, f);
+    }
+    const GemmTile shape{"", kTc.bm, kTc.bn, kTc.bk, 0, 0, 0, 0, kTc.stages, 4, kTc.min_blocks};  // gemm_args' tile count
+    GemmArgs args = gemm_args(shape, a, am, a_step, b, bm, b_step, c, ldc, c_step, m, n, k);
+    args.accumulate = accumulate ? 1 : 0;
+    const std::int64_t tiles = args.sk_first;
+    const std::size_t es = sizeof(float);
+    for (std::int64_t i0 = 0; i0 < count; i0 += 65535) {  // gridDim.y holds 65535 matrices
+      const std::int64_t nm = std::min<std::int64_t>(65535, count - i0);
+      args.a = reinterpret_cast<const void*>(a + static_cast<std::size_t>(i0 * a_step) * es);
+      args.b = reinterpret_cast<const void*>(b + static_cast<std::size_t>(i0 * b_step) * es);
+      args.c = reinterpret_cast<void*>(c + static_cast<std::size_t>(i0 * c_step) * es);
+      void* params[] = {&args};
+      if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(tiles), static_cast<unsigned>(nm), 1,
+                                              kTc.threads(), 1, 1, kTc.smem_bytes(), stream, params, nullptr))
+        cu_check(r, "cuLaunchKernel(tensor-core gemm)", product_text(where_, m, n, k, " with " + name, count));
     }
   }
 

@@ -278,7 +278,15 @@ bool overlap(const Py_buffer& x, const Py_buffer& y) {
   return ex.first < ey.second && ey.first < ex.second;
 }
 
-nb::object matmul_small(nb::handle a_obj, nb::handle b_obj, const char* device, nb::handle out_obj) {
+// A precision argument from Python: "" for the process-wide setting, else a mode's name.
+std::optional<portmat::Precision> precision_arg(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  return portmat::precision_from_name(s);
+}
+
+nb::object matmul_small(nb::handle a_obj, nb::handle b_obj, const char* device, nb::handle out_obj,
+                        const std::string& precision) {
+  const std::optional<portmat::Precision> mode = precision_arg(precision);
   if (Py_TYPE(a_obj.ptr()) != ndarray_type || Py_TYPE(b_obj.ptr()) != ndarray_type) return nb::none();
   Buffer a, b;
   constexpr int flags = PyBUF_RECORDS_RO;  // strides and format, read-only arrays too
@@ -321,7 +329,7 @@ nb::object matmul_small(nb::handle a_obj, nb::handle b_obj, const char* device, 
   }
   portmat::MatrixView mc{c.view.buf, M, N, N, 1, *t};
   multiply_holding_gil_if_tiny(static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
-                               [&] { portmat::matmul(*ma, *mb, mc, device); });
+                               [&] { portmat::matmul(*ma, *mb, mc, device, mode); });
   return c_obj;
 }
 
@@ -424,17 +432,25 @@ NB_MODULE(_ext, m) {
   m.def("backend_notes", &portmat::backend_notes, "Problems met while probing backends");
   m.def("default_device", &portmat::default_device);
   m.def("set_default_device", &portmat::set_default_device, "spec"_a);
+  m.def(
+      "set_precision", [](const std::string& s) { portmat::set_precision(precision_arg(s)); }, "mode"_a,
+      "The process-wide precision of float32 products: a mode's name, or '' for the automatic choice "
+      "($PORTMAT_PRECISION, else float32)");
+  m.def(
+      "get_precision", [] { return std::string(portmat::precision_name(portmat::get_precision())); },
+      "The precision float32 products use where a call names none");
 
   m.def(
       "matmul_arrays",
       [](nb::ndarray<nb::ro, nb::device::cpu> a, nb::ndarray<nb::ro, nb::device::cpu> b,
-         nb::ndarray<nb::device::cpu> out, const std::string& device) {
+         nb::ndarray<nb::device::cpu> out, const std::string& device, const std::string& precision) {
+        const std::optional<portmat::Precision> mode = precision_arg(precision);
         const portmat::ArrayView va = array_of(a, "a"), vb = array_of(b, "b"), vo = array_of(out, "out");
         double madds = vb.shape.empty() ? 1.0 : static_cast<double>(vb.shape.back());
         for (std::int64_t d : va.shape) madds *= static_cast<double>(d);
-        multiply_holding_gil_if_tiny(madds, [&] { portmat::matmul(va, vb, vo, device); });
+        multiply_holding_gil_if_tiny(madds, [&] { portmat::matmul(va, vb, vo, device, mode); });
       },
-      "a"_a, "b"_a, "out"_a, "device"_a,
+      "a"_a, "b"_a, "out"_a, "device"_a, "precision"_a = "",
       "out = a @ b with np.matmul's shapes (vectors, broadcast stacks), all three of one dtype; "
       "out's last axis contiguous, not overlapping a or b.");
   m.def("matmul_shape", &portmat::matmul_shape, "a"_a, "b"_a, "The shape of a @ b, or ValueError");
@@ -446,7 +462,7 @@ NB_MODULE(_ext, m) {
     float32_type = nb::object(np.attr("float32")).release().ptr();
     float64_type = nb::object(np.attr("float64")).release().ptr();
   }
-  m.def("matmul_small", &matmul_small, "a"_a, "b"_a, "device"_a, "out"_a = nb::none(),
+  m.def("matmul_small", &matmul_small, "a"_a, "b"_a, "device"_a, "out"_a = nb::none(), "precision"_a = "",
         "a @ b for plain 1-2 dimensional float32 / float64 NumPy arrays of one dtype with a small "
         "result (not both vectors): a new array, or `out` (a plain C-contiguous array of the result's "
         "shape and dtype, apart from a and b), or None where the general path must decide.");
@@ -493,11 +509,15 @@ NB_MODULE(_ext, m) {
   m.def(
       "time_gemm",
       [](const std::string& device, std::int64_t mm, std::int64_t n, std::int64_t k,
-         const std::string& dtype, int repeat, int launches, const std::string& layout, std::int64_t batch) {
+         const std::string& dtype, int repeat, int launches, const std::string& layout, std::int64_t batch,
+         const std::string& precision) {
         const portmat::DType t = parse_dtype(dtype);
-        return without_gil([&] { return portmat::time_gemm(device, mm, n, k, t, repeat, launches, layout, batch); });
+        const std::optional<portmat::Precision> mode = precision_arg(precision);
+        return without_gil(
+            [&] { return portmat::time_gemm(device, mm, n, k, t, repeat, launches, layout, batch, mode); });
       },
       "device"_a, "m"_a, "n"_a, "k"_a, "dtype"_a, "repeat"_a, "launches"_a = 1, "layout"_a = "rr", "batch"_a = 1,
+      "precision"_a = "",
       "Seconds of each of `repeat` kernel runs on device-resident random data (each the mean of "
       "`launches` products queued back to back; layout: a's and b's storage, 'r' row-major or "
       "'c' column-major each; batch: a stack of that many products, timed as one; complex "
@@ -576,13 +596,15 @@ NB_MODULE(_ext, m) {
 
   m.def(
       "matmul_device_arrays",
-      [](const portmat::DeviceArray& a, const portmat::DeviceArray& b, nb::handle out) -> portmat::DeviceArray {
-        if (out.is_none()) return without_gil([&] { return portmat::matmul(a, b); });
+      [](const portmat::DeviceArray& a, const portmat::DeviceArray& b, nb::handle out,
+         const std::string& precision) -> portmat::DeviceArray {
+        const std::optional<portmat::Precision> mode = precision_arg(precision);
+        if (out.is_none()) return without_gil([&] { return portmat::matmul(a, b, mode); });
         const auto& o = nb::cast<const portmat::DeviceArray&>(out);
-        without_gil([&] { portmat::matmul(a, b, o); });
+        without_gil([&] { portmat::matmul(a, b, o, mode); });
         return o;
       },
-      "a"_a, "b"_a, "out"_a = nb::none(),
+      "a"_a, "b"_a, "out"_a = nb::none(), "precision"_a = "",
       "a @ b of device arrays on their device (np.matmul's shapes): a new array, or into out");
 
   m.def(

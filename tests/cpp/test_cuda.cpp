@@ -551,3 +551,131 @@ TEST(CudaTileChoice, ModelPicksWhatMeasuredBestOnTheH200) {
   // A GPU with few SMs fills with fewer, larger tiles.
   EXPECT_EQ(choose_f32_tile(1024, 1024, 1024, 8, false, true).tile, &portmat::cuda::kF32_128x256_sk);
 }
+
+// ---- precision modes (issue 18): the tensor-core kernels, gemm_tc.cuh ------------------------------
+// NOT YET RUN ON A GPU when written (2026-12-02): the first H200 run is what tests them.
+namespace {
+
+using portmat::Precision;
+namespace pref = portmat::reference;
+
+// One product in mode p with padded, row- or column-major operands (as check_host); returns c.
+std::vector<float> product_in_mode(const std::string& dev, Precision p, long m, long n, long k, bool a_col, bool b_col,
+                                   std::vector<float>& abuf, std::vector<float>& bbuf, MatrixView& a, MatrixView& b,
+                                   std::mt19937& rng, int pad = 3) {
+  const long lda = (a_col ? m : k) + pad, ldb = (b_col ? k : n) + pad;
+  abuf = random_vector<float>((a_col ? k : m) * lda + pad, rng);
+  bbuf = random_vector<float>((b_col ? n : k) * ldb + pad, rng);
+  a = MatrixView{abuf.data() + pad, m, k, a_col ? 1 : lda, a_col ? lda : 1, DType::f32};
+  b = MatrixView{bbuf.data() + pad, k, n, b_col ? 1 : ldb, b_col ? ldb : 1, DType::f32};
+  std::vector<float> c(static_cast<std::size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+  portmat::matmul(a, b, MatrixView{c.data(), m, n, n, 1, DType::f32}, dev, p);
+  return c;
+}
+
+// Skips unless dev runs the tensor-core modes (sm_80+); otherwise checks they raise naming both.
+bool modes_run_here(const std::string& dev) {
+  std::vector<float> x(1, 1.f), y(1, 0.f);
+  MatrixView v{x.data(), 1, 1, 1, 1, DType::f32}, out{y.data(), 1, 1, 1, 1, DType::f32};
+  try {
+    portmat::matmul(v, v, out, dev, Precision::tf32);
+    return true;
+  } catch (const portmat::DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("'tf32'"), std::string::npos) << e.what();
+    return false;
+  }
+}
+
+}  // namespace
+
+// Every mode, awkward sizes, every layout: within the mode's worst-case bound against float64, and
+// equal to the mode's own exact reference up to float32 accumulation (worst_mode_ratio), which a
+// kernel computing another mode fails (K <= 64 here: reference.hpp, error_bound).
+TEST(CudaPrecision, EveryModeAwkwardShapesBothLayouts) {
+  REQUIRE_CUDA();
+  if (!modes_run_here(dev)) GTEST_SKIP() << dev << " runs no tensor-core mode (sm_80 or later needed)";
+  std::mt19937 rng(18);
+  for (Precision p : {Precision::tf32, Precision::float32_tc, Precision::bfloat16})
+    for (const auto& s : kShapes)
+      for (int lay = 0; lay < 4; ++lay) {
+        const long m = s[0], n = s[1], k = s[2];
+        std::vector<float> ab, bb;
+        MatrixView a, b;
+        std::vector<float> c = product_in_mode(dev, p, m, n, k, lay & 2, lay & 1, ab, bb, a, b, rng);
+        const MatrixView vc{c.data(), m, n, n, 1, DType::f32};
+        const std::string what = std::string(portmat::precision_name(p)) + " " + std::to_string(m) + "x" +
+                                 std::to_string(k) + " @ " + std::to_string(k) + "x" + std::to_string(n) +
+                                 " layout " + "rc"[lay >> 1] + "rc"[lay & 1];
+        EXPECT_LE(pref::worst_relative_error(a, b, vc), pref::error_bound(p, k)) << what;
+        EXPECT_LE(pref::worst_mode_ratio(p, a, b, vc), 1.0) << what;
+      }
+}
+
+// A 32-deep product: a tf32 result is told from float32_tc's (its error is several times
+// float32_tc's bound: 14x at K = 33 in NumPy draws, test_precision.cpp) and from float32's.
+TEST(CudaPrecision, ModesAreToldApartAtSmallK) {
+  REQUIRE_CUDA();
+  if (!modes_run_here(dev)) GTEST_SKIP() << dev << " runs no tensor-core mode (sm_80 or later needed)";
+  std::mt19937 rng(19);
+  std::vector<float> ab, bb;
+  MatrixView a, b;
+  const long m = 200, n = 150, k = 32;
+  std::vector<float> ct = product_in_mode(dev, Precision::tf32, m, n, k, false, false, ab, bb, a, b, rng);
+  EXPECT_GT(pref::worst_relative_error(a, b, MatrixView{ct.data(), m, n, n, 1, DType::f32}),
+            4 * pref::error_bound(Precision::float32_tc, k));
+  EXPECT_GT(pref::worst_mode_ratio(Precision::float32, a, b, MatrixView{ct.data(), m, n, n, 1, DType::f32}), 4.0);
+}
+
+// float32_tc against the exact float32 (FFMA) kernels on the same inputs, K = 1024 and 4096: its
+// max error within 4x of theirs (issue 18 asks for 2x of cuBLAS's in the end), and at least 16x
+// below tf32's.
+TEST(CudaPrecision, Float32TcIsAsAccurateAsFloat32) {
+  REQUIRE_CUDA();
+  if (!modes_run_here(dev)) GTEST_SKIP() << dev << " runs no tensor-core mode (sm_80 or later needed)";
+  std::mt19937 rng(20);
+  for (long k : {1024L, 4096L}) {
+    const long m = 257, n = 263;
+    auto abuf = random_vector<float>(m * k, rng), bbuf = random_vector<float>(k * n, rng);
+    const MatrixView a{abuf.data(), m, k, k, 1, DType::f32}, b{bbuf.data(), k, n, n, 1, DType::f32};
+    double err[3];
+    const Precision modes[3] = {Precision::float32, Precision::float32_tc, Precision::tf32};
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> c(m * n);
+      const MatrixView vc{c.data(), m, n, n, 1, DType::f32};
+      portmat::matmul(a, b, vc, dev, modes[i]);
+      err[i] = pref::worst_relative_error(a, b, vc);
+    }
+    EXPECT_LE(err[1], 4 * err[0]) << "K=" << k << ": float32_tc " << err[1] << ", float32 " << err[0];
+    EXPECT_GE(err[2], 16 * err[1]) << "K=" << k << ": tf32 " << err[2] << ", float32_tc " << err[1];
+  }
+}
+
+// Stacks (one launch, blockIdx.y the matrix) in float32_tc and device arrays in tf32. (The NumPy
+// path's k-split start, whose pieces accumulate, is covered where ChunkedPipelineKSplitStart's
+// shapes are rerun in a mode: not yet written.)
+TEST(CudaPrecision, StacksAndDeviceArrays) {
+  REQUIRE_CUDA();
+  if (!modes_run_here(dev)) GTEST_SKIP() << dev << " runs no tensor-core mode (sm_80 or later needed)";
+  std::mt19937 rng(21);
+  const long count = 5, m = 33, n = 70, k = 45;
+  auto abuf = random_vector<float>(count * m * k, rng), bbuf = random_vector<float>(count * k * n, rng);
+  std::vector<float> cbuf(count * m * n);
+  portmat::ArrayView a{abuf.data(), DType::f32, {count, m, k}, {m * k, k, 1}};
+  portmat::ArrayView b{bbuf.data(), DType::f32, {count, k, n}, {k * n, n, 1}};
+  portmat::ArrayView c{cbuf.data(), DType::f32, {count, m, n}, {m * n, n, 1}};
+  portmat::matmul(a, b, c, dev, Precision::float32_tc);
+  for (long i = 0; i < count; ++i) {
+    const MatrixView ai{abuf.data() + i * m * k, m, k, k, 1, DType::f32}, bi{bbuf.data() + i * k * n, k, n, n, 1, DType::f32};
+    const MatrixView ci{cbuf.data() + i * m * n, m, n, n, 1, DType::f32};
+    EXPECT_LE(pref::worst_mode_ratio(Precision::float32_tc, ai, bi, ci), 1.0) << "matrix " << i;
+  }
+  const auto da = portmat::DeviceArray::from_host(a, dev), db = portmat::DeviceArray::from_host(b, dev);
+  const auto dc = portmat::matmul(da, db, Precision::tf32);
+  std::vector<float> back(count * m * n);
+  dc.to_host(portmat::ArrayView{back.data(), DType::f32, {count, m, n}, {m * n, n, 1}});
+  for (long i = 0; i < count; ++i) {
+    const MatrixView ai{abuf.data() + i * m * k, m, k, k, 1, DType::f32}, bi{bbuf.data() + i * k * n, k, n, n, 1, DType::f32};
+    EXPECT_LE(pref::worst_mode_ratio(Precision::tf32, ai, bi, MatrixView{back.data() + i * m * n, m, n, n, 1, DType::f32}), 1.0)
+        << "device arrays, matrix " << i;
+  }
+}

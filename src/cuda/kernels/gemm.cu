@@ -35,7 +35,10 @@
 //  - gemm_batched.cuh  strided batches (_fpb, 64x128_fpb, 128x64_fpb, 64x64b, _small), split_sum
 //                      (split-K's sum of parts) and complex_b (complex b as real);
 //  - gemm_thin.cuh     thin products (a side of c at most 16): thin_dots, thin_axpy, thin_sum;
-//  - casts.cuh         cast_elements, dtype casts for products of dtypes the kernels lack.
+//  - casts.cuh         cast_elements, dtype casts for products of dtypes the kernels lack;
+//  - gemm_tc.cuh       gemm_tc_body, the tensor cores (mma.sync) for the precision modes tf32,
+//                      float32_tc and bfloat16 (issue 18): its own tile (kTc) and shared-memory
+//                      padding, the same GemmArgs contract otherwise. Not yet run on a GPU.
 // This file is the one translation unit that includes them, with every kernel's entry point at its
 // end. One unit, because the host loads one module from one fatbin: kernels in several units
 // would need relocatable device code (-rdc) and a device link to become that module, another
@@ -50,6 +53,7 @@
 #include "gemm_batched.cuh"
 #include "gemm_thin.cuh"
 #include "casts.cuh"
+#include "gemm_tc.cuh"
 
 using portmat::cuda::GemmArgs;
 using portmat::cuda::gemm_body;
@@ -69,6 +73,7 @@ using portmat::cuda::ThinSumArgs;
 using portmat::cuda::thin_axpy_body;
 using portmat::cuda::thin_dots_body;
 using portmat::cuda::thin_sum_body;
+using portmat::cuda::gemm_tc_body;
 namespace tiles = portmat::cuda;
 
 // The kernels, by element type, tile and layout of a and b ('r' row-major, 'c' column-major).
@@ -224,6 +229,23 @@ PM_THIN(dots, 1) PM_THIN(dots, 2) PM_THIN(dots, 4) PM_THIN(dots, 8) PM_THIN(dots
 PM_THIN(axpy, 1) PM_THIN(axpy, 2) PM_THIN(axpy, 4) PM_THIN(axpy, 8) PM_THIN(axpy, 16)
 #undef PM_THIN
 __global__ void __launch_bounds__(256) thin_sum_f32(ThinSumArgs p) { thin_sum_body(p); }
+
+// Tensor cores (gemm_tc.cuh), float32 operands in the precision modes: tf32 (one TF32 product),
+// f32x3 (float32_tc: the hi/lo split, three TF32 products), bf16 (operands rounded to bfloat16).
+// 1-D swizzled grid of kTc tiles, blockIdx.y the matrix of a strided stack (1 for one product).
+// Not yet run on a GPU.
+#define PM_TC(mode, name, lay, ak, bk)                                                        \
+  __global__ void __launch_bounds__(tiles::kTc.threads(), tiles::kTc.min_blocks)             \
+      gemm_tc_##name##_##lay(GemmArgs p) {                                                    \
+    gemm_tc_body<portmat::cuda::mode, ak, bk>(batch_member<float>(p, blockIdx.y));            \
+  }
+#define PM_TC_LAYOUTS(mode, name) \
+  PM_TC(mode, name, rr, true, false) PM_TC(mode, name, rc, true, true) PM_TC(mode, name, cr, false, false) PM_TC(mode, name, cc, false, true)
+PM_TC_LAYOUTS(TC_TF32, tf32)
+PM_TC_LAYOUTS(TC_F32, f32x3)
+PM_TC_LAYOUTS(TC_BF16, bf16)
+#undef PM_TC_LAYOUTS
+#undef PM_TC
 
 // dtype casts (casts.cuh; 256 threads a block, grid-stride)
 __global__ void __launch_bounds__(256) cast_elements(CastArgs p) { cast_body(p); }

@@ -28,7 +28,21 @@ struct GemmArgs {
   // Batched kernels: when > 0, the launch's last matrix has this k instead (split-K's shorter last
   // slice of k; cuda_backend.cpp, launch_split).
   int k_last;
+  // Tensor-core kernels only (gemm_tc.cuh; the others ignore it): 1: c += a @ b (the NumPy path's
+  // k-split pieces), 0: c = a @ b.
+  int accumulate;
 };
+
+// The tensor-core kernels (gemm_tc.cuh, issue 18: the precision modes tf32, float32_tc, bfloat16):
+// one tile for all three modes. Shared rows are padded by `pad` floats (8: conflict-free fragment
+// reads, gemm_tc.cuh says why), not GemmTile::kPad.
+struct TcTile {
+  int bm, bn, bk, warps_m, warps_n, stages, pad, min_blocks;
+  constexpr int threads() const { return warps_m * warps_n * 32; }
+  constexpr int smem_bytes() const { return stages * bk * ((bm + pad) + (bn + pad)) * 4; }
+};
+// 128x128x32, 8 warps of 64x32, double-buffered: 69632 bytes of shared memory. Not yet run on a GPU.
+inline constexpr TcTile kTc{128, 128, 32, 2, 4, 2, 8, 1};
 
 // split_sum (gemm_batched.cuh): c = parts[0] + parts[1] + ... + parts[count - 1], in that order,
 // of `count` dense m x n float32 partial products part_stride elements apart; vec: n % 4 == 0 and
