@@ -54,8 +54,10 @@ def _queued_seconds(start, stop, elapsed_ms, product, repeat, launches):
 #   tf32        torch "high" (allow_tf32), CuPy COMPUTE_TYPE_TF32: cuBLAS 32F_FAST_TF32
 #   bfloat16    operands converted to bfloat16 on the device and multiplied there (torch; CuPy
 #               COMPUTE_TYPE_BF16 on float32 data where it has it), float32 result
-# Not yet run on a GPU: CuPy's compute-type switch (cupy._core._routines_linalg.set_compute_type)
-# is private API; where it is missing the CuPy peer is left out for tf32 / bfloat16.
+# CuPy's compute-type switch (cupy._core._routines_linalg.set_compute_type) is private API; where it
+# is missing the CuPy peer is left out for tf32 / bfloat16. On the H200 (2026-12-02) its TF32 ran
+# at 370-382 TFLOP/s, but COMPUTE_TYPE_BF16 on float32 data at 50 (FFMA's speed): torch, with
+# bfloat16 operands, is the bfloat16 peer that counts.
 _TORCH_MODES = {None: "highest", "float32": "highest", "float32_tc": "highest", "tf32": "high", "bfloat16": "highest"}
 
 

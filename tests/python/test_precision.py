@@ -1,7 +1,7 @@
 """The precision modes of float32 products (issue 18). Here (CPU, PoCL): the API, the names, the
 process-wide setting and $PORTMAT_PRECISION, and that every device without tensor-core kernels
 raises naming the mode and the device. On a CUDA GPU (sm_80+): each mode against float64 within
-its bound (not yet run on a GPU when written: 2026-12-02)."""
+its bound (first run on the H200 on 2026-12-02)."""
 import os
 import subprocess
 import sys
