@@ -993,7 +993,8 @@ class CudaDevice final : public core::Device {
 
   // c (+)= a @ b in `mode` on the wgmma kernels: the pre-pass writes a's and b's k-major copies
   // (rounded, split or bfloat16; gemm_tiles.h, WgPrepArgs) into the stream's workspace, then one
-  // launch of gemm_wgmma_tf32 (tf32, float32_tc) or gemm_wgmma_bf16 over the 128 x 256 tiles.
+  // launch of gemm_wgmma_tf32 (tf32, float32_tc) or gemm_wgmma_bf16 over the 128 x 256 tiles,
+  // persistent (a block per SM).
   void launch_wgmma(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
                     const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
                     std::int64_t k, Precision mode, bool accumulate) {
@@ -1045,9 +1046,12 @@ class CudaDevice final : public core::Device {
                "cuFuncSetAttribute(max dynamic shared memory)", where_);
       functions_.emplace(name, f);
     }
+    // Persistent: one block per SM (197 KiB of shared memory each), walking the tiles.
     const std::int64_t tiles = ((m + kWg.bm - 1) / kWg.bm) * ((n + kWg.bn - 1) / kWg.bn);
+    if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
+    const std::int64_t blocks = std::min<std::int64_t>(tiles, std::max(1, info_.compute_units));
     void* params[] = {&args};
-    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(tiles), 1, 1, WgTile::kThreads, 1, 1,
+    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(blocks), 1, 1, WgTile::kThreads, 1, 1,
                                             kWg.smem_bytes(), stream, params, nullptr))
       cu_check(r, ("cuLaunchKernel(" + name + ")").c_str(), what);
   }

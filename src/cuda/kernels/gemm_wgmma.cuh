@@ -29,8 +29,10 @@
 //    CU_TENSOR_MAP_SWIZZLE_128B = wgmma's layout type 1): 8 rows make one 1024-byte pattern, so
 //    each stage starts 1024-byte aligned and the descriptors' stride byte offset is 1024; the k
 //    steps inside the slab advance the descriptor's start address by 32 bytes.
-//  - Grid: one block per tile (non-persistent), swizzled in groups of group_m tile rows as the
-//    other kernels. Epilogue straight from the accumulators (float2 stores), c (+)= ...
+//  - Grid: persistent, one block per SM walking the tiles (swizzled in groups of group_m tile
+//    rows as the other kernels), so the producer fills the ring with the next tile's slabs while
+//    the consumers store the last. Epilogue straight from the accumulators (float2 stores,
+//    c (+)= ...).
 //  - Waits on mbarriers are bounded (20 s): a broken invariant fails the launch with an error
 //    instead of hanging the GPU.
 // Compiled only for sm_90a (the other targets of the fatbin get a trapping stub; the host never
@@ -198,12 +200,17 @@ __device__ __forceinline__ void gemm_wgmma_body(const WgArgs& p) {
   }
   __syncthreads();
 
-  // The block's tile, swizzled as swizzled_tile (gemm_common.cuh).
-  const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN;
-  const int pid = blockIdx.x, width = p.group_m * tiles_n;
-  const int first_m = (pid / width) * p.group_m, group_rows = min(tiles_m - first_m, p.group_m);
-  const int m0 = (first_m + (pid % width) % group_rows) * BM, n0 = ((pid % width) / group_rows) * BN;
-  const int slabs = p.k_slabs;
+  // Persistent: the block computes tiles blockIdx.x, + gridDim.x, ... of the swizzled order
+  // (swizzled_tile's, gemm_common.cuh); both roles walk the same tiles and slabs, counting slabs
+  // over the tiles (it) for the ring's stage and phase, so the producer runs up to STAGES slabs
+  // into the next tile while the consumers store this one.
+  const int tiles_m = (p.m + BM - 1) / BM, tiles_n = (p.n + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  const int width = p.group_m * tiles_n;
+  auto origin = [&](int tile, int& m0, int& n0) {
+    const int first_m = (tile / width) * p.group_m, group_rows = min(tiles_m - first_m, p.group_m);
+    m0 = (first_m + (tile % width) % group_rows) * BM, n0 = ((tile % width) / group_rows) * BN;
+  };
+  const int slabs = p.k_slabs;  // >= 1 (the host pads k = 0 to one slab of zeros)
   constexpr int SLAB_ELEMS = KIND == WG_TF32 ? kWgSlab / 4 : kWgSlab / 2;
 
   if (wg == 2) {  // ---- producer ----
@@ -211,69 +218,78 @@ __device__ __forceinline__ void gemm_wgmma_body(const WgArgs& p) {
     if (tid == 256) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&p.ta)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&p.tb)) : "memory");
-      for (int kt = 0; kt < slabs; ++kt) {
-        const int s = kt % STAGES;
-        const unsigned phase = (kt / STAGES) & 1;
-        wg_bar_wait(smem_addr(&empty[s]), phase ^ 1);  // a fresh barrier's "previous" phase is complete
-        const unsigned bar = smem_addr(&full[s]);
-        wg_bar_expect(bar, A_STAGE + B_STAGE);  // whole boxes, zero-filled parts included
-        wg_tma_load(a_s0 + s * A_STAGE, &p.ta, kt * SLAB_ELEMS, m0, bar);
-        wg_tma_load(b_s0 + s * B_STAGE, &p.tb, kt * SLAB_ELEMS, n0, bar);
+      int it = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int m0, n0;
+        origin(tile, m0, n0);
+        for (int kt = 0; kt < slabs; ++kt, ++it) {
+          const int s = it % STAGES;
+          wg_bar_wait(smem_addr(&empty[s]), ((it / STAGES) & 1) ^ 1);  // a fresh barrier's "previous" phase is complete
+          const unsigned bar = smem_addr(&full[s]);
+          wg_bar_expect(bar, A_STAGE + B_STAGE);  // whole boxes, zero-filled parts included
+          wg_tma_load(a_s0 + s * A_STAGE, &p.ta, kt * SLAB_ELEMS, m0, bar);
+          wg_tma_load(b_s0 + s * B_STAGE, &p.tb, kt * SLAB_ELEMS, n0, bar);
+        }
       }
     }
     return;
   }
 
-  // ---- consumers: warpgroup wg owns rows wg * 64 .. + 63 of the tile ----
+  // ---- consumers: warpgroup wg owns rows wg * 64 .. + 63 of each tile ----
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWgConsumerRegs));
-  const int lane = tid % 32;
-  float acc[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-  wg_fence_operands(acc);
-  for (int kt = 0; kt < slabs; ++kt) {
-    const int s = kt % STAGES;
-    wg_bar_wait(smem_addr(&full[s]), (kt / STAGES) & 1);
-    const unsigned a = a_s0 + s * A_STAGE + wg * 64 * kWgSlab, b = b_s0 + s * B_STAGE;
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; ++kk) {
-      if constexpr (KIND == WG_TF32)
-        wgmma_m64n256_tf32(acc, wg_desc(a + 32 * kk), wg_desc(b + 32 * kk));
-      else
-        wgmma_m64n256_bf16(acc, wg_desc(a + 32 * kk), wg_desc(b + 32 * kk));
-    }
-    wg_commit();
-    wg_wait_groups<1>();  // the slab before's wgmma are done reading its stage: hand it back
-    if (kt > 0 && lane == 0) wg_bar_arrive(smem_addr(&empty[(kt - 1) % STAGES]));
-  }
-  wg_wait_groups<0>();
-  wg_fence_operands(acc);
-
-  // Epilogue: acc[4 j + 2 h + e] is c(row0 + 8 h, col0 + 8 j + e).
-  const int w = (tid % 128) / 32, g = lane / 4, t = lane % 4;
-  const int row0 = m0 + wg * 64 + w * 16 + g, col0 = n0 + 2 * t;
+  const int lane = tid % 32, w = (tid % 128) / 32, g = lane / 4, t = lane % 4;
   float* c = static_cast<float*>(p.c);
   const bool add = p.accumulate != 0;
+  float acc[128];
+  int it = 0;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    int m0, n0;
+    origin(tile, m0, n0);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + 8 * h;
-    if (row >= p.m) continue;
-    float* crow = c + static_cast<long long>(row) * p.ldc;
+    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    wg_fence_operands(acc);
+    for (int kt = 0; kt < slabs; ++kt, ++it) {
+      const int s = it % STAGES;
+      wg_bar_wait(smem_addr(&full[s]), (it / STAGES) & 1);
+      const unsigned a = a_s0 + s * A_STAGE + wg * 64 * kWgSlab, b = b_s0 + s * B_STAGE;
+      wg_fence();
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int col = col0 + 8 * j;
-      float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-      if (p.c_vec && col + 1 < p.n) {  // c_vec: c and ldc 8-byte aligned; col is even
-        float2* dst = reinterpret_cast<float2*>(crow + col);
-        if (add) {
-          const float2 old = *dst;
-          v0 += old.x, v1 += old.y;
+      for (int kk = 0; kk < KSTEPS; ++kk) {
+        if constexpr (KIND == WG_TF32)
+          wgmma_m64n256_tf32(acc, wg_desc(a + 32 * kk), wg_desc(b + 32 * kk));
+        else
+          wgmma_m64n256_bf16(acc, wg_desc(a + 32 * kk), wg_desc(b + 32 * kk));
+      }
+      wg_commit();
+      wg_wait_groups<1>();  // the slab before's wgmma are done reading its stage: hand it back
+      if (kt > 0 && lane == 0) wg_bar_arrive(smem_addr(&empty[(it - 1) % STAGES]));
+    }
+    wg_wait_groups<0>();
+    wg_fence_operands(acc);
+    if (lane == 0) wg_bar_arrive(smem_addr(&empty[(it - 1) % STAGES]));  // the tile's last slab
+
+    // Epilogue: acc[4 j + 2 h + e] is c(row0 + 8 h, col0 + 8 j + e).
+    const int row0 = m0 + wg * 64 + w * 16 + g, col0 = n0 + 2 * t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      if (row >= p.m) continue;
+      float* crow = c + static_cast<long long>(row) * p.ldc;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int col = col0 + 8 * j;
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if (p.c_vec && col + 1 < p.n) {  // c_vec: c and ldc 8-byte aligned; col is even
+          float2* dst = reinterpret_cast<float2*>(crow + col);
+          if (add) {
+            const float2 old = *dst;
+            v0 += old.x, v1 += old.y;
+          }
+          *dst = make_float2(v0, v1);
+        } else {
+          if (col < p.n) crow[col] = add ? crow[col] + v0 : v0;
+          if (col + 1 < p.n) crow[col + 1] = add ? crow[col + 1] + v1 : v1;
         }
-        *dst = make_float2(v0, v1);
-      } else {
-        if (col < p.n) crow[col] = add ? crow[col] + v0 : v0;
-        if (col + 1 < p.n) crow[col + 1] = add ? crow[col + 1] + v1 : v1;
       }
     }
   }
