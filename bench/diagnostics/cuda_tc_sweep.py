@@ -7,8 +7,9 @@ runs of LAUNCHES queued products on CUDA events (portmat: `_ext.time_gemm`, the 
 wgmma kernels included; torch: a CUDA graph of the products). Then the error of each against a
 float64 product of the same float32 operands (torch, float64, on the GPU): max and mean of
 |c - a.b| / (|a| |b|) over the entries (portmat's own measure, reference.hpp's
-worst_relative_error). float32_tc has no peer: it is held against cuBLAS's float32 (issue 18's
-target: >= 2.2x its speed, float32-level error).
+worst_relative_error). For each tensor-core run also the device time of each kernel it launches
+(the wgmma pre-pass apart from the main kernel), from torch's profiler. float32_tc has no peer: it
+is held against cuBLAS's float32 (issue 18's target: >= 2.2x its speed, float32-level error).
 
   python3 bench/diagnostics/cuda_tc_sweep.py [--sizes 4096 8192] [--json FILE]
 
@@ -34,6 +35,27 @@ MODES = ("float32", "tf32", "float32_tc", "bfloat16")
 def portmat_seconds(dev, n, mode):
     return statistics.median(t for t in _ext.time_gemm(dev, n, n, n, "float32", RUNS, LAUNCHES, "rr", 1, mode)
                              if t >= 0)
+
+
+def kernel_breakdown(dev, n, mode, launches=3):
+    """Device time per product of each kernel that a portmat product in `mode` launches (wgmma:
+    wg_prep twice, then gemm_wgmma_*), in microseconds, from torch's profiler (CUPTI sees the
+    kernels of every library in the process); {} where the profiler cannot say."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            _ext.time_gemm(dev, n, n, n, "float32", 1, launches, "rr", 1, mode)
+            torch.cuda.synchronize()
+        out = {}
+        for ev in prof.key_averages():
+            us = getattr(ev, "device_time_total", None)
+            if us is None:
+                us = getattr(ev, "cuda_time_total", 0)
+            if us and not ev.key.startswith(("Memcpy", "Memset", "cuda", "Activity")):
+                out[ev.key] = us / launches
+        return out
+    except Exception as e:  # no CUPTI, an old torch: the totals above still stand
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def torch_setup(n, mode, a32, b32):
@@ -113,10 +135,16 @@ def main():
                             "torch_mode": peer, "torch_seconds": torch_t[peer], "torch_tflops": flop / torch_t[peer] / 1e12,
                             "torch_max_err": torch_err[peer][0], "torch_mean_err": torch_err[peer][1],
                             "speedup_vs_torch": torch_t[peer] / t})
+                if kernel != "-":
+                    row["kernels_us"] = kernel_breakdown(dev.id, n, mode)
                 rows.append(row)
                 print(f"  {mode:10s} {kernel:5s}: {row['tflops']:7.1f} TFLOP/s ({row['speedup_vs_torch']:.2f}x torch "
                       f"{peer}); error max {emax:.2e} mean {emean:.2e} (torch {peer}: {torch_err[peer][0]:.2e} / "
                       f"{torch_err[peer][1]:.2e})", flush=True)
+                if row.get("kernels_us"):
+                    print("      per product, us: " + ", ".join(
+                        f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in row["kernels_us"].items()),
+                        flush=True)
         os.environ.pop("PORTMAT_CUDA_TC_KERNEL", None)
         del ref, mag, a32, b32
         torch.cuda.empty_cache()
