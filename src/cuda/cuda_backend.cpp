@@ -888,12 +888,19 @@ class CudaDevice final : public core::Device {
     if (!supports(mode))  // the core checks first (require_precision); this is the backstop
       throw DeviceError(std::string("precision '") + precision_name(mode) + "' is not available on " + where_ + ": " +
                         precision_note(mode));
-    if (use_wgmma(mode, m, n, k, count)) {
+    if (const int wg = use_wgmma(mode, m, n, k, count)) {
       const std::size_t es = sizeof(float);
-      for (std::int64_t i = 0; i < count; ++i)  // stacks only when forced (use_wgmma): one product each
-        launch_wgmma(stream, a + static_cast<std::size_t>(i * a_step) * es, am, b + static_cast<std::size_t>(i * b_step) * es,
-                     bm, c + static_cast<std::size_t>(i * c_step) * es, ldc, m, n, k, mode, accumulate);
-      return;
+      try {
+        for (std::int64_t i = 0; i < count; ++i)  // stacks only when forced (use_wgmma): one product each
+          launch_wgmma(stream, a + static_cast<std::size_t>(i * a_step) * es, am,
+                       b + static_cast<std::size_t>(i * b_step) * es, bm, c + static_cast<std::size_t>(i * c_step) * es,
+                       ldc, m, n, k, mode, accumulate);
+        return;
+      } catch (const OutOfDeviceMemory&) {
+        // No room for the pre-pass's copies (wg_workspace fails before anything is launched):
+        // gemm_tc needs none. Forced, the error stands.
+        if (wg == 2) throw;
+      }
     }
     const char* kind = mode == Precision::tf32 ? "tf32" : mode == Precision::float32_tc ? "f32x3" : "bf16";
     const std::string name = std::string("gemm_tc_") + kind + "_" + (am.col_major ? "c" : "r") + (bm.col_major ? "c" : "r");
@@ -935,11 +942,12 @@ class CudaDevice final : public core::Device {
   // time). Otherwise: sm_90, one product (stacks stay on gemm_tc's one launch), and large enough
   // that the pre-pass's launches and the 128 x 256 tiles pay: kWgMinMacs multiply-adds and both
   // sides of c at least 256 (a GUESS, to be measured: bench/diagnostics/cuda_tc_sweep.py).
-  bool use_wgmma(Precision mode, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t count) {
+  // 0: gemm_tc; 1: wgmma by default; 2: wgmma forced.
+  int use_wgmma(Precision mode, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t count) {
     const bool fits = m <= kWgMaxRows && n <= kWgMaxRows && k <= kWgMaxRows;
     if (const char* e = knob_text("PORTMAT_CUDA_TC_KERNEL"); e && *e) {
       const std::string v = e;
-      if (v == "mma") return false;
+      if (v == "mma") return 0;
       if (v != "wgmma")
         throw std::invalid_argument("PORTMAT_CUDA_TC_KERNEL must be 'mma' or 'wgmma', not '" + v + "'");
       if (!wgmma_capable())
@@ -949,11 +957,13 @@ class CudaDevice final : public core::Device {
       if (!fits)
         throw std::invalid_argument("PORTMAT_CUDA_TC_KERNEL=wgmma: sides beyond " + std::to_string(kWgMaxRows) +
                                     " are not supported by the wgmma kernels");
-      return true;
+      return 2;
     }
     (void)mode;  // every mode: the three share one pipeline (gemm_wgmma.cuh)
     return wgmma_capable() && count == 1 && fits && m >= 256 && n >= 256 &&
-           static_cast<double>(m) * n * k >= kWgMinMacs;
+                   static_cast<double>(m) * n * k >= kWgMinMacs
+               ? 1
+               : 0;
   }
 
   // The wgmma pre-pass's scratch on `stream` (one per stream, as split_workspace), grown on demand
