@@ -72,6 +72,8 @@ CuApi* load_api() {
       load(lib, "cuEventQuery", api->EventQuery) &&
       load(lib, "cuPointerGetAttribute", api->PointerGetAttribute) &&
       load(lib, "cuGetErrorName", api->GetErrorName);
+  api->TensorMapEncodeTiled =
+      reinterpret_cast<decltype(api->TensorMapEncodeTiled)>(dlsym(lib, "cuTensorMapEncodeTiled"));
   if (!ok) {
     if (!api->EventElapsedTime) reason() = "libcuda.so.1 lacks cuEventElapsedTime";
     delete api;

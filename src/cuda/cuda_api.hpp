@@ -54,6 +54,9 @@ struct CuApi {
   decltype(&::cuEventElapsedTime) EventElapsedTime;  // _v2 where the driver has it
   decltype(&::cuPointerGetAttribute) PointerGetAttribute;
   decltype(&::cuGetErrorName) GetErrorName;
+  // Optional (CUDA 12.0+ drivers): null where the driver lacks it; then the Hopper tensor-core
+  // kernels (TMA) are not used and the mma.sync ones run instead.
+  decltype(&::cuTensorMapEncodeTiled) TensorMapEncodeTiled;
 };
 
 // The loaded table, or nullptr when libcuda.so.1 is missing, lacks a symbol, or cuInit fails

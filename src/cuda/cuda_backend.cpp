@@ -888,6 +888,20 @@ class CudaDevice final : public core::Device {
     if (!supports(mode))  // the core checks first (require_precision); this is the backstop
       throw DeviceError(std::string("precision '") + precision_name(mode) + "' is not available on " + where_ + ": " +
                         precision_note(mode));
+    if (const int wg = use_wgmma(mode, m, n, k, count)) {
+      const std::size_t es = sizeof(float);
+      try {
+        for (std::int64_t i = 0; i < count; ++i)  // stacks only when forced (use_wgmma): one product each
+          launch_wgmma(stream, a + static_cast<std::size_t>(i * a_step) * es, am,
+                       b + static_cast<std::size_t>(i * b_step) * es, bm, c + static_cast<std::size_t>(i * c_step) * es,
+                       ldc, m, n, k, mode, accumulate);
+        return;
+      } catch (const OutOfDeviceMemory&) {
+        // No room for the pre-pass's copies (wg_workspace fails before anything is launched):
+        // gemm_tc needs none. Forced, the error stands.
+        if (wg == 2) throw;
+      }
+    }
     const char* kind = mode == Precision::tf32 ? "tf32" : mode == Precision::float32_tc ? "f32x3" : "bf16";
     const std::string name = std::string("gemm_tc_") + kind + "_" + (am.col_major ? "c" : "r") + (bm.col_major ? "c" : "r");
     CUfunction f = nullptr;
@@ -917,6 +931,139 @@ class CudaDevice final : public core::Device {
                                               kTc.threads(), 1, 1, kTc.smem_bytes(), stream, params, nullptr))
         cu_check(r, "cuLaunchKernel(tensor-core gemm)", product_text(where_, m, n, k, " with " + name, count));
     }
+  }
+
+  // ---- the Hopper tensor-core kernels (kernels/gemm_wgmma.cuh) --------------------------------------
+  // sm_90 (the fatbin's sm_90a code: wgmma, TMA, setmaxnreg) and a driver with cuTensorMapEncodeTiled.
+  bool wgmma_capable() const { return cc_major_ == 9 && cc_minor_ == 0 && cu_.TensorMapEncodeTiled != nullptr; }
+
+  // Whether launch_tc runs a product on the wgmma kernels rather than gemm_tc. PORTMAT_CUDA_TC_KERNEL
+  // = mma | wgmma forces one (wgmma refused where it cannot run; a stack then runs one product at a
+  // time). Otherwise: sm_90, one product (stacks stay on gemm_tc's one launch), and large enough
+  // that the pre-pass's launches and the 128 x 256 tiles pay: kWgMinMacs multiply-adds and both
+  // sides of c at least 256 (a GUESS, to be measured: bench/diagnostics/cuda_tc_sweep.py).
+  // 0: gemm_tc; 1: wgmma by default; 2: wgmma forced.
+  int use_wgmma(Precision mode, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t count) {
+    const bool fits = m <= kWgMaxRows && n <= kWgMaxRows && k <= kWgMaxRows;
+    if (const char* e = knob_text("PORTMAT_CUDA_TC_KERNEL"); e && *e) {
+      const std::string v = e;
+      if (v == "mma") return 0;
+      if (v != "wgmma")
+        throw std::invalid_argument("PORTMAT_CUDA_TC_KERNEL must be 'mma' or 'wgmma', not '" + v + "'");
+      if (!wgmma_capable())
+        throw DeviceError("PORTMAT_CUDA_TC_KERNEL=wgmma: the wgmma kernels need an sm_90 GPU (H100, H200) and a "
+                          "driver with cuTensorMapEncodeTiled; " + where_ + " is sm_" + std::to_string(cc_major_) +
+                          std::to_string(cc_minor_));
+      if (!fits)
+        throw std::invalid_argument("PORTMAT_CUDA_TC_KERNEL=wgmma: sides beyond " + std::to_string(kWgMaxRows) +
+                                    " are not supported by the wgmma kernels");
+      return 2;
+    }
+    (void)mode;  // every mode: the three share one pipeline (gemm_wgmma.cuh)
+    return wgmma_capable() && count == 1 && fits && m >= 256 && n >= 256 &&
+                   static_cast<double>(m) * n * k >= kWgMinMacs
+               ? 1
+               : 0;
+  }
+
+  // The wgmma pre-pass's scratch on `stream` (one per stream, as split_workspace), grown on demand
+  // after the stream's earlier work (which may still read it) is done. Kept for the device's life.
+  CUdeviceptr wg_workspace(CUstream stream, std::size_t bytes) {
+    std::unique_ptr<CuBuffer>& ws = stream == kstream_[0]   ? wg_ws_[0]
+                                    : stream == kstream_[1] ? wg_ws_[1]
+                                                            : foreign_wg_ws_[stream];
+    if (!ws || ws->bytes() < bytes) {
+      if (ws) cu_check(cu_.StreamSynchronize(stream), "cuStreamSynchronize (wgmma workspace)", where_);
+      ws.reset();
+      ws = create_buffer(std::max(bytes, std::size_t(4) << 20));
+    }
+    return ws->ptr();
+  }
+
+  // A 2-D TMA map of a k-major copy (rows x kext elements, dense), box: one 128-byte slab x box_rows,
+  // 128-byte swizzle, zero fill outside.
+  TmaMap tma_map(CUdeviceptr base, std::int64_t kext, std::int64_t rows, int box_rows, bool bf16) {
+    static_assert(sizeof(TmaMap) == sizeof(CUtensorMap) && alignof(TmaMap) == alignof(CUtensorMap),
+                  "TmaMap stands for CUtensorMap");
+    const std::size_t es = bf16 ? 2 : 4;
+    CUtensorMap map{};
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kext), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kext) * es};
+    const cuuint32_t box[2] = {static_cast<cuuint32_t>(kWg.slab_bytes / es), static_cast<cuuint32_t>(box_rows)};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    cu_check(cu_.TensorMapEncodeTiled(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2,
+                                      reinterpret_cast<void*>(base), dims, strides, box, elem_strides,
+                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+             "cuTensorMapEncodeTiled", where_);
+    TmaMap out;
+    std::memcpy(&out, &map, sizeof out);
+    return out;
+  }
+
+  // c (+)= a @ b in `mode` on the wgmma kernels: the pre-pass writes a's and b's k-major copies
+  // (rounded, split or bfloat16; gemm_tiles.h, WgPrepArgs) into the stream's workspace, then one
+  // launch of gemm_wgmma_tf32 (tf32, float32_tc) or gemm_wgmma_bf16 over the 128 x 256 tiles,
+  // persistent (a block per SM).
+  void launch_wgmma(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
+                    const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
+                    std::int64_t k, Precision mode, bool accumulate) {
+    if (m <= 0 || n <= 0) return;
+    const bool bf16 = mode == Precision::bfloat16, split = mode == Precision::float32_tc;
+    const std::int64_t es = bf16 ? 2 : 4, slab = kWg.slab_bytes / es;
+    const std::int64_t kp = std::max<std::int64_t>(1, (k + slab - 1) / slab) * slab;  // k = 0: one slab of zeros
+    const std::int64_t kext = split ? 3 * kp : kp;
+    const std::size_t a_bytes = (static_cast<std::size_t>(m * kext * es) + 255) / 256 * 256;
+    const std::size_t b_bytes = static_cast<std::size_t>(n * kext * es);
+    const CUdeviceptr ws = wg_workspace(stream, a_bytes + b_bytes), ap = ws, bp = ws + a_bytes;
+    const std::string what = product_text(where_, m, n, k, std::string(" in ") + precision_name(mode) + " (wgmma)");
+    // The pre-pass: a as (m x k) rows, b as (n x k) rows (b's columns).
+    auto prep = [&](CUdeviceptr src, std::int64_t ld, bool k_contig, std::int64_t rows, int kind, CUdeviceptr dst) {
+      WgPrepArgs pa{};
+      pa.src = reinterpret_cast<const void*>(src), pa.dst = reinterpret_cast<void*>(dst);
+      pa.ld_src = ld, pa.ld_dst = kext;
+      pa.rows = static_cast<int>(rows), pa.k = static_cast<int>(k), pa.kp = static_cast<int>(kp);
+      pa.k_contig = k_contig ? 1 : 0, pa.kind = kind;
+      void* params[] = {&pa};
+      if (const CUresult r = cu_.LaunchKernel(named_function("wg_prep"), static_cast<unsigned>(kp / 32),
+                                              static_cast<unsigned>((rows + 31) / 32), 1, kWgPrepThreads, 1, 1, 0,
+                                              stream, params, nullptr))
+        cu_check(r, "cuLaunchKernel(wg_prep)", what);
+    };
+    prep(a, am.ld, !am.col_major, m, bf16 ? 4 : split ? 2 : 1, ap);
+    prep(b, bm.ld, bm.col_major, n, bf16 ? 4 : split ? 3 : 1, bp);
+
+    WgArgs args{};
+    args.ta = tma_map(ap, kext, m, kWg.bm, bf16);
+    args.tb = tma_map(bp, kext, n, kWg.bn, bf16);
+    args.c = reinterpret_cast<void*>(c);
+    args.ldc = ldc;
+    args.m = static_cast<int>(m), args.n = static_cast<int>(n);
+    args.k_slabs = static_cast<int>(kext / slab);
+    args.group_m = static_cast<int>(std::max(1L, knob("PORTMAT_CUDA_GROUP_M", 8)));
+    args.c_vec = c % 8 == 0 && ldc % 2 == 0;
+    args.accumulate = accumulate ? 1 : 0;
+    const std::string name = bf16 ? "gemm_wgmma_bf16" : "gemm_wgmma_tf32";
+    CUfunction f = nullptr;
+    if (auto it = functions_.find(name); it != functions_.end()) {
+      f = it->second;
+    } else {
+      f = module_function(name);
+      if (kWg.smem_bytes() > smem_optin_)
+        throw DeviceError(name + " needs " + std::to_string(kWg.smem_bytes()) + " bytes of shared memory; " + where_ +
+                          " allows " + std::to_string(smem_optin_));
+      cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kWg.smem_bytes()),
+               "cuFuncSetAttribute(max dynamic shared memory)", where_);
+      functions_.emplace(name, f);
+    }
+    // Persistent: one block per SM (197 KiB of shared memory each), walking the tiles.
+    const std::int64_t tiles = ((m + kWg.bm - 1) / kWg.bm) * ((n + kWg.bn - 1) / kWg.bn);
+    if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
+    const std::int64_t blocks = std::min<std::int64_t>(tiles, std::max(1, info_.compute_units));
+    void* params[] = {&args};
+    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(blocks), 1, 1, WgTile::kThreads, 1, 1,
+                                            kWg.smem_bytes(), stream, params, nullptr))
+      cu_check(r, ("cuLaunchKernel(" + name + ")").c_str(), what);
   }
 
   // dst = src cast from one dtype to the other (count elements, kernels/casts.cuh), on stream.
@@ -1021,6 +1168,11 @@ class CudaDevice final : public core::Device {
   std::map<CUstream, std::unique_ptr<CuBuffer>> foreign_sk_flags_;  // per stream of gemm_on_stream's callers
   std::unique_ptr<CuBuffer> split_ws_[2];             // per kernel stream (split_workspace)
   std::map<CUstream, std::unique_ptr<CuBuffer>> foreign_split_ws_;  // per stream of gemm_on_stream's callers
+  std::unique_ptr<CuBuffer> wg_ws_[2];                // per kernel stream (wg_workspace)
+  std::map<CUstream, std::unique_ptr<CuBuffer>> foreign_wg_ws_;  // per stream of gemm_on_stream's callers
+  // use_wgmma: the pre-pass grid holds 65535 x 32 rows; products of fewer multiply-adds stay on gemm_tc.
+  static constexpr std::int64_t kWgMaxRows = 65535LL * 32;
+  static constexpr double kWgMinMacs = 1 << 30;
   double link_rate_ = 0;                              // host_bytes_per_s(), once measured
 };
 

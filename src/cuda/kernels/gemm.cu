@@ -39,6 +39,9 @@
 //  - gemm_tc.cuh       gemm_tc_body, the tensor cores (mma.sync) for the precision modes tf32,
 //                      float32_tc and bfloat16 (issue 18): its own tile (kTc) and shared-memory
 //                      padding, the same GemmArgs contract otherwise. Not yet run on a GPU.
+//  - gemm_wgmma.cuh    gemm_wgmma_body, the Hopper tensor-core kernels (wgmma + TMA, sm_90a only)
+//                      for the same modes, on k-major copies of the operands written by its
+//                      pre-pass (wg_prep_body); its own argument block (WgArgs: TMA maps).
 // This file is the one translation unit that includes them, with every kernel's entry point at its
 // end. One unit, because the host loads one module from one fatbin: kernels in several units
 // would need relocatable device code (-rdc) and a device link to become that module, another
@@ -54,6 +57,7 @@
 #include "gemm_thin.cuh"
 #include "casts.cuh"
 #include "gemm_tc.cuh"
+#include "gemm_wgmma.cuh"
 
 using portmat::cuda::GemmArgs;
 using portmat::cuda::gemm_body;
@@ -74,6 +78,10 @@ using portmat::cuda::thin_axpy_body;
 using portmat::cuda::thin_dots_body;
 using portmat::cuda::thin_sum_body;
 using portmat::cuda::gemm_tc_body;
+using portmat::cuda::gemm_wgmma_body;
+using portmat::cuda::wg_prep_body;
+using portmat::cuda::WgArgs;
+using portmat::cuda::WgPrepArgs;
 namespace tiles = portmat::cuda;
 
 // The kernels, by element type, tile and layout of a and b ('r' row-major, 'c' column-major).
@@ -246,6 +254,18 @@ PM_TC_LAYOUTS(TC_F32, f32x3)
 PM_TC_LAYOUTS(TC_BF16, bf16)
 #undef PM_TC_LAYOUTS
 #undef PM_TC
+
+// Hopper tensor cores (gemm_wgmma.cuh): the pre-pass that writes the operands' k-major rounded /
+// split / bfloat16 copies, and the two main kernels (TF32: modes tf32 and float32_tc; bf16). The
+// main kernels' argument block holds the TMA maps, read from parameter space (__grid_constant__).
+// sm_90a only (a trapping stub elsewhere). Not yet run on a GPU.
+__global__ void __launch_bounds__(portmat::cuda::kWgPrepThreads) wg_prep(WgPrepArgs p) { wg_prep_body(p); }
+__global__ void __launch_bounds__(tiles::WgTile::kThreads, 1) gemm_wgmma_tf32(const __grid_constant__ WgArgs p) {
+  gemm_wgmma_body<portmat::cuda::WG_TF32>(p);
+}
+__global__ void __launch_bounds__(tiles::WgTile::kThreads, 1) gemm_wgmma_bf16(const __grid_constant__ WgArgs p) {
+  gemm_wgmma_body<portmat::cuda::WG_BF16>(p);
+}
 
 // dtype casts (casts.cuh; 256 threads a block, grid-stride)
 __global__ void __launch_bounds__(256) cast_elements(CastArgs p) { cast_body(p); }

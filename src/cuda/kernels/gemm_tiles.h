@@ -44,6 +44,58 @@ struct TcTile {
 // 128x128x32, 8 warps of 64x32, double-buffered: 69632 bytes of shared memory. Not yet run on a GPU.
 inline constexpr TcTile kTc{128, 128, 32, 2, 4, 2, 8, 1};
 
+// The Hopper tensor-core kernels (gemm_wgmma.cuh, sm_90a): wgmma + TMA, warp-specialised. Their
+// operands are the pre-pass's copies (wg_prep), k-major, rounded (tf32 / bfloat16) or split and
+// laid out as a longer k (float32_tc): the main kernel only ever multiplies two k-major matrices.
+// Block tile bm x bn; each k slab is 128 bytes of k (32 float32 or 64 bfloat16: one 128-byte
+// swizzle row), `stages` slabs in the ring; two consumer warpgroups of bm / 2 rows each and one
+// producer warpgroup. Shared memory: the ring plus 1024 bytes to align it to the swizzle's
+// 1024-byte pattern (the mbarriers are static). NOT YET RUN ON A GPU.
+struct WgTile {
+  int bm, bn, stages, slab_bytes;
+  static constexpr int kThreads = 384;  // 2 consumer warpgroups + 1 producer warpgroup
+  constexpr int a_stage_bytes() const { return bm * slab_bytes; }
+  constexpr int b_stage_bytes() const { return bn * slab_bytes; }
+  constexpr int smem_bytes() const { return stages * (a_stage_bytes() + b_stage_bytes()) + 1024; }
+};
+inline constexpr WgTile kWg{128, 256, 4, 128};
+inline constexpr int kWgPrepThreads = 256;  // wg_prep's block: a 32 x 32 tile of an operand
+
+// A CUtensorMap's 128 opaque bytes (cuda.h's type, which this header does not include), built on
+// the host by cuTensorMapEncodeTiled and passed by value in WgArgs (a __grid_constant__ kernel
+// parameter: TMA reads the map from parameter space).
+struct alignas(128) TmaMap {  // cuda.h (13.0) aligns CUtensorMap to 128; TMA needs 64 at least
+  unsigned long long opaque[16];
+};
+
+// gemm_wgmma_{tf32,bf16}'s argument block: c (+)= a' b'^T for the pre-pass's k-major copies a'
+// (m x kext, map ta, box one slab x bm rows) and b' (n x kext, map tb, box one slab x bn rows).
+struct WgArgs {
+  TmaMap ta, tb;
+  void* c;
+  long long ldc;  // elements
+  int m, n;
+  int k_slabs;    // kext / elements per slab
+  int group_m;    // block swizzle: tile rows per group
+  int c_vec;      // c and ldc 8-byte aligned: float2 stores
+  int accumulate; // 1: c += a @ b
+};
+
+// wg_prep: one operand (r x k, element (i, kk) at src[i * ld_src + kk] when k_contig, else at
+// src[kk * ld_src + i]) into dst, k-major with rows ld_dst elements apart, k padded with zeros to
+// kp (a multiple of the slab), as `kind`:
+//   1 (tf32): round_tf32(x), float32;
+//   2 (split, a's role): per 32-k slab j, columns 96 j + [0, 32) lo, [32, 64) hi, [64, 96) hi;
+//   3 (split, b's role): the same with hi, lo, hi: the slab's three products lo*hi, hi*lo, hi*hi
+//     are then one k-major product 3 times as deep (float32_tc, kext = 3 kp);
+//   4 (bf16): round_bf16(x) as bfloat16 bits.
+struct WgPrepArgs {
+  const void* src;
+  void* dst;
+  long long ld_src, ld_dst;
+  int rows, k, kp, k_contig, kind;
+};
+
 // split_sum (gemm_batched.cuh): c = parts[0] + parts[1] + ... + parts[count - 1], in that order,
 // of `count` dense m x n float32 partial products part_stride elements apart; vec: n % 4 == 0 and
 // c, ldc 16-byte aligned (float4 loads and stores).
