@@ -79,6 +79,9 @@ struct WgArgs {
   int group_m;    // block swizzle: tile rows per group
   int c_vec;      // c and ldc 8-byte aligned: float2 stores
   int accumulate; // 1: c += a @ b
+  int promote_slabs;  // > 0: every this many slabs the consumers add their sums into c and start
+                      // from zero (float32_tc: the tensor cores' accumulation is not rounded to
+                      // nearest, so long chains of it lose float32's accuracy)
 };
 
 // wg_prep: one operand (r x k, element (i, kk) at src[i * ld_src + kk] when k_contig, else at

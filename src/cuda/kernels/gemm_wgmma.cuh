@@ -241,10 +241,38 @@ __device__ __forceinline__ void gemm_wgmma_body(const WgArgs& p) {
   float* c = static_cast<float*>(p.c);
   const bool add = p.accumulate != 0;
   float acc[128];
+  // c = the sums (c += with onto_c), straight from the accumulators: acc[4 j + 2 h + e] is
+  // c(row0 + 8 h, col0 + 8 j + e).
+  auto store = [&](int m0, int n0, bool onto_c) {
+    const int row0 = m0 + wg * 64 + w * 16 + g, col0 = n0 + 2 * t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      if (row >= p.m) continue;
+      float* crow = c + static_cast<long long>(row) * p.ldc;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int col = col0 + 8 * j;
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if (p.c_vec && col + 1 < p.n) {  // c_vec: c and ldc 8-byte aligned; col is even
+          float2* dst = reinterpret_cast<float2*>(crow + col);
+          if (onto_c) {
+            const float2 old = *dst;
+            v0 += old.x, v1 += old.y;
+          }
+          *dst = make_float2(v0, v1);
+        } else {
+          if (col < p.n) crow[col] = onto_c ? crow[col] + v0 : v0;
+          if (col + 1 < p.n) crow[col + 1] = onto_c ? crow[col + 1] + v1 : v1;
+        }
+      }
+    }
+  };
   int it = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     int m0, n0;
     origin(tile, m0, n0);
+    bool stored = false;  // a part of this tile's sums is in c already (promote_slabs)
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.f;
     wg_fence_operands(acc);
@@ -263,35 +291,21 @@ __device__ __forceinline__ void gemm_wgmma_body(const WgArgs& p) {
       wg_commit();
       wg_wait_groups<1>();  // the slab before's wgmma are done reading its stage: hand it back
       if (kt > 0 && lane == 0) wg_bar_arrive(smem_addr(&empty[(it - 1) % STAGES]));
+      if (p.promote_slabs > 0 && (kt + 1) % p.promote_slabs == 0 && kt + 1 < slabs) {
+        // The sums so far into c, rounded to nearest by the FADD of the store, and on from zero.
+        wg_wait_groups<0>();
+        wg_fence_operands(acc);
+        store(m0, n0, stored || add);
+        stored = true;
+#pragma unroll
+        for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+        wg_fence_operands(acc);
+      }
     }
     wg_wait_groups<0>();
     wg_fence_operands(acc);
     if (lane == 0) wg_bar_arrive(smem_addr(&empty[(it - 1) % STAGES]));  // the tile's last slab
-
-    // Epilogue: acc[4 j + 2 h + e] is c(row0 + 8 h, col0 + 8 j + e).
-    const int row0 = m0 + wg * 64 + w * 16 + g, col0 = n0 + 2 * t;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      if (row >= p.m) continue;
-      float* crow = c + static_cast<long long>(row) * p.ldc;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int col = col0 + 8 * j;
-        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        if (p.c_vec && col + 1 < p.n) {  // c_vec: c and ldc 8-byte aligned; col is even
-          float2* dst = reinterpret_cast<float2*>(crow + col);
-          if (add) {
-            const float2 old = *dst;
-            v0 += old.x, v1 += old.y;
-          }
-          *dst = make_float2(v0, v1);
-        } else {
-          if (col < p.n) crow[col] = add ? crow[col] + v0 : v0;
-          if (col + 1 < p.n) crow[col + 1] = add ? crow[col + 1] + v1 : v1;
-        }
-      }
-    }
+    store(m0, n0, stored || add);
   }
 #else
   __trap();  // sm_90a only: the host never launches it elsewhere
