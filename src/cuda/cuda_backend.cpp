@@ -170,7 +170,7 @@ class CudaDevice final : public core::Device {
   }
 
   // The precision modes other than float32 (issue 18) run on the tensor-core kernels
-  // (kernels/gemm_tc.cuh, mma.sync): sm_80 and later. NOT YET RUN ON A GPU.
+  // (kernels/gemm_tc.cuh, mma.sync): sm_80 and later.
   bool supports(Precision p) const override { return p == Precision::float32 || cc_major_ >= 8; }
   std::string precision_note(Precision /*p*/) const override {
     return "it is sm_" + std::to_string(cc_major_) + std::to_string(cc_minor_) +
@@ -879,7 +879,7 @@ class CudaDevice final : public core::Device {
   // swizzled grid, blockIdx.y the matrix (count 1: one product; x_step 0: the same matrix). The
   // mode is core::current_precision() (backend.hpp: read here, on the calling thread). No thin,
   // split-K or stream-K path yet: every product, however shaped, takes these tiles.
-  // accumulate: c += a @ b (matmul_host's k-split pieces). NOT YET RUN ON A GPU.
+  // accumulate: c += a @ b (matmul_host's k-split pieces).
   void launch_tc(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, std::int64_t a_step, CUdeviceptr b,
                  const core::DeviceMatrix& bm, std::int64_t b_step, CUdeviceptr c, std::int64_t ldc,
                  std::int64_t c_step, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t count,

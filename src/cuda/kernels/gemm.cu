@@ -38,7 +38,7 @@
 //  - casts.cuh         cast_elements, dtype casts for products of dtypes the kernels lack;
 //  - gemm_tc.cuh       gemm_tc_body, the tensor cores (mma.sync) for the precision modes tf32,
 //                      float32_tc and bfloat16 (issue 18): its own tile (kTc) and shared-memory
-//                      padding, the same GemmArgs contract otherwise. Not yet run on a GPU.
+//                      padding, the same GemmArgs contract otherwise.
 //  - gemm_wgmma.cuh    gemm_wgmma_body, the Hopper tensor-core kernels (wgmma + TMA, sm_90a only)
 //                      for the same modes, on k-major copies of the operands written by its
 //                      pre-pass (wg_prep_body); its own argument block (WgArgs: TMA maps).
@@ -241,7 +241,6 @@ __global__ void __launch_bounds__(256) thin_sum_f32(ThinSumArgs p) { thin_sum_bo
 // Tensor cores (gemm_tc.cuh), float32 operands in the precision modes: tf32 (one TF32 product),
 // f32x3 (float32_tc: the hi/lo split, three TF32 products), bf16 (operands rounded to bfloat16).
 // 1-D swizzled grid of kTc tiles, blockIdx.y the matrix of a strided stack (1 for one product).
-// Not yet run on a GPU.
 #define PM_TC(mode, name, lay, ak, bk)                                                        \
   __global__ void __launch_bounds__(tiles::kTc.threads(), tiles::kTc.min_blocks)             \
       gemm_tc_##name##_##lay(GemmArgs p) {                                                    \
@@ -258,7 +257,7 @@ PM_TC_LAYOUTS(TC_BF16, bf16)
 // Hopper tensor cores (gemm_wgmma.cuh): the pre-pass that writes the operands' k-major rounded /
 // split / bfloat16 copies, and the two main kernels (TF32: modes tf32 and float32_tc; bf16). The
 // main kernels' argument block holds the TMA maps, read from parameter space (__grid_constant__).
-// sm_90a only (a trapping stub elsewhere). Not yet run on a GPU.
+// sm_90a only (a trapping stub elsewhere).
 __global__ void __launch_bounds__(portmat::cuda::kWgPrepThreads) wg_prep(WgPrepArgs p) { wg_prep_body(p); }
 __global__ void __launch_bounds__(tiles::WgTile::kThreads, 1) gemm_wgmma_tf32(const __grid_constant__ WgArgs p) {
   gemm_wgmma_body<portmat::cuda::WG_TF32>(p);

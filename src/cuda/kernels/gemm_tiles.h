@@ -41,7 +41,7 @@ struct TcTile {
   constexpr int threads() const { return warps_m * warps_n * 32; }
   constexpr int smem_bytes() const { return stages * bk * ((bm + pad) + (bn + pad)) * 4; }
 };
-// 128x128x32, 8 warps of 64x32, double-buffered: 69632 bytes of shared memory. Not yet run on a GPU.
+// 128x128x32, 8 warps of 64x32, double-buffered: 69632 bytes of shared memory.
 inline constexpr TcTile kTc{128, 128, 32, 2, 4, 2, 8, 1};
 
 // The Hopper tensor-core kernels (gemm_wgmma.cuh, sm_90a): wgmma + TMA, warp-specialised. Their
@@ -50,7 +50,7 @@ inline constexpr TcTile kTc{128, 128, 32, 2, 4, 2, 8, 1};
 // Block tile bm x bn; each k slab is 128 bytes of k (32 float32 or 64 bfloat16: one 128-byte
 // swizzle row), `stages` slabs in the ring; two consumer warpgroups of bm / 2 rows each and one
 // producer warpgroup. Shared memory: the ring plus 1024 bytes to align it to the swizzle's
-// 1024-byte pattern (the mbarriers are static). NOT YET RUN ON A GPU.
+// 1024-byte pattern (the mbarriers are static).
 struct WgTile {
   int bm, bn, stages, slab_bytes;
   static constexpr int kThreads = 384;  // 2 consumer warpgroups + 1 producer warpgroup

@@ -36,7 +36,7 @@
 //  - Waits on mbarriers are bounded (20 s): a broken invariant fails the launch with an error
 //    instead of hanging the GPU.
 // Compiled only for sm_90a (the other targets of the fatbin get a trapping stub; the host never
-// launches it there). STATUS: compiled, NOT YET RUN ON A GPU.
+// launches it there). STATUS: passes its tests on the H200 (2026-12-02); speed in docs/cuda.md.
 #pragma once
 
 #include "gemm_common.cuh"
