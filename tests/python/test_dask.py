@@ -303,3 +303,40 @@ def test_local_cluster_with_two_workers(rng):
         ran = [task for task in stream.data if task["key"][0].startswith("portmat-matmul")]
         assert len(ran) == 5 * 4 + 3 * 2 * 2  # one task per output block, each on a worker
         assert {task["worker"] for task in ran} <= set(slots)
+
+
+# bench/dask_matmul.py: a small run end to end, and its check catching a wrong result.
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "dask_matmul.py")
+
+
+def test_bench_script_writes_verified_records(tmp_path):
+    from conftest import run_python
+    out = tmp_path / "dask.json"
+    r = run_python(BENCH, "--sizes", "256", "--blocks", "100,512", "--rounds", "1", "--workers", "2",
+                   "--threads", "1", "--device", DEVICE_IDS[0], "--json", str(out), timeout=180)
+    assert r.returncode == 0, r.stderr
+    import json
+    data = json.loads(out.read_text())
+    (rec,) = data["records"]  # the 512-blocks are larger than n and left out
+    assert (rec["n"], rec["block"], rec["dtype"]) == (256, 100, "float32")
+    for name in ("numpy", "portmat"):
+        assert rec[f"{name}_max_rel_error"] <= rec["error_bound"]
+        assert len(rec[f"{name}_s"]) == 1 and rec[f"{name}_median_s"] > 0
+    assert set(data["setup"]["pinned_devices"].values()) == {portmat._ext.find_device(DEVICE_IDS[0]).id}
+    assert "numpy/portmat" in r.stdout
+
+
+def test_bench_check_catches_a_wrong_result(rng):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("dask_matmul_bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    a, b = random_matrix(rng, (300, 200)), random_matrix(rng, (200, 250))
+    x, y = da.from_array(a, chunks=100), da.from_array(b, chunks=100)
+    c = a @ b
+    bound = bench.error_bound(200, np.float32)
+    assert bench.verify(c, x, y, rng) <= bound
+    c += 0.05  # |a| @ |b| <= 200 here: 0.05 is 2.5e-4 of it at least, ten times the bound
+    assert bench.verify(c, x, y, rng) > bound
+    assert bench.verify(np.full_like(c, np.nan), x, y, rng) == float("inf")
