@@ -12,11 +12,13 @@ cannot serve: LocalCluster numbers its workers, but `dask worker --nworkers` doe
 scheduler's list of workers changes while they start. The files are tiny and left behind when a
 worker is killed; teardown removes its own.
 
-Slot i gets devices[i % len(devices)]: the list given, else every device of `kind` ("gpu" by
-default) on that worker's host, by portmat.devices(). Where there is none (a CPU-only host), the
-worker's default is left as it was ($PORTMAT_DEVICE, else portmat's automatic choice). The device
-is set with portmat.set_default_device in the worker process, which every product there without a
-device= then uses (portmat.dask.matmul's tasks included); it overrides the worker's $PORTMAT_DEVICE.
+Slot i gets devices[i % len(devices)]: the list given, else the devices of `kind` ("gpu" by
+default) on that worker's host, by portmat.devices(), of the one backend portmat prefers for that
+kind (CUDA before OpenCL): a GPU is listed once per backend that reaches it. Where there is none
+(a CPU-only host), the worker's default is left as it was ($PORTMAT_DEVICE, else portmat's
+automatic choice). The device is set with portmat.set_default_device in the worker process, which
+every product there without a device= then uses (portmat.dask.matmul's tasks included); it
+overrides the worker's $PORTMAT_DEVICE.
 """
 
 from __future__ import annotations
@@ -41,14 +43,25 @@ except ImportError:  # Windows
 _MAX_SLOTS = 4096  # workers of one plugin on one host, far more than any host runs
 
 
+def _devices_of_kind(kind: str) -> list[str]:
+    """The ids of this host's devices of `kind`, of the backend portmat prefers for it (CUDA before
+    OpenCL for "gpu", the native backend for "cpu"): one physical device shows up once per backend
+    (an NVIDIA GPU is cuda:i and an OpenCL device; the CPU is cpu:0 and PoCL's OpenCL device), and
+    two workers on one GPU through two backends is not one GPU each."""
+    try:
+        preferred = portmat._ext.find_device(kind)
+    except ValueError:  # no device of that kind here
+        return []
+    return [d.id for d in portmat.devices() if d.kind == kind and d.backend == preferred.backend]
+
+
 class PinDevices(WorkerPlugin):
     """Sets each worker process's default portmat device, one device per worker of a host:
     `client.register_plugin(portmat.dask.PinDevices())`.
 
     devices: the devices to hand out (ids such as "cuda:0", or entries of portmat.devices()), by
-    the worker's slot on its host, round-robin; None: every device of `kind` on the worker's host
-    ("gpu", "cpu" or "other", as DeviceInfo.kind names them); none there: the worker's default is
-    left alone. num_threads: portmat.set_num_threads for each worker (the CPU backend's threads per
+    the worker's slot on its host, round-robin; None: the devices of `kind` ("gpu" or "cpu") on the
+    worker's host, of one backend (below); none there: the worker's default is left alone. num_threads: portmat.set_num_threads for each worker (the CPU backend's threads per
     product; by default each product uses every core, so workers sharing a host's cores may want
     cores // workers).
     After setup, the worker's plugin (worker.plugins[PinDevices.name]) has `.slot` and `.device`
@@ -64,8 +77,8 @@ class PinDevices(WorkerPlugin):
             devices = [portmat._device_spec(d) for d in devices]
             if not devices:
                 raise ValueError("PinDevices: devices is empty (None hands out every device of `kind`)")
-        if kind not in ("gpu", "cpu", "other"):
-            raise ValueError(f"PinDevices: kind must be 'gpu', 'cpu' or 'other', not {kind!r}")
+        if kind not in ("gpu", "cpu"):
+            raise ValueError(f"PinDevices: kind must be 'gpu' or 'cpu' (or give the devices), not {kind!r}")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
             raise ValueError(f"PinDevices: num_threads must be a positive int or None, not {num_threads!r}")
         self.devices = devices
@@ -83,9 +96,7 @@ class PinDevices(WorkerPlugin):
         return state
 
     def setup(self, worker=None):
-        candidates = self.devices
-        if candidates is None:
-            candidates = [d.id for d in portmat.devices() if d.kind == self.kind]
+        candidates = self.devices if self.devices is not None else _devices_of_kind(self.kind)
         if self.num_threads is not None:
             portmat.set_num_threads(self.num_threads)
         if not candidates:

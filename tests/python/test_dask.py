@@ -243,17 +243,37 @@ def test_pin_devices_without_devices_of_the_kind_leaves_the_default():
     pytest.importorskip("distributed")
     before = portmat.default_device().id
     plugin = pdask.PinDevices()  # kind="gpu"
-    gpus = [d.id for d in portmat.devices() if d.kind == "gpu"]
+    gpus = [d for d in portmat.devices() if d.kind == "gpu"]
     try:
         plugin.setup(None)
-        if gpus:
-            assert plugin.device == gpus[0]
+        if gpus:  # the first GPU of the backend portmat prefers (CUDA before OpenCL)
+            backend = portmat._ext.find_device("gpu").backend
+            assert plugin.device == [d.id for d in gpus if d.backend == backend][0]
         else:
             assert plugin.device is None and plugin.slot is None
             assert portmat.default_device().id == before
     finally:
         plugin.teardown(None)
     assert portmat.default_device().id == before
+
+
+def test_pin_devices_takes_one_backend_of_a_kind():
+    # The CPU is cpu:0 and, through PoCL, an OpenCL device too: one device, so every worker of
+    # kind="cpu" gets the native backend's, never the same cores again through OpenCL.
+    pytest.importorskip("distributed")
+    plugin = pdask.PinDevices(kind="cpu")
+    cpus = [d.id for d in portmat.devices() if d.kind == "cpu" and d.backend == "cpu"]
+    if not cpus:
+        pytest.skip("portmat was built without its CPU backend")
+    copies = [pickle.loads(pickle.dumps(plugin)) for _ in range(3)]
+    try:
+        for c in copies:
+            c.setup(None)
+        assert [c.slot for c in copies] == [0, 1, 2]
+        assert [c.device for c in copies] == [cpus[i % len(cpus)] for i in range(3)]
+    finally:
+        for c in copies:
+            c.teardown(None)
 
 
 def test_pin_devices_errors():
