@@ -171,11 +171,13 @@ def main(argv=None) -> int:
         client = distributed.Client(cluster)
     try:
         workers = client.scheduler_info()["workers"]
+        # Each worker's host's cores, shared by that host's workers.
+        cores_of = client.run(os.cpu_count)
         hosts = {}
-        for w in workers.values():
-            hosts[w["host"]] = hosts.get(w["host"], 0) + 1
-        cores = os.cpu_count() or 1
-        threads = max(1, cores // max(hosts.values()))
+        for address, w in workers.items():
+            hosts.setdefault(w["host"], []).append(cores_of.get(address) or 1)
+        threads = max(1, min(c[0] // len(c) for c in hosts.values()))
+        cores = {h: c[0] for h, c in hosts.items()}
         client.register_plugin(pdask.PinDevices(None if args.device is None else [args.device],
                                                 num_threads=threads))
         pinned = client.run(lambda dask_worker: dask_worker.plugins[pdask.PinDevices.name].device)
@@ -191,7 +193,7 @@ def main(argv=None) -> int:
         print(table(records), flush=True)
         setup = {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": platform.node(), "cpu_count": cores, "seed": seed,
+            "machine": platform.node(), "cores_per_host": cores, "seed": seed,
             "workers": len(workers), "threads_per_worker": sorted({w["nthreads"] for w in workers.values()}),
             "portmat_threads_per_worker": threads, "pinned_devices": pinned, "device_arg": args.device,
             "versions": {"portmat": portmat.__version__, "dask": dask.__version__,

@@ -325,6 +325,24 @@ def test_local_cluster_with_two_workers(rng):
         assert {task["worker"] for task in ran} <= set(slots)
 
 
+def test_local_cluster_with_one_gpu_worker(rng):
+    # Issue 20's H200 setup: one worker process, pinned by the plugin to the machine's GPU (the
+    # backend portmat prefers: CUDA there), every block product run on it.
+    distributed = pytest.importorskip("distributed")
+    gpus = [d for d in portmat.devices() if d.kind == "gpu"]
+    if not gpus:
+        pytest.skip("no GPU: the GPU worker runs on the H200 machine")
+    gpu = portmat._ext.find_device("gpu").id
+    a, b = random_matrix(rng, (1500, 1300)), random_matrix(rng, (1300, 1100))
+    with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=2,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        client.register_plugin(pdask.PinDevices())
+        assert list(client.run(lambda: __import__("portmat").default_device().id).values()) == [gpu]
+        x, y = da.from_array(a, chunks=(512, 700)), da.from_array(b, chunks=(600, 512))
+        check_as_numpy(pdask.matmul(x, y), a, b, scheduler=client)
+        check_as_numpy(pdask.matmul(x, y, dtype=np.float64), a, b, dtype=np.float64, scheduler=client)
+
+
 # bench/dask_matmul.py: a small run end to end, and its check catching a wrong result.
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "dask_matmul.py")
