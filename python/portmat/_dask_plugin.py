@@ -103,7 +103,11 @@ class PinDevices(WorkerPlugin):
             return  # nothing of that kind here: the worker keeps its default
         self.slot = self._claim_slot()
         device = candidates[self.slot % len(candidates)]
-        portmat.set_default_device(device)  # ValueError naming the devices where it names none
+        try:
+            portmat.set_default_device(device)  # ValueError naming the devices where it names none
+        except BaseException:  # register_plugin raises it on the client; the slot is free again
+            self._release_slot()
+            raise
         self.device = portmat.default_device().id
 
     def teardown(self, worker=None):

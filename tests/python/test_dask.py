@@ -287,7 +287,15 @@ def test_pin_devices_errors():
     plugin = pdask.PinDevices(["cuda:99"])
     with pytest.raises(ValueError, match="cuda:99"):
         plugin.setup(None)
-    plugin.teardown(None)
+    assert plugin.slot is None
+    ok = pickle.loads(pickle.dumps(plugin))  # another worker of the same plugin
+    ok.devices = DEVICE_IDS
+    try:
+        ok.setup(None)
+        assert ok.slot == 0  # the failed setup gave its slot back
+    finally:
+        ok.teardown(None)
+        plugin.teardown(None)
 
 
 # A real cluster: two worker processes on this machine's CPU, each given its own device by the
@@ -305,6 +313,8 @@ def test_local_cluster_with_two_workers(rng):
         # The workers import the portmat this process imported (the installed one).
         files = client.run(lambda: __import__("portmat").__file__)
         assert set(files.values()) == {portmat.__file__}
+        with pytest.raises(ValueError, match="cuda:99"):  # a worker's setup error, on the client
+            client.register_plugin(pdask.PinDevices(["cuda:99"]))
         client.register_plugin(pdask.PinDevices(devices, kind="cpu", num_threads=1))
         assert set(client.run(lambda: __import__("portmat").num_threads()).values()) == {1}
         pinned = client.run(lambda: __import__("portmat").default_device().id)
