@@ -4,10 +4,10 @@ its own portmat device (issue 20), so that `client.register_plugin(PinDevices())
 
 How a worker finds its place among the workers of its host: each claims the lowest free slot
 number by taking an exclusive flock on a file named by the plugin's token and the slot, in the
-temp folder (portmat-dask-slots/). A lock belongs to the worker process: it is dropped when the
-process ends, however it ends, so a restarted worker takes the freed slot. The token is made once,
-where the plugin is created, and travels with it to every worker: the slots count the workers of
-this plugin (of this client's cluster), not those of other clusters on the same host. Worker names
+temp folder (portmat-dask-slots-<uid>/). A lock belongs to the worker process: it is dropped when
+the process ends, however it ends, so a restarted worker takes the freed slot. The token is made
+once, where the plugin is created, and travels with it to every worker: the slots count the
+workers of this plugin (of this client's cluster), not those of other clusters on the same host. Worker names
 cannot serve: LocalCluster numbers its workers, but `dask worker --nworkers` does not, and a
 scheduler's list of workers changes while they start. The files are tiny and left behind when a
 worker is killed; teardown removes its own.
@@ -61,9 +61,10 @@ class PinDevices(WorkerPlugin):
 
     devices: the devices to hand out (ids such as "cuda:0", or entries of portmat.devices()), by
     the worker's slot on its host, round-robin; None: the devices of `kind` ("gpu" or "cpu") on the
-    worker's host, of one backend (below); none there: the worker's default is left alone. num_threads: portmat.set_num_threads for each worker (the CPU backend's threads per
-    product; by default each product uses every core, so workers sharing a host's cores may want
-    cores // workers).
+    worker's host, of the one backend portmat prefers for that kind (CUDA before OpenCL); none
+    there: the worker's default is left alone. num_threads: portmat.set_num_threads for each
+    worker (the CPU backend's threads per product; by default each product uses every core, so
+    workers sharing a host's cores may want cores // workers).
     After setup, the worker's plugin (worker.plugins[PinDevices.name]) has `.slot` and `.device`
     (the id set, or None).
     """
@@ -124,7 +125,8 @@ class PinDevices(WorkerPlugin):
         if fcntl is None:
             raise RuntimeError("PinDevices needs fcntl (POSIX) to count the workers of a host; "
                                "give each worker its device with $PORTMAT_DEVICE instead")
-        folder = os.path.join(tempfile.gettempdir(), "portmat-dask-slots")
+        # One folder per user: another user's would not be ours to write in.
+        folder = os.path.join(tempfile.gettempdir(), f"portmat-dask-slots-{os.getuid()}")
         os.makedirs(folder, exist_ok=True)
         for slot in range(_MAX_SLOTS):
             path = os.path.join(folder, f"{self.token}-{slot}.lock")
