@@ -11,9 +11,10 @@ then one task per output block, `portmat.matmul(x_panel, y_panel)` (`da.blockwis
 inputs' indices and not in the output's). dask.array's own `x @ y` instead multiplies every pair
 of blocks and sums the partial products in a second step (float32 additions for float32 arrays):
 K/bk times more, smaller products, and a (bm x bn) partial result per pair made and moved between
-workers. One product over the whole of K is what a GPU wants (8192 x 32768 by 32768 x 8192 runs
-near the kernel's peak, while 8192^3 pieces each pay the link for their operands and result), its
-rounding is portmat's own bound for one product, and nothing is summed outside the kernels. Panels
+workers. One product over the whole of K suits a GPU: fewer, larger products (8192 x 32768 by
+32768 x 8192 rather than four 8192^3 pieces, each paying the link for its operands and its result;
+bench/dask_matmul.py measures the whole on the H200 machine), its rounding is portmat's own bound
+for one product, and nothing is summed outside the kernels. Panels
 built once, rather than joined again by every task that reads them (`concatenate=True` on the
 blocks themselves), copy x and y once instead of once per block column of y and row of x. The
 price is memory: a panel is bm x K (K x bn), so for a huge K choose smaller blocks along m and n;
