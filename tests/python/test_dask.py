@@ -213,7 +213,8 @@ def test_threaded_scheduler(rng):
 
 def test_pin_devices_hands_out_slots_in_turn():
     distributed = pytest.importorskip("distributed")
-    plugin = pdask.PinDevices(DEVICE_IDS, kind="cpu")
+    before = portmat.default_device().id
+    plugin = pdask.PinDevices(DEVICE_IDS)
     assert isinstance(plugin, distributed.WorkerPlugin)
     copies = [pickle.loads(pickle.dumps(plugin)) for _ in range(3)]  # as three workers get it
     try:
@@ -230,7 +231,14 @@ def test_pin_devices_hands_out_slots_in_turn():
     finally:
         for c in copies:
             c.teardown(None)
-    assert portmat.default_device().id == portmat.default_device().id  # a usable default again
+    assert portmat.default_device().id == before
+    others = [d for d in DEVICE_IDS if d != before]
+    if others:  # teardown restores the automatic choice (PoCL's device against cpu:0 on CI)
+        away = pdask.PinDevices(others[:1])
+        away.setup(None)
+        assert portmat.default_device().id == others[0]
+        away.teardown(None)
+        assert portmat.default_device().id == before
     other = pdask.PinDevices(DEVICE_IDS)  # another plugin's slots are its own
     try:
         other.setup(None)
