@@ -183,14 +183,6 @@ def main(argv=None) -> int:
         pinned = client.run(lambda dask_worker: dask_worker.plugins[pdask.PinDevices.name].device)
         say(f"{len(workers)} workers, {sum(w['nthreads'] for w in workers.values())} threads; portmat "
             f"devices pinned: {pinned} (None: portmat's automatic choice); portmat CPU threads per worker: {threads}")
-        records = []
-        for n in args.sizes:
-            for block in args.blocks:
-                if block > n:
-                    continue
-                records.append(run_one(client, n, block, args.dtype, args.rounds, seed, say))
-                say(table(records[-1:]).splitlines()[-1])
-        print(table(records), flush=True)
         setup = {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": platform.node(), "cores_per_host": cores, "seed": seed,
@@ -201,10 +193,18 @@ def main(argv=None) -> int:
                          "python": platform.python_version()},
             "command": " ".join([os.path.basename(sys.argv[0])] + (argv if argv is not None else sys.argv[1:])),
         }
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"setup": setup, "records": records}, f, indent=1)
-            say(f"wrote {args.json}")
+        records = []
+        for n in args.sizes:
+            for block in args.blocks:
+                if block > n:
+                    continue
+                records.append(run_one(client, n, block, args.dtype, args.rounds, seed, say))
+                say(table(records[-1:]).splitlines()[-1])
+                if args.json:  # after every record: a run cut short keeps what it measured
+                    with open(args.json, "w") as f:
+                        json.dump({"setup": setup, "records": records}, f, indent=1)
+                    say(f"wrote {args.json}")
+        print(table(records), flush=True)
     finally:
         client.close()
         if cluster is not None:
