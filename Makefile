@@ -29,7 +29,7 @@ PIP_ARGS    ?=
 # headers, an ICD loader with PoCL (OpenCL on the CPU, so every machine has a device), GoogleTest.
 APT_PACKAGES := build-essential cmake ninja-build python3-dev python3-venv \
                 opencl-c-headers ocl-icd-libopencl1 pocl-opencl-icd clinfo libgtest-dev
-PY_PACKAGES  := "numpy>=1.24" "nanobind>=2.0" "scikit-build-core>=0.10" pytest hypothesis threadpoolctl tqdm ml_dtypes
+PY_PACKAGES  := "numpy>=1.24" "nanobind>=2.0" "scikit-build-core>=0.10" pytest hypothesis threadpoolctl tqdm ml_dtypes "dask[array,distributed]"
 # Optional peers and tools of `make bench` (pyproject.toml's `bench` extra), each installed when pip
 # can (MKL's wheel exists for x86-64 only): the vendor's gemm as the CPU peer, and matplotlib for
 # `portmat bench --plot`. With BENCH_SYCL=1 also Intel's SYCL dpnp as a CPU peer (the `sycl` extra:
