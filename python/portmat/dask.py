@@ -56,9 +56,9 @@ import portmat as _portmat
 __all__ = ["matmul", "PinDevices"]
 
 
-def _block_product(a, b, device=None, loop=None):
+def _block_product(a, b, device=None, loop=None, precision=None):
     """One output block: x's row panel times y's column panel, on the worker's device."""
-    return _portmat.matmul(a, b, dtype=loop, device=device)
+    return _portmat.matmul(a, b, dtype=loop, device=device, precision=precision)
 
 
 def _operand(x, name):
@@ -82,16 +82,18 @@ def _device_id(device):
                     f"of portmat.devices(), not {type(device).__name__}")
 
 
-def matmul(x, y, *, device=None, dtype=None):
+def matmul(x, y, *, device=None, dtype=None, precision=None):
     """x @ y for dask arrays (or array-likes, taken as one chunk), as np.matmul computes it, each
     output block computed by portmat.matmul on the worker that runs it. Returns a dask array.
 
     Shapes: matrices, stacks of them whose leading axes broadcast, and 1-D operands as np.matmul
     takes them. dtype: np.matmul's result dtype (`dtype=` as np.matmul's). device: where every
     block product runs (an id, e.g. "cuda:0"); None: each worker's default device (set by
-    PinDevices, or its $PORTMAT_DEVICE), else portmat's automatic choice there.
+    PinDevices, or its $PORTMAT_DEVICE), else portmat's automatic choice there. precision: as
+    portmat.matmul's (None: each worker's setting, portmat.get_precision() there).
     """
     device = _device_id(device)
+    _portmat._precision_arg(precision)  # a bad name raises here, not on a worker
     x = _operand(x, "x")
     y = _operand(y, "y")
     xs, ys = x.shape, y.shape
@@ -126,9 +128,9 @@ def matmul(x, y, *, device=None, dtype=None):
     y_ind = out_ind[nb - (y.ndim - 2):nb] + ("k", "n")
     z = _da.blockwise(
         _block_product, out_ind, x, x_ind, y, y_ind,
-        name="portmat-matmul-" + _tokenize(x, y, device, dtype),
+        name="portmat-matmul-" + _tokenize(x, y, device, dtype, precision),
         dtype=loop, meta=_np.empty((0,) * len(out_ind), loop), concatenate=True,
-        device=device, loop=None if dtype is None else loop)
+        device=device, loop=None if dtype is None else loop, precision=precision)
     if x_vector:
         z = z[..., 0, :]
     if y_vector:

@@ -202,6 +202,20 @@ def test_device_argument_goes_to_every_task(rng):
         z.compute()
 
 
+def test_precision_goes_to_every_task(rng):
+    """precision= reaches each block's portmat.matmul: exact float32 everywhere; a tensor-core mode
+    raises portmat's own error on a device without tensor cores (the CPU backend) when the tasks
+    run, and a name that is no mode raises at once."""
+    a, b = random_matrix(rng, (40, 50)), random_matrix(rng, (50, 30))
+    x, y = da.from_array(a, chunks=20), da.from_array(b, chunks=20)
+    check_as_numpy(pdask.matmul(x, y, precision="float32"), a, b)
+    with pytest.raises(ValueError, match="precision"):
+        pdask.matmul(x, y, precision="fp8")
+    z = pdask.matmul(x, y, device="cpu:0", precision="tf32")
+    with pytest.raises(portmat.DeviceError, match="tf32"):
+        z.compute()
+
+
 def test_threaded_scheduler(rng):
     a, b = random_matrix(rng, (200, 170)), random_matrix(rng, (170, 150))
     z = pdask.matmul(da.from_array(a, chunks=(50, 60)), da.from_array(b, chunks=(60, 40)))
