@@ -17,18 +17,34 @@ double at(const MatrixView& v, std::int64_t i, std::int64_t j) {
 }
 }  // namespace
 
+// The operands as dense row-major doubles, made once: the loops below then read plain arrays
+// (the strided, dtype-switched reads of `at` in the innermost loop made a 2000 x 1000 x 1000
+// reference take seconds, most of a GPU test's time).
+namespace {
+std::vector<double> dense(const MatrixView& v) {
+  std::vector<double> d(static_cast<std::size_t>(v.rows * v.cols));
+  for (std::int64_t i = 0; i < v.rows; ++i)
+    for (std::int64_t j = 0; j < v.cols; ++j) d[i * v.cols + j] = at(v, i, j);
+  return d;
+}
+}  // namespace
+
 void gemm(const MatrixView& a, const MatrixView& b, std::vector<double>& ref,
           std::vector<double>& mag) {
   const std::int64_t M = a.rows, N = b.cols, K = a.cols;
   ref.assign(static_cast<std::size_t>(M * N), 0.0);
   mag.assign(static_cast<std::size_t>(M * N), 0.0);
+  const std::vector<double> A = dense(a), B = dense(b);
   for (std::int64_t i = 0; i < M; ++i)
     for (std::int64_t k = 0; k < K; ++k) {
-      const double aik = at(a, i, k);
+      const double aik = A[i * K + k];
+      const double* bk = B.data() + k * N;
+      double* r = ref.data() + i * N;
+      double* g = mag.data() + i * N;
       for (std::int64_t j = 0; j < N; ++j) {
-        const double p = aik * at(b, k, j);
-        ref[i * N + j] += p;
-        mag[i * N + j] += std::fabs(p);
+        const double p = aik * bk[j];
+        r[j] += p;
+        g[j] += std::fabs(p);
       }
     }
 }
@@ -104,16 +120,46 @@ void gemm_mode(Precision p, const MatrixView& a, const MatrixView& b, std::vecto
   const std::int64_t M = a.rows, N = b.cols, K = a.cols;
   ref.assign(static_cast<std::size_t>(M * N), 0.0);
   mag.assign(static_cast<std::size_t>(M * N), 0.0);
-  auto f = [](const MatrixView& v, std::int64_t i, std::int64_t j) {
-    return static_cast<const float*>(v.data)[i * v.row_stride + j * v.col_stride];
+  // Each operand once as doubles: its value, and the parts the mode multiplies (the rounded
+  // value; float32_tc's hi and lo), so that the inner loop is plain arithmetic; the sum per product
+  // is mode_product's, term for term.
+  struct Parts {
+    std::vector<double> x, hi, lo;
   };
+  auto parts = [p](const MatrixView& v) {
+    Parts d;
+    const std::size_t n = static_cast<std::size_t>(v.rows * v.cols);
+    d.x.resize(n), d.hi.resize(n), d.lo.resize(n);
+    for (std::int64_t i = 0; i < v.rows; ++i)
+      for (std::int64_t j = 0; j < v.cols; ++j) {
+        const float x = static_cast<const float*>(v.data)[i * v.row_stride + j * v.col_stride];
+        float hi = x, lo = 0.f;
+        if (p == Precision::tf32) hi = round_tf32(x);
+        if (p == Precision::bfloat16) hi = round_bf16(x);
+        if (p == Precision::float32_tc) split_tf32(x, hi, lo);
+        const std::size_t at = static_cast<std::size_t>(i * v.cols + j);
+        d.x[at] = x, d.hi[at] = hi, d.lo[at] = lo;
+      }
+    return d;
+  };
+  const Parts A = parts(a), B = parts(b);
+  const bool split = p == Precision::float32_tc;
   for (std::int64_t i = 0; i < M; ++i)
     for (std::int64_t k = 0; k < K; ++k) {
-      const float aik = f(a, i, k);
-      for (std::int64_t j = 0; j < N; ++j) {
-        const float bkj = f(b, k, j);
-        ref[i * N + j] += mode_product(p, aik, bkj);
-        mag[i * N + j] += std::fabs(static_cast<double>(aik) * bkj);
+      const std::size_t ik = static_cast<std::size_t>(i * K + k), k0 = static_cast<std::size_t>(k * N);
+      const double ax = A.x[ik], ah = A.hi[ik], al = A.lo[ik];
+      double* r = ref.data() + i * N;
+      double* g = mag.data() + i * N;
+      if (split) {
+        for (std::int64_t j = 0; j < N; ++j) {
+          r[j] += al * B.hi[k0 + j] + ah * B.lo[k0 + j] + ah * B.hi[k0 + j];
+          g[j] += std::fabs(ax * B.x[k0 + j]);
+        }
+      } else {
+        for (std::int64_t j = 0; j < N; ++j) {
+          r[j] += ah * B.hi[k0 + j];
+          g[j] += std::fabs(ax * B.x[k0 + j]);
+        }
       }
     }
 }

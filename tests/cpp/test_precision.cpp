@@ -123,6 +123,43 @@ TEST(PrecisionReference, ModeProducts) {
   EXPECT_EQ(ref::mode_product(Precision::bfloat16, 1.0f + std::ldexp(1.0f, -7), 1.0f), 1.0 + std::ldexp(1.0, -7));
 }
 
+// gemm_mode and gemm (which read each operand once into dense doubles, for speed) are the sums
+// over k of mode_product and of plain double products: on views of both layouts,
+// with values whose modes differ (so that a mode's parts mixed up would show).
+TEST(PrecisionReference, GemmModeIsTheSumOfModeProducts) {
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  const std::int64_t M = 7, K = 13, N = 5;
+  std::vector<float> ab(M * K), bb(K * N);
+  for (auto& x : ab) x = u(rng);
+  for (auto& x : bb) x = u(rng);
+  // a row-major; b column-major (element (k, j) at bb[j * K + k]).
+  const portmat::MatrixView a{ab.data(), M, K, K, 1, portmat::DType::f32};
+  const portmat::MatrixView b{bb.data(), K, N, 1, K, portmat::DType::f32};
+  for (Precision p : {Precision::float32, Precision::tf32, Precision::bfloat16, Precision::float32_tc}) {
+    std::vector<double> r, g, r64, g64;
+    ref::gemm_mode(p, a, b, r, g);
+    ref::gemm(a, b, r64, g64);
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < N; ++j) {
+        double want = 0, want_mag = 0, want64 = 0;
+        for (std::int64_t k = 0; k < K; ++k) {
+          const float x = ab[i * K + k], y = bb[j * K + k];
+          want += ref::mode_product(p, x, y);
+          want_mag += std::fabs(static_cast<double>(x) * y);
+          want64 += static_cast<double>(x) * y;
+        }
+        // Equal up to double rounding (a compiler may contract a * b + c into an FMA in one loop
+        // and not the other); a mode's parts mixed up would differ by 2^-24 |a| |b| and more.
+        const double tol = 1e-13 * want_mag;
+        EXPECT_NEAR(r[i * N + j], want, tol) << portmat::precision_name(p) << " at " << i << ", " << j;
+        EXPECT_NEAR(g[i * N + j], want_mag, tol);
+        EXPECT_NEAR(r64[i * N + j], want64, tol);
+        EXPECT_NEAR(g64[i * N + j], want_mag, tol);
+      }
+  }
+}
+
 // The bounds tell the modes apart where the tests rely on it: at K <= 64, random operands, a
 // plain TF32 result (the reference of tf32, exactly) fails float32_tc's bound, and a float32_tc
 // result meets it; every mode's exact reference meets its own bound.
