@@ -247,8 +247,9 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", p
     # dtypes without kernels; np.memmap results are plain arrays either way.
     if loop not in _KERNEL_DTYPES or type(a) not in _PLAIN or type(b) not in _PLAIN or (
             out is not None and type(out) not in _PLAIN):
-        if _np.dtype(loop).name in _MODED and (mode or _ext.get_precision()) != "float32":
-            raise DeviceError(f"matmul: precision '{mode or _ext.get_precision()}' is not available for "
+        active = (mode or _ext.get_precision()) if _np.dtype(loop).name in _MODED else "float32"
+        if active != "float32":
+            raise DeviceError(f"matmul: precision '{active}' is not available for "
                               f"{type(a).__name__} / {type(b).__name__} operands, which NumPy multiplies; "
                               f"pass plain numpy.ndarray operands (np.asarray) or precision='float32'")
         return _np.matmul(a, b, out=out, dtype=dtype, casting=casting)

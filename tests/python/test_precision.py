@@ -97,6 +97,9 @@ def test_numpy_subclasses_do_not_fall_back_silently():
     m = np.matrix(np.ones((2, 2), np.float32))
     with pytest.raises(portmat.DeviceError, match="'tf32'"):
         portmat.matmul(m, m, precision="tf32")
+    # A float64 product has no mode: NumPy's answer, as without one.
+    d = np.matrix(np.arange(90000.0).reshape(300, 300) % 7)
+    np.testing.assert_array_equal(portmat.matmul(d, d, precision="tf32"), np.matmul(d, d))
 
 
 def test_bench_precision_on_a_cpu_raises_naming_the_mode():
