@@ -202,6 +202,9 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
     peers = _peers.available(dev, missing, precision) if with_peers else []
     mode = precision or ""
     bound = (lambda k: mode_error_bound(k, precision)) if precision else (lambda k: error_bound(k, dtype))
+
+    def product(x, y):  # portmat's product as every timing and check below calls it
+        return portmat.matmul(x, y, device=dev, precision=precision)
     blas = blas_info()
     host = platform.node()
     today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -224,20 +227,19 @@ def run(sizes, repeat, device, dtype="float32", progress=None, with_peers=True, 
         a = random_operand(rng, shape, dtype)
         b = random_operand(rng, shape, dtype)
         say(f"n={n}: verifying")
-        c = portmat.matmul(a, b, device=dev, precision=precision)
+        c = product(a, b)
         err = max_rel_error(a, b, c, rng)
         verified = err <= bound(n)
         say(f"n={n}: warming up")
         a @ b
-        portmat.matmul(a, b, device=dev, precision=precision)
+        product(a, b)
         fresh_a, fresh_b = a.copy(), b.copy()
         time.sleep(_PAUSE_S)  # NumPy's BLAS threads still spin after the warm-up above
-        _warm_up(lambda: portmat.matmul(a, b, device=dev, precision=precision))  # wakes the machine, not the copies
-        t_new = _time_once(lambda: portmat.matmul(fresh_a, fresh_b, device=dev, precision=precision))
+        _warm_up(lambda: product(a, b))  # wakes the machine, not the copies
+        t_new = _time_once(lambda: product(fresh_a, fresh_b))
         del fresh_a, fresh_b
         # Verify and warm up each peer, then time every contender in the same alternating blocks.
-        contenders = {"numpy": lambda: a @ b,
-                      "portmat": lambda: portmat.matmul(a, b, device=dev, precision=precision)}
+        contenders = {"numpy": lambda: a @ b, "portmat": lambda: product(a, b)}
         peer_errors = {}
         for peer in peers:
             say(f"n={n}: verifying {peer.name}")
