@@ -980,6 +980,39 @@ class CudaDevice final : public core::Device {
     return ws->ptr();
   }
 
+  // The NumPy path's b, converted once per product. Every row chunk of matmul_host multiplies
+  // the same b, and the pre-pass used to convert it again for each (16 chunks at n = 8192: b's
+  // pre-pass, ~0.3 ms in tf32, was a third of the 12 ms NumPy-in/out product). While matmul_host
+  // runs (wg_b_.whole_src set), a whole-K, non-accumulating launch on its b converts b into
+  // wg_b_.buf once, recording `ready` on that stream; the other chunks, on either kernel stream,
+  // wait for the event and read the copy. The k-split start's pieces (other k, accumulating) and
+  // every other caller keep converting into their stream's workspace. Returns the copy's address,
+  // or 0 where the cache does not apply (or its buffer cannot be had: the workspace then serves).
+  template <class Prep>
+  CUdeviceptr wg_b_copy(CUstream stream, CUdeviceptr b, const core::DeviceMatrix& bm, std::int64_t n, std::int64_t k,
+                        Precision mode, bool accumulate, std::size_t bytes, Prep&& prep) {
+    WgB& w = wg_b_;
+    if (!w.whole_src || b != w.whole_src || k != w.whole_k || accumulate) return 0;
+    if (w.valid && w.n == n && w.ld == bm.ld && w.col_major == bm.col_major && w.mode == mode) {
+      cu_check(cu_.StreamWaitEvent(stream, w.ready, 0), "cuStreamWaitEvent (wgmma b copy)", where_);
+      return w.buf->ptr();
+    }
+    if (w.valid) return 0;  // another shape or mode of the same b in one product: not cached
+    if (!w.buf || w.buf->bytes() < bytes) {
+      w.buf.reset();  // nothing reads it: the last matmul_host waited for all its work
+      try {
+        w.buf = create_buffer(bytes);
+      } catch (const OutOfDeviceMemory&) {
+        return 0;
+      }
+    }
+    if (!w.ready) w.ready = event();
+    prep(w.buf->ptr());
+    cu_check(cu_.EventRecord(w.ready, stream), "cuEventRecord", where_);
+    w.valid = true, w.n = n, w.ld = bm.ld, w.col_major = bm.col_major, w.mode = mode;
+    return w.buf->ptr();
+  }
+
   // A 2-D TMA map of a k-major copy (rows x kext elements, dense), box: one 128-byte slab x box_rows,
   // 128-byte swizzle, zero fill outside.
   TmaMap tma_map(CUdeviceptr base, std::int64_t kext, std::int64_t rows, int box_rows, bool bf16) {
@@ -1015,7 +1048,6 @@ class CudaDevice final : public core::Device {
     const std::int64_t kext = split ? 3 * kp : kp;
     const std::size_t a_bytes = (static_cast<std::size_t>(m * kext * es) + 255) / 256 * 256;
     const std::size_t b_bytes = static_cast<std::size_t>(n * kext * es);
-    const CUdeviceptr ws = wg_workspace(stream, a_bytes + b_bytes), ap = ws, bp = ws + a_bytes;
     const std::string what = product_text(where_, m, n, k, std::string(" in ") + precision_name(mode) + " (wgmma)");
     // The pre-pass: a as (m x k) rows, b as (n x k) rows (b's columns).
     auto prep = [&](CUdeviceptr src, std::int64_t ld, bool k_contig, std::int64_t rows, int kind, CUdeviceptr dst) {
@@ -1030,8 +1062,15 @@ class CudaDevice final : public core::Device {
                                               stream, params, nullptr))
         cu_check(r, "cuLaunchKernel(wg_prep)", what);
     };
-    prep(a, am.ld, !am.col_major, m, bf16 ? 4 : split ? 2 : 1, ap);
-    prep(b, bm.ld, bm.col_major, n, bf16 ? 4 : split ? 3 : 1, bp);
+    const int a_kind = bf16 ? 4 : split ? 2 : 1, b_kind = bf16 ? 4 : split ? 3 : 1;
+    // b's copy: once per NumPy-path product where wg_b_copy applies, else in the stream's workspace.
+    const CUdeviceptr once = wg_b_copy(stream, b, bm, n, k, mode, accumulate, b_bytes, [&](CUdeviceptr dst) {
+      prep(b, bm.ld, bm.col_major, n, b_kind, dst);
+    });
+    const CUdeviceptr ws = wg_workspace(stream, a_bytes + (once ? 0 : b_bytes)), ap = ws;
+    const CUdeviceptr bp = once ? once : ws + a_bytes;
+    prep(a, am.ld, !am.col_major, m, a_kind, ap);
+    if (!once) prep(b, bm.ld, bm.col_major, n, b_kind, bp);
 
     WgArgs args{};
     args.ta = tma_map(ap, kext, m, kWg.bm, bf16);
@@ -1175,6 +1214,16 @@ class CudaDevice final : public core::Device {
   std::map<CUstream, std::unique_ptr<CuBuffer>> foreign_split_ws_;  // per stream of gemm_on_stream's callers
   std::unique_ptr<CuBuffer> wg_ws_[2];                // per kernel stream (wg_workspace)
   std::map<CUstream, std::unique_ptr<CuBuffer>> foreign_wg_ws_;  // per stream of gemm_on_stream's callers
+  struct WgB {                     // wg_b_copy: b's converted copy, once per NumPy-path product
+    CUdeviceptr whole_src = 0;     // matmul_host's b while it runs (0: the cache is off)
+    std::int64_t whole_k = 0;      // ... and its K
+    bool valid = false;            // buf holds b's copy for n, ld, col_major, mode
+    std::int64_t n = 0, ld = 0;
+    bool col_major = false;
+    Precision mode = Precision::float32;
+    CUevent ready = nullptr;       // recorded after the conversion, on its stream
+    std::unique_ptr<CuBuffer> buf;
+  } wg_b_;
   // use_wgmma: the pre-pass grid holds 65535 x 32 rows; products of fewer multiply-adds stay on gemm_tc.
   static constexpr std::int64_t kWgMaxRows = 65535LL * 32;
   static constexpr double kWgMinMacs = 1 << 30;
@@ -1209,6 +1258,12 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
   // staging that the next call reuses, the operands and the result array.
   InFlight in_flight(*this);
   auto new_event = [&] { return in_flight.event(); };
+  // The precision modes' wgmma kernels convert b once for every chunk (wg_b_copy), not per chunk.
+  struct WgBScope {
+    WgB& w;
+    ~WgBScope() { w.whole_src = 0, w.whole_k = 0, w.valid = false; }
+  } wg_b_scope{wg_b_};
+  wg_b_.whole_src = db->ptr(), wg_b_.whole_k = K, wg_b_.valid = false;
 
   // Chunking. A chunk of rows carries ~16 MiB of a (or c): enough tiles to fill the GPU, few enough
   // chunks that per-chunk costs stay small (at n = 4096 on the H200: 11.2 ms with 16 MiB chunks and
