@@ -10,8 +10,12 @@ float64 product of the same float32 operands (torch, float64, on the GPU): max a
 worst_relative_error). For each tensor-core run also the device time of each kernel it launches
 (the wgmma pre-pass apart from the main kernel), from torch's profiler. float32_tc has no peer: it
 is held against cuBLAS's float32 (issue 18's target: >= 2.2x its speed, float32-level error).
+float32_tc on wgmma runs once per entry of F32TC_VARIANTS, each its own row (kernel "wgmma:LABEL"):
+the register-promotion kernels (gemm_wgmma_f32tc.cuh) at each tile width and several promotion
+intervals (PORTMAT_CUDA_F32TC_KERNEL, PORTMAT_CUDA_TC_PROMOTE), and the first design (global: the
+sums added into c); --f32tc default runs only the default (plain "wgmma").
 
-  python3 bench/diagnostics/cuda_tc_sweep.py [--sizes 4096 8192] [--json FILE]
+  python3 bench/diagnostics/cuda_tc_sweep.py [--sizes 4096 8192] [--f32tc all|default] [--json FILE]
 
 Writes JSON to --json, else to $OUT/cuda_tc_sweep.json when $OUT is set. About a minute on an H200.
 """
@@ -30,6 +34,30 @@ from portmat.peers import _queued_seconds, torch_graph
 
 RUNS, LAUNCHES = 7, 5
 MODES = ("float32", "tf32", "float32_tc", "bfloat16")
+# float32_tc's wgmma rows: (label, PORTMAT_CUDA_F32TC_KERNEL, PORTMAT_CUDA_TC_PROMOTE); None: unset.
+# "" is the default (regs: 128 x 128 tiles, promotion every 4 chunks of 32 k); p0 never promotes
+# (one tensor-core chain over the whole k: the speed that promotion costs, and the error it saves).
+F32TC_VARIANTS = (
+    ("", None, None),
+    ("regs128/p1", "regs128", "1"),
+    ("regs128/p2", "regs128", "2"),
+    ("regs128/p8", "regs128", "8"),
+    ("regs128/p0", "regs128", "0"),
+    ("regs192", "regs192", None),
+    ("regs192/p2", "regs192", "2"),
+    ("regs192/p8", "regs192", "8"),
+    ("global", "global", None),
+)
+KNOBS = ("PORTMAT_CUDA_TC_KERNEL", "PORTMAT_CUDA_F32TC_KERNEL", "PORTMAT_CUDA_TC_PROMOTE")
+
+
+def set_knobs(values):
+    """The three knobs as given (None: unset)."""
+    for name, value in zip(KNOBS, values):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def portmat_seconds(dev, n, mode):
@@ -89,6 +117,8 @@ def errors(c, ref, mag):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
+    ap.add_argument("--f32tc", choices=("all", "default"), default="all",
+                    help="float32_tc on wgmma: every entry of F32TC_VARIANTS, or the default kernel only")
     ap.add_argument("--json")
     args = ap.parse_args()
     dev = next(d for d in portmat.devices() if d.backend == "cuda")
@@ -115,11 +145,14 @@ def main():
               f"{flop / torch_t['tf32'] / 1e12:.1f}, bfloat16 {flop / torch_t['bfloat16'] / 1e12:.1f}; errors (max/mean) "
               + ", ".join(f"{m} {e[0]:.2e}/{e[1]:.2e}" for m, e in torch_err.items()), flush=True)
         for mode in MODES:
-            for kernel in (["-"] if mode == "float32" else kernels):
-                if kernel == "-":
-                    os.environ.pop("PORTMAT_CUDA_TC_KERNEL", None)
-                else:
-                    os.environ["PORTMAT_CUDA_TC_KERNEL"] = kernel
+            runs = [("-", (None, None, None))] if mode == "float32" else [(k, (k, None, None)) for k in kernels]
+            if mode == "float32_tc":
+                variants = F32TC_VARIANTS if args.f32tc == "all" else F32TC_VARIANTS[:1]
+                runs = [r for r in runs if r[0] != "wgmma"] + [
+                    ("wgmma" + (":" + label if label else ""), ("wgmma", f32tc, promote))
+                    for label, f32tc, promote in variants]
+            for kernel, knobs in runs:
+                set_knobs(knobs)
                 row = {"n": n, "mode": mode, "kernel": kernel}
                 try:
                     t = portmat_seconds(dev.id, n, mode)
@@ -127,7 +160,8 @@ def main():
                     emax, emean = errors(torch.from_numpy(np.ascontiguousarray(c)).cuda(), ref, mag)
                 except Exception as e:  # a kernel that cannot run here (wgmma off sm_90) or fails
                     row["error"] = f"{type(e).__name__}: {e}"
-                    print(f"  {mode:10s} {kernel:5s}: {row['error']}", flush=True)
+                    print(f"  {mode:10s} {kernel:18s}: {row['error']}", flush=True)
+                    set_knobs((None, None, None))
                     rows.append(row)
                     continue
                 peer = "float32" if mode in ("float32", "float32_tc") else mode
@@ -138,14 +172,14 @@ def main():
                 if kernel != "-":
                     row["kernels_us"] = kernel_breakdown(dev.id, n, mode)
                 rows.append(row)
-                print(f"  {mode:10s} {kernel:5s}: {row['tflops']:7.1f} TFLOP/s ({row['speedup_vs_torch']:.2f}x torch "
+                print(f"  {mode:10s} {kernel:18s}: {row['tflops']:7.1f} TFLOP/s ({row['speedup_vs_torch']:.2f}x torch "
                       f"{peer}); error max {emax:.2e} mean {emean:.2e} (torch {peer}: {torch_err[peer][0]:.2e} / "
                       f"{torch_err[peer][1]:.2e})", flush=True)
                 if row.get("kernels_us"):
                     print("      per product, us: " + ", ".join(
                         f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in row["kernels_us"].items()),
                         flush=True)
-        os.environ.pop("PORTMAT_CUDA_TC_KERNEL", None)
+        set_knobs((None, None, None))
         del ref, mag, a32, b32
         torch.cuda.empty_cache()
     out = args.json or (os.path.join(os.environ["OUT"], "cuda_tc_sweep.json") if os.environ.get("OUT") else None)

@@ -41,6 +41,7 @@ set(cuda_kernel_files
   ${cuda_kernels}/casts.cuh         # dtype casts for products of dtypes the kernels lack
   ${cuda_kernels}/gemm_tc.cuh       # tensor cores (mma.sync): the precision modes of issue 18
   ${cuda_kernels}/gemm_wgmma.cuh    # Hopper tensor cores (wgmma + TMA, sm_90a): the same modes, fast
+  ${cuda_kernels}/gemm_wgmma_f32tc.cuh  # float32_tc on Hopper, the sums promoted in registers
 )
 set(cuda_fatbin ${CMAKE_CURRENT_BINARY_DIR}/embedded/cuda_gemm.fatbin)
 add_custom_command(OUTPUT ${cuda_fatbin}

@@ -888,13 +888,15 @@ class CudaDevice final : public core::Device {
     if (!supports(mode))  // the core checks first (require_precision); this is the backstop
       throw DeviceError(std::string("precision '") + precision_name(mode) + "' is not available on " + where_ + ": " +
                         precision_note(mode));
+    // Read (and a bad value refused) for every float32_tc product, whichever kernel then runs it.
+    const F32tcKernel f32tc = mode == Precision::float32_tc ? f32tc_kernel() : F32tcKernel::regs128;
     if (const int wg = use_wgmma(mode, m, n, k, count)) {
       const std::size_t es = sizeof(float);
       try {
         for (std::int64_t i = 0; i < count; ++i)  // stacks only when forced (use_wgmma): one product each
           launch_wgmma(stream, a + static_cast<std::size_t>(i * a_step) * es, am,
                        b + static_cast<std::size_t>(i * b_step) * es, bm, c + static_cast<std::size_t>(i * c_step) * es,
-                       ldc, m, n, k, mode, accumulate);
+                       ldc, m, n, k, mode, f32tc, accumulate);
         return;
       } catch (const OutOfDeviceMemory&) {
         // No room for the pre-pass's copies (wg_workspace fails before anything is launched):
@@ -936,6 +938,25 @@ class CudaDevice final : public core::Device {
   // ---- the Hopper tensor-core kernels (kernels/gemm_wgmma.cuh) --------------------------------------
   // sm_90 (the fatbin's sm_90a code: wgmma, TMA, setmaxnreg) and a driver with cuTensorMapEncodeTiled.
   bool wgmma_capable() const { return cc_major_ == 9 && cc_minor_ == 0 && cu_.TensorMapEncodeTiled != nullptr; }
+
+  // float32_tc's wgmma kernel, by PORTMAT_CUDA_F32TC_KERNEL: `regs` (the default: kWgF32tcDefaultBn),
+  // `regs128` or `regs192` (gemm_wgmma_f32tc_n128 / _n192, gemm_wgmma_f32tc.cuh: the tensor cores'
+  // sums promoted into a second accumulator set in registers every PORTMAT_CUDA_TC_PROMOTE chunks),
+  // `global` (gemm_wgmma_tf32 on the [lo, hi, hi] x [hi, lo, hi] split, the sums added into c every
+  // PORTMAT_CUDA_TC_PROMOTE chunks: the first design, 0.97x cuBLAS float32 on the H200).
+  enum class F32tcKernel { regs128, regs192, global };
+  F32tcKernel f32tc_kernel() const {
+    const char* e = knob_text("PORTMAT_CUDA_F32TC_KERNEL");
+    const F32tcKernel regs = kWgF32tcDefaultBn == 192 ? F32tcKernel::regs192 : F32tcKernel::regs128;
+    if (!e || !*e) return regs;
+    const std::string v = e;
+    if (v == "regs") return regs;
+    if (v == "regs128") return F32tcKernel::regs128;
+    if (v == "regs192") return F32tcKernel::regs192;
+    if (v == "global") return F32tcKernel::global;
+    throw std::invalid_argument("PORTMAT_CUDA_F32TC_KERNEL must be 'regs', 'regs128', 'regs192' or 'global', not '" + v +
+                                "'");
+  }
 
   // Whether launch_tc runs a product on the wgmma kernels rather than gemm_tc. PORTMAT_CUDA_TC_KERNEL
   // = mma | wgmma forces one (wgmma refused where it cannot run; a stack then runs one product at a
@@ -990,10 +1011,10 @@ class CudaDevice final : public core::Device {
   // or 0 where the cache does not apply (or its buffer cannot be had: the workspace then serves).
   template <class Prep>
   CUdeviceptr wg_b_copy(CUstream stream, CUdeviceptr b, const core::DeviceMatrix& bm, std::int64_t n, std::int64_t k,
-                        Precision mode, bool accumulate, std::size_t bytes, Prep&& prep) {
+                        Precision mode, int kind, bool accumulate, std::size_t bytes, Prep&& prep) {
     WgB& w = wg_b_;
     if (!w.whole_src || b != w.whole_src || k != w.whole_k || accumulate) return 0;
-    if (w.valid && w.n == n && w.ld == bm.ld && w.col_major == bm.col_major && w.mode == mode) {
+    if (w.valid && w.n == n && w.ld == bm.ld && w.col_major == bm.col_major && w.mode == mode && w.kind == kind) {
       cu_check(cu_.StreamWaitEvent(stream, w.ready, 0), "cuStreamWaitEvent (wgmma b copy)", where_);
       return w.buf->ptr();
     }
@@ -1009,7 +1030,7 @@ class CudaDevice final : public core::Device {
     if (!w.ready) w.ready = event();
     prep(w.buf->ptr());
     cu_check(cu_.EventRecord(w.ready, stream), "cuEventRecord", where_);
-    w.valid = true, w.n = n, w.ld = bm.ld, w.col_major = bm.col_major, w.mode = mode;
+    w.valid = true, w.n = n, w.ld = bm.ld, w.col_major = bm.col_major, w.mode = mode, w.kind = kind;
     return w.buf->ptr();
   }
 
@@ -1036,16 +1057,19 @@ class CudaDevice final : public core::Device {
 
   // c (+)= a @ b in `mode` on the wgmma kernels: the pre-pass writes a's and b's k-major copies
   // (rounded, split or bfloat16; gemm_tiles.h, WgPrepArgs) into the stream's workspace, then one
-  // launch of gemm_wgmma_tf32 (tf32, float32_tc) or gemm_wgmma_bf16 over the 128 x 256 tiles,
-  // persistent (a block per SM).
+  // launch of the main kernel, persistent (a block per SM): gemm_wgmma_tf32 (tf32; float32_tc with
+  // f32tc global) or gemm_wgmma_bf16 over 128 x 256 tiles, or for float32_tc (regs128 / regs192)
+  // gemm_wgmma_f32tc_n128 / _n192 over 128 x 128 / 128 x 192 tiles on the [lo, hi] split.
   void launch_wgmma(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
                     const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
-                    std::int64_t k, Precision mode, bool accumulate) {
+                    std::int64_t k, Precision mode, F32tcKernel f32tc, bool accumulate) {
     if (m <= 0 || n <= 0) return;
     const bool bf16 = mode == Precision::bfloat16, split = mode == Precision::float32_tc;
+    const bool regs = split && f32tc != F32tcKernel::global;  // the register-promotion kernels
+    const WgTile& tile = !regs ? kWg : f32tc == F32tcKernel::regs192 ? kWgF32tc192 : kWgF32tc128;
     const std::int64_t es = bf16 ? 2 : 4, slab = kWg.slab_bytes / es;
     const std::int64_t kp = std::max<std::int64_t>(1, (k + slab - 1) / slab) * slab;  // k = 0: one slab of zeros
-    const std::int64_t kext = split ? 3 * kp : kp;
+    const std::int64_t kext = regs ? 2 * kp : split ? 3 * kp : kp;
     const std::size_t a_bytes = (static_cast<std::size_t>(m * kext * es) + 255) / 256 * 256;
     const std::size_t b_bytes = static_cast<std::size_t>(n * kext * es);
     const std::string what = product_text(where_, m, n, k, std::string(" in ") + precision_name(mode) + " (wgmma)");
@@ -1062,9 +1086,9 @@ class CudaDevice final : public core::Device {
                                               stream, params, nullptr))
         cu_check(r, "cuLaunchKernel(wg_prep)", what);
     };
-    const int a_kind = bf16 ? 4 : split ? 2 : 1, b_kind = bf16 ? 4 : split ? 3 : 1;
+    const int a_kind = bf16 ? 4 : regs ? 5 : split ? 2 : 1, b_kind = bf16 ? 4 : regs ? 5 : split ? 3 : 1;
     // b's copy: once per NumPy-path product where wg_b_copy applies, else in the stream's workspace.
-    const CUdeviceptr once = wg_b_copy(stream, b, bm, n, k, mode, accumulate, b_bytes, [&](CUdeviceptr dst) {
+    const CUdeviceptr once = wg_b_copy(stream, b, bm, n, k, mode, b_kind, accumulate, b_bytes, [&](CUdeviceptr dst) {
       prep(b, bm.ld, bm.col_major, n, b_kind, dst);
     });
     const CUdeviceptr ws = wg_workspace(stream, a_bytes + (once ? 0 : b_bytes)), ap = ws;
@@ -1073,8 +1097,8 @@ class CudaDevice final : public core::Device {
     if (!once) prep(b, bm.ld, bm.col_major, n, b_kind, bp);
 
     WgArgs args{};
-    args.ta = tma_map(ap, kext, m, kWg.bm, bf16);
-    args.tb = tma_map(bp, kext, n, kWg.bn, bf16);
+    args.ta = tma_map(ap, kext, m, tile.bm, bf16);
+    args.tb = tma_map(bp, kext, n, tile.bn, bf16);
     args.c = reinterpret_cast<void*>(c);
     args.ldc = ldc;
     args.m = static_cast<int>(m), args.n = static_cast<int>(n);
@@ -1082,31 +1106,38 @@ class CudaDevice final : public core::Device {
     args.group_m = static_cast<int>(std::max(1L, knob("PORTMAT_CUDA_GROUP_M", 8)));
     args.c_vec = c % 8 == 0 && ldc % 2 == 0;
     args.accumulate = accumulate ? 1 : 0;
-    // float32_tc: every kTcPromoteChunks 32-k slabs of a (three slabs of the split each), the
-    // consumers add their sums into c and start from zero, so that no chain of the tensor cores'
-    // own (not round-to-nearest) accumulation is long: over the whole k, it gave 11x float32's
-    // max error on the H200 (3.5e-6 against FFMA's 3.2e-7 at n = 4096).
-    args.promote_slabs = split ? static_cast<int>(3 * std::max(0L, knob("PORTMAT_CUDA_TC_PROMOTE", kTcPromoteChunks))) : 0;
-    const std::string name = bf16 ? "gemm_wgmma_bf16" : "gemm_wgmma_tf32";
+    // float32_tc: every PORTMAT_CUDA_TC_PROMOTE chunks of 32 k the tensor cores' chain is cut (their
+    // accumulation is not round-to-nearest: one chain over the whole k gave 11x float32's max error
+    // on the H200, 3.5e-6 against FFMA's 3.2e-7 at n = 4096). regs: the kernel counts chunks, adding
+    // its temporaries into the main set in registers (default kWgF32tcPromoteChunks); global: the
+    // kernel counts slabs (3 a chunk), adding its sums into c (default kTcPromoteChunks).
+    if (regs)
+      args.promote_slabs = static_cast<int>(std::max(0L, knob("PORTMAT_CUDA_TC_PROMOTE", kWgF32tcPromoteChunks)));
+    else if (split)
+      args.promote_slabs = static_cast<int>(3 * std::max(0L, knob("PORTMAT_CUDA_TC_PROMOTE", kTcPromoteChunks)));
+    const std::string name = bf16                                ? "gemm_wgmma_bf16"
+                             : !regs                             ? "gemm_wgmma_tf32"
+                             : f32tc == F32tcKernel::regs192 ? "gemm_wgmma_f32tc_n192"
+                                                                 : "gemm_wgmma_f32tc_n128";
     CUfunction f = nullptr;
     if (auto it = functions_.find(name); it != functions_.end()) {
       f = it->second;
     } else {
       f = module_function(name);
-      if (kWg.smem_bytes() > smem_optin_)
-        throw DeviceError(name + " needs " + std::to_string(kWg.smem_bytes()) + " bytes of shared memory; " + where_ +
+      if (tile.smem_bytes() > smem_optin_)
+        throw DeviceError(name + " needs " + std::to_string(tile.smem_bytes()) + " bytes of shared memory; " + where_ +
                           " allows " + std::to_string(smem_optin_));
-      cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kWg.smem_bytes()),
+      cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, tile.smem_bytes()),
                "cuFuncSetAttribute(max dynamic shared memory)", where_);
       functions_.emplace(name, f);
     }
-    // Persistent: one block per SM (197 KiB of shared memory each), walking the tiles.
-    const std::int64_t tiles = ((m + kWg.bm - 1) / kWg.bm) * ((n + kWg.bn - 1) / kWg.bn);
+    // Persistent: one block per SM (~200-226 KiB of shared memory each), walking the tiles.
+    const std::int64_t tiles = ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
     if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
     const std::int64_t blocks = std::min<std::int64_t>(tiles, std::max(1, info_.compute_units));
     void* params[] = {&args};
     if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(blocks), 1, 1, WgTile::kThreads, 1, 1,
-                                            kWg.smem_bytes(), stream, params, nullptr))
+                                            tile.smem_bytes(), stream, params, nullptr))
       cu_check(r, ("cuLaunchKernel(" + name + ")").c_str(), what);
   }
 
@@ -1221,6 +1252,7 @@ class CudaDevice final : public core::Device {
     std::int64_t n = 0, ld = 0;
     bool col_major = false;
     Precision mode = Precision::float32;
+    int kind = 0;                  // the pre-pass's kind (WgPrepArgs)
     CUevent ready = nullptr;       // recorded after the conversion, on its stream
     std::unique_ptr<CuBuffer> buf;
   } wg_b_;

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -586,18 +587,56 @@ bool modes_run_here(const std::string& dev) {
   }
 }
 
-// The tensor-core kernels that run here, by PORTMAT_CUDA_TC_KERNEL's names: "mma" (gemm_tc.cuh,
-// sm_80 and later) and, on sm_90, "wgmma" (gemm_wgmma.cuh); elsewhere forcing wgmma must raise a
-// DeviceError saying why. Checked on a 1x1x1 product, whose value must come out right.
-std::vector<std::string> tc_kernels_here(const std::string& dev) {
-  std::vector<std::string> out{"mma"};
+// A tensor-core kernel the tests run: PORTMAT_CUDA_TC_KERNEL's value ("mma": gemm_tc.cuh, sm_80
+// and later; "wgmma": the Hopper kernels, sm_90) and, for float32_tc only, PORTMAT_CUDA_F32TC_KERNEL's
+// (regs128 / regs192: gemm_wgmma_f32tc.cuh, the sums promoted in registers; global: gemm_wgmma_tf32,
+// the sums added into c; unset: the default, regs) and PORTMAT_CUDA_TC_PROMOTE's (unset: the default
+// interval). A configuration with either of the last two set tells only float32_tc apart, so it
+// runs float32_tc's cases only (runs()).
+struct TcKernel {
+  std::string tc, f32tc, promote;
+  std::string name() const {
+    return tc + (f32tc.empty() ? "" : " f32tc=" + f32tc) + (promote.empty() ? "" : " promote=" + promote);
+  }
+  bool runs(Precision p) const { return (f32tc.empty() && promote.empty()) || p == Precision::float32_tc; }
+};
+// The configuration's variables, set for one scope.
+struct TcKernelEnv {
+  ScopedEnv tc;
+  std::unique_ptr<ScopedEnv> f32tc, promote;
+  explicit TcKernelEnv(const TcKernel& k) : tc("PORTMAT_CUDA_TC_KERNEL", k.tc) {
+    if (!k.f32tc.empty()) f32tc = std::make_unique<ScopedEnv>("PORTMAT_CUDA_F32TC_KERNEL", k.f32tc);
+    if (!k.promote.empty()) promote = std::make_unique<ScopedEnv>("PORTMAT_CUDA_TC_PROMOTE", k.promote);
+  }
+};
+
+// Which configurations of TcKernel a test runs beyond each kernel's default.
+enum TcVariants {
+  kTcDefaults = 0,
+  kTcF32tcKernels = 1,   // float32_tc on every wgmma kernel: regs192 and global too (regs128 is the default)
+  kTcF32tcPromote = 2,   // float32_tc's register promotion every chunk (regs128) and every 3 (regs192)
+};
+
+// The tensor-core kernels that run here: "mma" and, on sm_90, "wgmma" with the float32_tc variants
+// asked for; elsewhere forcing wgmma must raise a DeviceError saying why. Checked on a 1x1x1
+// product, whose value must come out right.
+std::vector<TcKernel> tc_kernels_here(const std::string& dev, int variants = kTcDefaults) {
+  std::vector<TcKernel> out{{"mma", "", ""}};
   ScopedEnv force("PORTMAT_CUDA_TC_KERNEL", "wgmma");
   std::vector<float> x(1, 3.f), y(1, 0.f);
   MatrixView v{x.data(), 1, 1, 1, 1, DType::f32}, o{y.data(), 1, 1, 1, 1, DType::f32};
   try {
     portmat::matmul(v, v, o, dev, Precision::tf32);
     EXPECT_EQ(y[0], 9.f) << "wgmma, tf32, 1x1x1";
-    out.push_back("wgmma");
+    out.push_back({"wgmma", "", ""});
+    if (variants & kTcF32tcKernels) {
+      out.push_back({"wgmma", "regs192", ""});
+      out.push_back({"wgmma", "global", ""});
+    }
+    if (variants & kTcF32tcPromote) {
+      out.push_back({"wgmma", "regs128", "1"});
+      out.push_back({"wgmma", "regs192", "3"});
+    }
   } catch (const portmat::DeviceError& e) {
     EXPECT_NE(std::string(e.what()).find("need an sm_90 GPU"), std::string::npos) << e.what();
   }
@@ -641,18 +680,19 @@ double kernels_disagree(Precision p, const MatrixView& a, const MatrixView& b, c
 TEST(CudaPrecision, EveryModeAwkwardShapesBothLayouts) {
   REQUIRE_CUDA();
   if (!modes_run_here(dev)) GTEST_SKIP() << dev << " runs no tensor-core mode (sm_80 or later needed)";
-  for (const std::string& kernel : tc_kernels_here(dev)) {
-    ScopedEnv force("PORTMAT_CUDA_TC_KERNEL", kernel);
+  for (const TcKernel& kernel : tc_kernels_here(dev, kTcF32tcKernels | kTcF32tcPromote)) {
+    TcKernelEnv force(kernel);
     std::mt19937 rng(18);
     for (Precision p : {Precision::tf32, Precision::float32_tc, Precision::bfloat16})
       for (const auto& s : tc_shapes())
         for (int lay = 0; lay < 4; ++lay) {
+          if (!kernel.runs(p)) continue;
           const long m = s[0], n = s[1], k = s[2];
           std::vector<float> ab, bb;
           MatrixView a, b;
           std::vector<float> c = product_in_mode(dev, p, m, n, k, lay & 2, lay & 1, ab, bb, a, b, rng);
           const MatrixView vc{c.data(), m, n, n, 1, DType::f32};
-          const std::string what = kernel + " " + portmat::precision_name(p) + " " + std::to_string(m) + "x" +
+          const std::string what = kernel.name() + " " + portmat::precision_name(p) + " " + std::to_string(m) + "x" +
                                    std::to_string(k) + " @ " + std::to_string(k) + "x" + std::to_string(n) +
                                    " layout " + "rc"[lay >> 1] + "rc"[lay & 1];
           EXPECT_LE(pref::worst_relative_error(a, b, vc), pref::error_bound(p, k)) << what;
@@ -663,11 +703,14 @@ TEST(CudaPrecision, EveryModeAwkwardShapesBothLayouts) {
 
 // The wgmma kernels against the mode's reference and against gemm_tc (mma) on the same operands,
 // at sizes of several 128 x 256 tiles with odd edges on every side (m, n and k each one past or
-// short of a tile, box or slab), long k (float32_tc: 3 x 4128 deep), two layouts per shape.
+// short of a tile, box or slab; the float32_tc kernels' 128 x 128 and 128 x 192 tiles too), long k
+// (float32_tc: 4099 = 129 chunks of 32, some promotion intervals cut short), two layouts per shape;
+// float32_tc on each of its wgmma kernels (regs128 by default, regs192, global), the last two on
+// the first layout of each shape only (each check costs three float64 references on the host).
 TEST(CudaPrecision, WgmmaAgreesWithMmaOnLargeOddShapes) {
   REQUIRE_CUDA();
   if (!modes_run_here(dev)) GTEST_SKIP() << dev << " runs no tensor-core mode (sm_80 or later needed)";
-  const std::vector<std::string> kernels = tc_kernels_here(dev);
+  const std::vector<TcKernel> kernels = tc_kernels_here(dev, kTcF32tcKernels);
   if (kernels.size() < 2) GTEST_SKIP() << dev << " has no wgmma kernels (sm_90 needed)";
   std::mt19937 rng(22);
   const long shapes[][3] = {{4099, 1031, 96}, {300, 4097, 257}, {257, 263, 4099}, {1000, 520, 1000}};
@@ -678,37 +721,43 @@ TEST(CudaPrecision, WgmmaAgreesWithMmaOnLargeOddShapes) {
         const long m = s[0], n = s[1], k = s[2];
         std::vector<float> ab, bb;
         MatrixView a, b;
-        std::vector<float> cw;
-        {
-          ScopedEnv force("PORTMAT_CUDA_TC_KERNEL", "wgmma");
-          cw = product_in_mode(dev, p, m, n, k, lay & 2, lay & 1, ab, bb, a, b, rng);
-        }
-        std::vector<float> cm(static_cast<std::size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> cm;
         {
           ScopedEnv force("PORTMAT_CUDA_TC_KERNEL", "mma");
-          portmat::matmul(a, b, MatrixView{cm.data(), m, n, n, 1, DType::f32}, dev, p);
+          cm = product_in_mode(dev, p, m, n, k, lay & 2, lay & 1, ab, bb, a, b, rng);
         }
-        const MatrixView vc{cw.data(), m, n, n, 1, DType::f32};
-        const std::string what = std::string(portmat::precision_name(p)) + " " + std::to_string(m) + "x" +
-                                 std::to_string(k) + " @ " + std::to_string(k) + "x" + std::to_string(n) +
-                                 " layout " + "rc"[lay >> 1] + "rc"[lay & 1];
-        EXPECT_LE(pref::worst_relative_error(a, b, vc), pref::error_bound(p, k)) << what;
-        EXPECT_LE(pref::worst_mode_ratio(p, a, b, vc), 1.0) << what;
-        EXPECT_LE(kernels_disagree(p, a, b, cw, cm), 2.0) << what << ": wgmma against mma";
+        for (std::size_t i = 1; i < kernels.size(); ++i) {  // kernels[0] is mma
+          const TcKernel& kernel = kernels[i];
+          if (!kernel.runs(p) || (rep > 0 && !kernel.f32tc.empty())) continue;
+          std::vector<float> cw(static_cast<std::size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+          {
+            TcKernelEnv force(kernel);
+            portmat::matmul(a, b, MatrixView{cw.data(), m, n, n, 1, DType::f32}, dev, p);
+          }
+          const MatrixView vc{cw.data(), m, n, n, 1, DType::f32};
+          const std::string what = kernel.name() + " " + portmat::precision_name(p) + " " + std::to_string(m) + "x" +
+                                   std::to_string(k) + " @ " + std::to_string(k) + "x" + std::to_string(n) +
+                                   " layout " + "rc"[lay >> 1] + "rc"[lay & 1];
+          EXPECT_LE(pref::worst_relative_error(a, b, vc), pref::error_bound(p, k)) << what;
+          EXPECT_LE(pref::worst_mode_ratio(p, a, b, vc), 1.0) << what;
+          EXPECT_LE(kernels_disagree(p, a, b, cw, cm), 2.0) << what << ": wgmma against mma";
+        }
       }
 }
 
 // The NumPy path's k-split start in a mode (its pieces after the first accumulate: c += a @ b in
-// the mode, GemmArgs / WgArgs accumulate), on both kernels; shapes as ChunkedPipelineKSplitStart.
+// the mode, GemmArgs / WgArgs accumulate), on both kernels (float32_tc on each of its wgmma
+// kernels); shapes as ChunkedPipelineKSplitStart.
 TEST(CudaPrecision, ChunkedKSplitStartInModes) {
   REQUIRE_CUDA();
   if (!modes_run_here(dev)) GTEST_SKIP() << dev << " runs no tensor-core mode (sm_80 or later needed)";
   ScopedEnv chunk("PORTMAT_CUDA_CHUNK_MB", "1");
   ScopedEnv early("PORTMAT_CUDA_EARLY_ROWS", "300");
-  for (const std::string& kernel : tc_kernels_here(dev)) {
-    ScopedEnv force("PORTMAT_CUDA_TC_KERNEL", kernel);
+  for (const TcKernel& kernel : tc_kernels_here(dev, kTcF32tcKernels)) {
+    TcKernelEnv force(kernel);
     std::mt19937 rng(23);
     for (Precision p : {Precision::tf32, Precision::float32_tc, Precision::bfloat16}) {
+      if (!kernel.runs(p)) continue;
       // n = 600 keeps m n k above the wgmma kernel's 2^30 and the two float64 references per
       // product (a CPU loop each) short: at n = 1100 the test ran past ctest's 150 s on the H200.
       const long m = 2000, n = 600, k = 1001;
@@ -716,25 +765,39 @@ TEST(CudaPrecision, ChunkedKSplitStartInModes) {
       MatrixView a, b;
       std::vector<float> c = product_in_mode(dev, p, m, n, k, false, false, ab, bb, a, b, rng, 0);
       const MatrixView vc{c.data(), m, n, n, 1, DType::f32};
-      const std::string what = kernel + " " + portmat::precision_name(p) + " 2000x1001 @ 1001x600, k-split start";
+      const std::string what = kernel.name() + " " + portmat::precision_name(p) + " 2000x1001 @ 1001x600, k-split start";
       EXPECT_LE(pref::worst_relative_error(a, b, vc), pref::error_bound(p, k)) << what;
       EXPECT_LE(pref::worst_mode_ratio(p, a, b, vc), 1.0) << what;
     }
   }
 }
 
-// PORTMAT_CUDA_TC_KERNEL takes mma or wgmma; anything else is an error naming the variable.
+// PORTMAT_CUDA_TC_KERNEL takes mma or wgmma, PORTMAT_CUDA_F32TC_KERNEL regs, regs128, regs192 or
+// global (read for every float32_tc product, whichever kernel runs it); anything else is an error
+// naming the variable.
 TEST(CudaPrecision, TcKernelKnobRejectsUnknownNames) {
   REQUIRE_CUDA();
   if (!modes_run_here(dev)) GTEST_SKIP() << dev << " runs no tensor-core mode (sm_80 or later needed)";
-  ScopedEnv force("PORTMAT_CUDA_TC_KERNEL", "cublas");
   std::vector<float> x(1, 1.f), y(1, 0.f);
   MatrixView v{x.data(), 1, 1, 1, 1, DType::f32}, o{y.data(), 1, 1, 1, 1, DType::f32};
-  try {
-    portmat::matmul(v, v, o, dev, Precision::tf32);
-    ADD_FAILURE() << "PORTMAT_CUDA_TC_KERNEL=cublas was accepted";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("PORTMAT_CUDA_TC_KERNEL"), std::string::npos) << e.what();
+  {
+    ScopedEnv force("PORTMAT_CUDA_TC_KERNEL", "cublas");
+    try {
+      portmat::matmul(v, v, o, dev, Precision::tf32);
+      ADD_FAILURE() << "PORTMAT_CUDA_TC_KERNEL=cublas was accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("PORTMAT_CUDA_TC_KERNEL"), std::string::npos) << e.what();
+    }
+  }
+  for (const TcKernel& kernel : tc_kernels_here(dev)) {
+    TcKernelEnv force(kernel);
+    ScopedEnv f32tc("PORTMAT_CUDA_F32TC_KERNEL", "regs256");
+    try {
+      portmat::matmul(v, v, o, dev, Precision::float32_tc);
+      ADD_FAILURE() << "PORTMAT_CUDA_F32TC_KERNEL=regs256 was accepted on " << kernel.name();
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("PORTMAT_CUDA_F32TC_KERNEL"), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -754,14 +817,15 @@ TEST(CudaPrecision, ModesAreToldApartAtSmallK) {
 }
 
 // float32_tc against the exact float32 (FFMA) kernels on the same inputs, K = 1024 and 4096, on
-// each tensor-core kernel: its max error within 4x of theirs (issue 18 asks for 2x of cuBLAS's in
-// the end), and at least 16x below tf32's.
+// each tensor-core kernel (float32_tc on each of its wgmma kernels, and the register promotion at
+// intervals of 1 and 3 chunks too): its max error within 4x of theirs (issue 18 asks for 2x of
+// cuBLAS's in the end), and at least 16x below tf32's.
 TEST(CudaPrecision, Float32TcIsAsAccurateAsFloat32) {
   REQUIRE_CUDA();
   if (!modes_run_here(dev)) GTEST_SKIP() << dev << " runs no tensor-core mode (sm_80 or later needed)";
-  for (const std::string& kernel : tc_kernels_here(dev)) {
-    ScopedEnv force("PORTMAT_CUDA_TC_KERNEL", kernel);
-    SCOPED_TRACE(kernel);
+  for (const TcKernel& kernel : tc_kernels_here(dev, kTcF32tcKernels | kTcF32tcPromote)) {
+    TcKernelEnv force(kernel);
+    SCOPED_TRACE(kernel.name());
     std::mt19937 rng(20);
     for (long k : {1024L, 4096L}) {
       const long m = 257, n = 263;
@@ -787,9 +851,9 @@ TEST(CudaPrecision, Float32TcIsAsAccurateAsFloat32) {
 TEST(CudaPrecision, StacksAndDeviceArrays) {
   REQUIRE_CUDA();
   if (!modes_run_here(dev)) GTEST_SKIP() << dev << " runs no tensor-core mode (sm_80 or later needed)";
-  for (const std::string& kernel : tc_kernels_here(dev)) {
-    ScopedEnv force("PORTMAT_CUDA_TC_KERNEL", kernel);
-    SCOPED_TRACE(kernel);
+  for (const TcKernel& kernel : tc_kernels_here(dev, kTcF32tcKernels)) {
+    TcKernelEnv force(kernel);
+    SCOPED_TRACE(kernel.name());
     std::mt19937 rng(21);
     const long count = 5, m = 33, n = 70, k = 45;
     auto abuf = random_vector<float>(count * m * k, rng), bbuf = random_vector<float>(count * k * n, rng);
@@ -803,6 +867,7 @@ TEST(CudaPrecision, StacksAndDeviceArrays) {
       const MatrixView ci{cbuf.data() + i * m * n, m, n, n, 1, DType::f32};
       EXPECT_LE(pref::worst_mode_ratio(Precision::float32_tc, ai, bi, ci), 1.0) << "matrix " << i;
     }
+    if (!kernel.runs(Precision::tf32)) continue;
     const auto da = portmat::DeviceArray::from_host(a, dev), db = portmat::DeviceArray::from_host(b, dev);
     const auto dc = portmat::matmul(da, db, Precision::tf32);
     std::vector<float> back(count * m * n);

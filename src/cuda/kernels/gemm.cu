@@ -42,6 +42,9 @@
 //  - gemm_wgmma.cuh    gemm_wgmma_body, the Hopper tensor-core kernels (wgmma + TMA, sm_90a only)
 //                      for the same modes, on k-major copies of the operands written by its
 //                      pre-pass (wg_prep_body); its own argument block (WgArgs: TMA maps).
+//  - gemm_wgmma_f32tc.cuh  gemm_wgmma_f32tc_body, float32_tc on Hopper with the tensor cores'
+//                      sums promoted into a second accumulator set in registers (128 x 128 and
+//                      128 x 192 tiles; the same pre-pass, TMA ring and WgArgs).
 // This file is the one translation unit that includes them, with every kernel's entry point at its
 // end. One unit, because the host loads one module from one fatbin: kernels in several units
 // would need relocatable device code (-rdc) and a device link to become that module, another
@@ -58,6 +61,7 @@
 #include "casts.cuh"
 #include "gemm_tc.cuh"
 #include "gemm_wgmma.cuh"
+#include "gemm_wgmma_f32tc.cuh"
 
 using portmat::cuda::GemmArgs;
 using portmat::cuda::gemm_body;
@@ -79,6 +83,7 @@ using portmat::cuda::thin_dots_body;
 using portmat::cuda::thin_sum_body;
 using portmat::cuda::gemm_tc_body;
 using portmat::cuda::gemm_wgmma_body;
+using portmat::cuda::gemm_wgmma_f32tc_body;
 using portmat::cuda::wg_prep_body;
 using portmat::cuda::WgArgs;
 using portmat::cuda::WgPrepArgs;
@@ -264,6 +269,14 @@ __global__ void __launch_bounds__(tiles::WgTile::kThreads, 1) gemm_wgmma_tf32(co
 }
 __global__ void __launch_bounds__(tiles::WgTile::kThreads, 1) gemm_wgmma_bf16(const __grid_constant__ WgArgs p) {
   gemm_wgmma_body<portmat::cuda::WG_BF16>(p);
+}
+// float32_tc with the tensor cores' sums promoted in registers (gemm_wgmma_f32tc.cuh): 128 x 128
+// and 128 x 192 tiles (PORTMAT_CUDA_F32TC_KERNEL picks; the pre-pass's [lo, hi] split, kind 5).
+__global__ void __launch_bounds__(tiles::WgTile::kThreads, 1) gemm_wgmma_f32tc_n128(const __grid_constant__ WgArgs p) {
+  gemm_wgmma_f32tc_body<128>(p);
+}
+__global__ void __launch_bounds__(tiles::WgTile::kThreads, 1) gemm_wgmma_f32tc_n192(const __grid_constant__ WgArgs p) {
+  gemm_wgmma_f32tc_body<192>(p);
 }
 
 // dtype casts (casts.cuh; 256 threads a block, grid-stride)

@@ -59,6 +59,24 @@ struct WgTile {
   constexpr int smem_bytes() const { return stages * (a_stage_bytes() + b_stage_bytes()) + 1024; }
 };
 inline constexpr WgTile kWg{128, 256, 4, 128};
+// float32_tc's register-promotion kernels (gemm_wgmma_f32tc.cuh): 128 x BN tiles, one 32-k chunk
+// of the [lo, hi] split = two slabs of the ring. 128 x 128: 7 slabs of 32 KiB (3.5 chunks: the one
+// in the tensor cores, the one before it until its wgmma are done, 1.5 loading); 128 x 192: 5 slabs
+// of 40 KiB (6 would pass 227 KiB).
+inline constexpr WgTile kWgF32tc128{128, 128, 7, 128};
+inline constexpr WgTile kWgF32tc192{128, 192, 5, 128};
+// The one that runs by default (PORTMAT_CUDA_F32TC_KERNEL=regs): 128, the one with registers and
+// stages to spare, until the H200 says which is faster (128 x 192 reads 11% less shared memory per
+// multiply-add, but has 2.5 chunks of ring, and 4096 / 192 is no whole number of tiles).
+inline constexpr int kWgF32tcDefaultBn = 128;
+// Their promotion interval's default, in chunks of 32 k (PORTMAT_CUDA_TC_PROMOTE overrides it): 4,
+// i.e. 48 wgmma k8 steps in one tensor-core chain. Accuracy: a truncating chain's error grows about
+// linearly with its length; 8 chunks a chain (the 128 x 256 kernel's default, summed into c) measured
+// 2.0e-7 max error at n = 4096 against FFMA's 3.2e-7 on the H200, so 4 leaves a margin of ~2x on
+// that part. Cost: BN / 2 FADDs per thread and a drain of the warpgroup's wgmma queue per promotion,
+// against 12 wgmma of BN / 2 cycles each per chunk: at 4 the FADDs are ~2% of the tensor time even
+// if none of it overlapped the other warpgroup's wgmma. (A GUESS until timed: the sweep times 1-8.)
+inline constexpr int kWgF32tcPromoteChunks = 4;
 inline constexpr int kWgPrepThreads = 256;  // wg_prep's block: a 32 x 32 tile of an operand
 
 // A CUtensorMap's 128 opaque bytes (cuda.h's type, which this header does not include), built on
@@ -68,8 +86,9 @@ struct alignas(128) TmaMap {  // cuda.h (13.0) aligns CUtensorMap to 128; TMA ne
   unsigned long long opaque[16];
 };
 
-// gemm_wgmma_{tf32,bf16}'s argument block: c (+)= a' b'^T for the pre-pass's k-major copies a'
-// (m x kext, map ta, box one slab x bm rows) and b' (n x kext, map tb, box one slab x bn rows).
+// gemm_wgmma_{tf32,bf16} and gemm_wgmma_f32tc_{n128,n192}'s argument block: c (+)= a' b'^T for
+// the pre-pass's k-major copies a' (m x kext, map ta, box one slab x bm rows) and b' (n x kext, map
+// tb, box one slab x bn rows).
 struct WgArgs {
   TmaMap ta, tb;
   void* c;
@@ -81,7 +100,8 @@ struct WgArgs {
   int accumulate; // 1: c += a @ b
   int promote_slabs;  // > 0: every this many slabs the consumers add their sums into c and start
                       // from zero (float32_tc: the tensor cores' accumulation is not rounded to
-                      // nearest, so long chains of it lose float32's accuracy)
+                      // nearest, so long chains of it lose float32's accuracy). In
+                      // gemm_wgmma_f32tc_*: 32-k chunks per promotion in registers (0: never)
 };
 
 // wg_prep: one operand (r x k, element (i, kk) at src[i * ld_src + kk] when k_contig, else at
@@ -91,7 +111,9 @@ struct WgArgs {
 //   2 (split, a's role): per 32-k slab j, columns 96 j + [0, 32) lo, [32, 64) hi, [64, 96) hi;
 //   3 (split, b's role): the same with hi, lo, hi: the slab's three products lo*hi, hi*lo, hi*hi
 //     are then one k-major product 3 times as deep (float32_tc, kext = 3 kp);
-//   4 (bf16): round_bf16(x) as bfloat16 bits.
+//   4 (bf16): round_bf16(x) as bfloat16 bits;
+//   5 (split as [lo, hi], a's and b's role alike): per 32-k slab j, columns 64 j + [0, 32) lo,
+//     [32, 64) hi (float32_tc on gemm_wgmma_f32tc_*, kext = 2 kp: it picks the three products).
 struct WgPrepArgs {
   const void* src;
   void* dst;

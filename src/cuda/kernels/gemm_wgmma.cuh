@@ -351,6 +351,12 @@ __device__ __forceinline__ void wg_prep_body(const WgPrepArgs& p) {
       unsigned short h;
       asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(x));
       static_cast<unsigned short*>(p.dst)[r * p.ld_dst + kk] = h;
+    } else if (p.kind == 5) {  // the split, slab blockIdx.x of 32 k as [lo, hi]
+      float hi, lo;
+      tf32_split(x, hi, lo);
+      float* d = static_cast<float*>(p.dst) + r * p.ld_dst + 64 * blockIdx.x + tx;
+      d[0] = lo;
+      d[32] = hi;
     } else {  // 2, 3: the split, slab blockIdx.x of 32 k as three slabs
       float hi, lo;
       tf32_split(x, hi, lo);
