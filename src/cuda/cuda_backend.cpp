@@ -585,23 +585,30 @@ class CudaDevice final : public core::Device {
     return functions_.emplace(name, module_function(name)).first->second;
   }
 
-  // A gemm kernel, checked against the device and its shared memory granted the first time it is
-  // asked for (cached only then: a kernel the device cannot run fails every time).
+  // A kernel of the module that takes `smem_bytes` of dynamic shared memory, looked up, checked
+  // against the device and granted its shared memory the first time it is asked for (cached only
+  // then: a kernel the device cannot run fails every time). sm90_only: it exists as sm_90a machine
+  // code only (setmaxnreg, wgmma).
+  CUfunction smem_function(const std::string& name, int smem_bytes, bool sm90_only = false) {
+    if (auto it = functions_.find(name); it != functions_.end()) return it->second;
+    if (sm90_only && !ws_capable())
+      throw DeviceError(name + " needs an sm_90 GPU (H100, H200); " + where_ + " is sm_" +
+                        std::to_string(cc_major_) + std::to_string(cc_minor_));
+    CUfunction f = module_function(name);
+    if (smem_bytes > smem_optin_)
+      throw DeviceError(name + " needs " + std::to_string(smem_bytes) + " bytes of shared memory; " + where_ +
+                        " allows " + std::to_string(smem_optin_));
+    cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes),
+             "cuFuncSetAttribute(max dynamic shared memory)", where_);
+    return functions_.emplace(name, f).first->second;
+  }
+
+  // A gemm kernel of tile t and layout (smem_function), also cached by tile.
   CUfunction function(const GemmTile& t, bool a_col, bool b_col) {
     CUfunction& cached = tile_functions_[{&t, a_col * 2 + b_col}];
     if (cached) return cached;
     const std::string name = std::string(t.name) + "_" + (a_col ? "c" : "r") + (b_col ? "c" : "r");
-    if (auto it = functions_.find(name); it != functions_.end()) return cached = it->second;
-    CUfunction f = module_function(name);
-    if (t.producer_warps && !ws_capable())
-      throw DeviceError(name + " needs an sm_90 GPU (H100, H200); " + where_ + " is sm_" +
-                        std::to_string(cc_major_) + std::to_string(cc_minor_));
-    if (t.smem_bytes() > smem_optin_)
-      throw DeviceError(name + " needs " + std::to_string(t.smem_bytes()) +
-                        " bytes of shared memory; " + where_ + " allows " + std::to_string(smem_optin_));
-    cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, t.smem_bytes()),
-             "cuFuncSetAttribute(max dynamic shared memory)", where_);
-    return cached = functions_.emplace(name, f).first->second;
+    return cached = smem_function(name, t.smem_bytes(), t.producer_warps != 0);
   }
 
   // c (row-major, ldc) = a @ b on device pointers that already include the offsets. whole: the
@@ -906,18 +913,7 @@ class CudaDevice final : public core::Device {
     }
     const char* kind = mode == Precision::tf32 ? "tf32" : mode == Precision::float32_tc ? "f32x3" : "bf16";
     const std::string name = std::string("gemm_tc_") + kind + "_" + (am.col_major ? "c" : "r") + (bm.col_major ? "c" : "r");
-    CUfunction f = nullptr;
-    if (auto it = functions_.find(name); it != functions_.end()) {
-      f = it->second;
-    } else {
-      f = module_function(name);
-      if (kTc.smem_bytes() > smem_optin_)
-        throw DeviceError(name + " needs " + std::to_string(kTc.smem_bytes()) + " bytes of shared memory; " + where_ +
-                          " allows " + std::to_string(smem_optin_));
-      cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kTc.smem_bytes()),
-               "cuFuncSetAttribute(max dynamic shared memory)", where_);
-      functions_.emplace(name, f);
-    }
+    CUfunction f = smem_function(name, kTc.smem_bytes());
     const GemmTile shape{"", kTc.bm, kTc.bn, kTc.bk, 0, 0, 0, 0, kTc.stages, 4, kTc.min_blocks};  // gemm_args' tile count
     GemmArgs args = gemm_args(shape, a, am, a_step, b, bm, b_step, c, ldc, c_step, m, n, k);
     args.accumulate = accumulate ? 1 : 0;
@@ -1119,18 +1115,7 @@ class CudaDevice final : public core::Device {
                              : !regs                             ? "gemm_wgmma_tf32"
                              : f32tc == F32tcKernel::regs192 ? "gemm_wgmma_f32tc_n192"
                                                                  : "gemm_wgmma_f32tc_n128";
-    CUfunction f = nullptr;
-    if (auto it = functions_.find(name); it != functions_.end()) {
-      f = it->second;
-    } else {
-      f = module_function(name);
-      if (tile.smem_bytes() > smem_optin_)
-        throw DeviceError(name + " needs " + std::to_string(tile.smem_bytes()) + " bytes of shared memory; " + where_ +
-                          " allows " + std::to_string(smem_optin_));
-      cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, tile.smem_bytes()),
-               "cuFuncSetAttribute(max dynamic shared memory)", where_);
-      functions_.emplace(name, f);
-    }
+    CUfunction f = smem_function(name, tile.smem_bytes());
     // Persistent: one block per SM (~200-226 KiB of shared memory each), walking the tiles.
     const std::int64_t tiles = ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
     if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
