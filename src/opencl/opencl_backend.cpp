@@ -402,7 +402,8 @@ class OpenClDevice final : public core::Device {
     const int kind = dtype == DType::f64 ? 1 : dtype == DType::u32 ? 2 : dtype == DType::u64 ? 3 : 0;
     const std::string options = p.defines() + " -DREAL_KIND=" + std::to_string(kind) + " -DA_COL_MAJOR=" +
                                 (a_col ? "1" : "0") + " -DB_COL_MAJOR=" + (b_col ? "1" : "0") +
-                                " -DEDGES=" + (edges ? "1" : "0") + " -DGVW=" + std::to_string(gvw);
+                                " -DEDGES=" + (edges ? "1" : "0") + " -DGVW=" + std::to_string(gvw) +
+                                extra_build_options();
     auto it = kernels_.find(options);
     if (it != kernels_.end()) return it->second;
     // Driver compilers (PoCL's LLVM) recurse deeply: never on the caller's stack, which may be a
@@ -1043,6 +1044,12 @@ class OpenClDevice final : public core::Device {
   std::mutex mu_;  // one command stream per device: guards everything below
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
+  // $PORTMAT_OPENCL_BUILD_OPTIONS, appended to the gemm kernel's build options (e.g. NVIDIA's
+  // -cl-nv-maxrregcount=128, to try two 128 x 128 blocks per SM; the program cache keys on it).
+  static std::string extra_build_options() {
+    const char* e = std::getenv("PORTMAT_OPENCL_BUILD_OPTIONS");
+    return e && *e ? std::string(" ") + e : std::string();
+  }
   std::map<std::string, cl_kernel> kernels_;  // by build options ("casts:<name>": casts.cl's)
   cl_program casts_program_ = nullptr;        // casts.cl, built at the first cast (lives with the device)
   core::BufferPool<ClBuffer> pool_;  // keeps at most a quarter of the device (constructor)
