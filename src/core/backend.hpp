@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -296,6 +297,9 @@ std::unique_ptr<Backend> make_opencl_backend();  // src/opencl
 
 // The opened device behind a spec (see portmat::find_device).
 std::shared_ptr<Device> open_device(const std::string& spec);
+
+// fn(device) for every device of every backend probed in this process (none is probed here).
+void for_each_open_device(const std::function<void(Device&)>& fn);
 
 // Whether a spec names several devices for one NumPy product: a list ("cuda:0,cpu", what the
 // vector overloads of matmul and Python's device=[...] become) or "cuda" (every CUDA device).

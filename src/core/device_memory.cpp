@@ -81,6 +81,19 @@ std::uint64_t parse_memory_size(const std::string& text) {
 void set_device_memory_limit(std::optional<std::uint64_t> bytes) {
   if (bytes && *bytes == 0) throw std::invalid_argument("set_device_memory_limit: the limit must be positive (or none)");
   chosen.store(bytes ? std::min(*bytes, kFromEnvironment - 1) : kFromEnvironment);
+  // From now on portmat holds no more than the cap: devices holding more in pooled buffers give
+  // them back (buffers in use stay; the next allocation past the cap fails).
+  std::optional<std::uint64_t> cap;
+  try {
+    cap = device_memory_limit();
+  } catch (const std::invalid_argument&) {  // a bad $PORTMAT_DEVICE_MEMORY: the next product says so
+  }
+  if (!cap) return;
+  core::with_enough_stack([&] {
+    core::for_each_open_device([&](core::Device& d) {
+      if (d.memory.in_use() > *cap) d.release_cached_memory();
+    });
+  });
 }
 
 std::optional<std::uint64_t> device_memory_limit() {

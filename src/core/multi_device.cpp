@@ -197,7 +197,7 @@ class DeviceGroup final : public Device {
   }
 
   // Edges of one block per device along a side of `length`: edges[i], edges[i + 1] bound device
-  // i's block, sized by rate in whole units of `align` (the last block takes the remainder), and
+  // i's block, sized by rate in whole units of `align` (the fastest takes the remainder), and
   // at least one unit each where the side has one per device: a device the caller listed gets
   // work even when its rate is a few percent of the others'.
   static std::vector<std::int64_t> split(std::int64_t length, const std::vector<double>& rates,
@@ -220,8 +220,8 @@ class DeviceGroup final : public Device {
       --u[big], --sum;
     }
     std::vector<std::int64_t> edges{0};
-    for (std::size_t i = 0; i + 1 < rates.size(); ++i) edges.push_back(edges.back() + u[i] * align);
-    edges.push_back(length);
+    for (std::size_t i = 0; i < rates.size(); ++i)  // what is left of a unit goes to the fastest
+      edges.push_back(edges.back() + u[i] * align + (i == fastest ? length - units * align : 0));
     return edges;
   }
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -262,6 +263,12 @@ Entry choose(const std::string& spec) {
 }  // namespace
 
 std::shared_ptr<Device> open_device(const std::string& spec) { return usable(choose(spec)); }
+
+void for_each_open_device(const std::function<void(Device&)>& fn) {
+  for (auto& slot : registry().slots)
+    if (slot->probed.load(std::memory_order_acquire) && slot->generation == fork_generation())
+      for (auto& d : slot->devices) fn(*d);
+}
 
 bool names_device_list(const std::string& spec) { return spec == "cuda" || spec.find(',') != std::string::npos; }
 
