@@ -57,6 +57,9 @@ def _device_spec(device) -> str:
         return device.id
     if isinstance(device, str):
         return device
+    if isinstance(device, (list, tuple)):
+        raise TypeError("a list of devices is taken by portmat.matmul of NumPy arrays only (one product split "
+                        "across them); give one device here")
     raise TypeError(
         f"device must be None, a string such as 'opencl:0' or an entry of portmat.devices(), "
         f"not {type(device).__name__}"

@@ -9,12 +9,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <stdexcept>
+#include <thread>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/out_of_core.hpp"
+#include "core/process.hpp"
 #include "core/reference.hpp"
 #include "portmat/portmat.hpp"
 #include "test_util.hpp"
@@ -239,6 +244,34 @@ TEST_P(OutOfCore, ACapTooSmallForOneBlockIsAClearError) {
 INSTANTIATE_TEST_SUITE_P(OpenCl, OutOfCore, ::testing::ValuesIn(opencl_or_none()), portmat::testing::DeviceName());
 
 // ---- several devices ---------------------------------------------------------------------------
+// The threads of a split: every task runs to its end, then the first error (in task order) is
+// the call's, whatever thread raised it and whenever.
+TEST(RunConcurrently, EveryTaskFinishesThenTheFirstErrorIsThrown) {
+  std::atomic<int> done{0};
+  std::atomic<bool> slow_finished{false};
+  std::vector<std::function<void()>> tasks;
+  tasks.push_back([&] { ++done; });
+  tasks.push_back([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    slow_finished = true;
+    throw std::runtime_error("one");
+  });
+  tasks.push_back([&] { throw std::invalid_argument("two"); });
+  tasks.push_back([&] { ++done; });
+  try {
+    portmat::core::run_concurrently(tasks);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "one");
+  }
+  EXPECT_TRUE(slow_finished.load());
+  EXPECT_EQ(done.load(), 2);
+  portmat::core::run_concurrently({});  // nothing to do
+  int n = 0;
+  portmat::core::run_concurrently({[&] { ++n; }});
+  EXPECT_EQ(n, 1);
+}
+
 // A float32 product worth splitting (2 * 640 * 512 * 448 = 2.9e8 flops > 1e8), against the
 // reference, and every device of the list took a block.
 void check_split(const std::vector<std::string>& devices) {

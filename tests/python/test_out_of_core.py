@@ -264,13 +264,18 @@ def test_cuda_out_of_core_scaled_down(dtype):
 
 @needs_cuda
 def test_cuda_out_of_core_integers_and_complex():
+    # 96 MiB: the CUDA backend's kernel scratch (64 MiB) and 32 MiB for blocks; each product's
+    # buffers are 42-61 MB.
     rng = np.random.default_rng()
-    portmat.set_device_memory_limit(64 << 20)
+    cap = 96 << 20
+    portmat.set_device_memory_limit(cap)
     try:
-        for dtype in ["int32", "complex64"]:
-            a = random_values(rng, (2111, 1999), dtype)
-            b = random_values(rng, (1999, 2053), dtype)
+        for dtype, (m, k, n) in [("int32", (3001, 257, 3011)), ("complex64", (1500, 1300, 1400))]:
+            a = random_values(rng, (m, k), dtype)
+            b = as_view(rng, random_values(rng, (k, n), dtype), "transposed")
+            portmat.reset_device_usage(CUDA[0])
             check_same_as_numpy(portmat.matmul(a, b, device=CUDA[0]), a, b)
+            assert_tiled(CUDA[0], cap)
     finally:
         portmat.set_device_memory_limit(None)
 
