@@ -106,6 +106,32 @@ DeviceInfo device_for(const std::string& spec, std::int64_t m, std::int64_t n, s
 DeviceInfo default_device();
 void set_default_device(const std::string& spec);  // "" restores the automatic choice
 
+// ---- device memory and out-of-core products (issue 20) ------------------------------------------
+// The most device memory portmat allocates on each discrete device (a GPU; an OpenCL device run
+// as a discrete one with PORTMAT_OPENCL_DISCRETE=1), pooled buffers included: set here, else
+// $PORTMAT_DEVICE_MEMORY (bytes, with K / M / G / T for powers of 1024: "8G"), read once per
+// process. An allocation past it throws OutOfDeviceMemory. A NumPy-in/NumPy-out product whose
+// device buffers do not fit in min(limit, the device's free memory) runs out-of-core: in blocks
+// of the result, each through the device's pipelined path (docs/usage.md, "Out-of-core").
+// std::nullopt restores the automatic choice ($PORTMAT_DEVICE_MEMORY, else no limit). 0 is refused.
+void set_device_memory_limit(std::optional<std::uint64_t> bytes);
+// The limit in force; throws std::invalid_argument naming PORTMAT_DEVICE_MEMORY for a bad value.
+std::optional<std::uint64_t> device_memory_limit();
+// "8G" -> 8 << 30, "512M", "1024", "4GiB"; throws std::invalid_argument for anything else or 0.
+std::uint64_t parse_memory_size(const std::string& text);
+
+// What portmat's NumPy path did on a device since the last reset_device_usage (diagnostics, for
+// tests and benchmarks): device memory portmat holds there now and at most (the peak), the calls
+// into the device's host path (one per block of an out-of-core product), the products it ran in
+// blocks, and their flops (2 m n k per call).
+struct DeviceUsage {
+  std::uint64_t bytes_in_use = 0, peak_bytes = 0;
+  std::uint64_t host_calls = 0, tiled_products = 0;
+  double flops = 0;
+};
+DeviceUsage device_usage(const std::string& device);
+void reset_device_usage(const std::string& device);  // counters to 0, the peak to what is in use
+
 // ---- precision of float32 products (issue 18) ---------------------------------------------------
 // How a product computed in float32 arithmetic (float32, complex64, and float16 / bfloat16, which
 // are computed in float32) is computed. float64, complex128, the integers and bool ignore it.
@@ -136,6 +162,18 @@ Precision get_precision();
 void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
             const std::string& device = "", std::optional<Precision> precision = std::nullopt);
 
+// One product split across several devices (issue 20): `devices` are specs as above, at least one,
+// no device twice ("cpu" and "cpu:0" are the same device). The result is cut into blocks, one per
+// device in proportion to its expected speed, each computed on a host thread of its own through
+// that device's pipelined path (and out-of-core where it must), all into c; products under
+// $PORTMAT_SPLIT_MIN_FLOP (default 1e8 flops) run whole on the fastest. A device that does not
+// compute the dtype (float64, say) gets no block. An error on any device is thrown once every
+// device is done. A list of one device is that device. matmul(..., "cuda") runs on every CUDA
+// device of the process the same way (one GPU: as before).
+// Note: pass a std::vector<std::string> (a braced list of string literals is ambiguous).
+void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c, const std::vector<std::string>& devices,
+            std::optional<Precision> precision = std::nullopt);
+
 // out = a @ b with np.matmul's shapes: a 1-D a is a row vector and a 1-D b a column vector (their
 // added axis is not in the result), the leading axes of stacks broadcast, and out has exactly the
 // result's shape (matmul_shape). All three of one dtype; out's last axis must have unit stride
@@ -143,6 +181,9 @@ void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
 // launch per batch on GPUs, products spread over the threads on the CPU.
 void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out,
             const std::string& device = "", std::optional<Precision> precision = std::nullopt);
+// The same on several devices (see the MatrixView overload above).
+void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const std::vector<std::string>& devices,
+            std::optional<Precision> precision = std::nullopt);
 
 // The shape of a @ b for operands of these shapes; throws std::invalid_argument naming both when
 // NumPy would refuse them (a 0-d operand, inner dimensions that differ, stacks that do not

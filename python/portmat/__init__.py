@@ -38,6 +38,10 @@ __all__ = [
     "Error",
     "DeviceError",
     "OutOfDeviceMemory",
+    "set_device_memory_limit",
+    "device_memory_limit",
+    "device_usage",
+    "reset_device_usage",
 ]
 __version__ = "0.1.0"
 
@@ -53,10 +57,73 @@ def _device_spec(device) -> str:
         return device.id
     if isinstance(device, str):
         return device
+    if isinstance(device, (list, tuple)):
+        raise TypeError("a list of devices is taken by portmat.matmul of NumPy arrays only (one product split "
+                        "across them); give one device here")
     raise TypeError(
         f"device must be None, a string such as 'opencl:0' or an entry of portmat.devices(), "
         f"not {type(device).__name__}"
     )
+
+
+def _matmul_spec(device) -> str:
+    """matmul's device argument as the core's spec: one device as _device_spec, or a list / tuple
+    of them as one comma-separated spec (the core splits each product among them)."""
+    if isinstance(device, (list, tuple)):
+        if not device:
+            raise ValueError("matmul: device is an empty list; give at least one device spec")
+        specs = []
+        for d in device:
+            if not isinstance(d, (str, DeviceInfo)):
+                raise TypeError(f"matmul: each device of a list must be a string such as 'cuda:0' or an entry "
+                                f"of portmat.devices(), not {type(d).__name__}")
+            one = _device_spec(d)
+            if not one or "," in one:
+                raise ValueError(f"matmul: {d!r} in the list of devices is not a device spec")
+            specs.append(one)
+        return ",".join(specs)
+    return _device_spec(device)
+
+
+def set_device_memory_limit(nbytes) -> None:
+    """Caps the device memory portmat allocates on each discrete device (GPU; an OpenCL device run
+    as a discrete one), pooled buffers included: an int of bytes, or a string such as '8G' or
+    '512M' (powers of 1024); None restores the automatic choice ($PORTMAT_DEVICE_MEMORY, read
+    once per process, else no cap). NumPy products whose device buffers do not fit run out-of-core, in
+    blocks; an allocation past the cap raises OutOfDeviceMemory."""
+    if nbytes is None:
+        _ext.set_device_memory_limit(None)
+        return
+    if isinstance(nbytes, str):
+        nbytes = _ext.parse_memory_size(nbytes)  # ValueError naming the text
+    elif isinstance(nbytes, bool) or not isinstance(nbytes, (int, _np.integer)):
+        raise TypeError(f"set_device_memory_limit: nbytes must be an int, a string such as '8G', or None, "
+                        f"not {type(nbytes).__name__}")
+    nbytes = int(nbytes)
+    if nbytes <= 0:
+        raise ValueError(f"set_device_memory_limit: nbytes must be positive (or None for no limit), not {nbytes}")
+    if nbytes >= 1 << 64:
+        raise ValueError(f"set_device_memory_limit: {nbytes} bytes is too large")
+    _ext.set_device_memory_limit(nbytes)
+
+
+def device_memory_limit():
+    """The device memory cap in force, in bytes (set_device_memory_limit, else
+    $PORTMAT_DEVICE_MEMORY), or None; ValueError naming the variable for a bad value."""
+    return _ext.device_memory_limit()
+
+
+def device_usage(device) -> dict:
+    """What portmat's NumPy path did on a device since reset_device_usage (diagnostics):
+    bytes_in_use and peak_bytes of device memory portmat holds there, host_calls (calls into the
+    device, one per block of an out-of-core product), tiled_products (products run in blocks) and
+    their flops."""
+    return _ext.device_usage(_device_spec(device))
+
+
+def reset_device_usage(device) -> None:
+    """Zeroes device_usage's counters, and sets its peak to the bytes in use now."""
+    _ext.reset_device_usage(_device_spec(device))
 
 
 def default_device() -> DeviceInfo:
@@ -189,6 +256,11 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", p
     overlapping a or b; it is returned. Any views are read in place where a kernel can.
     Both 1-D: a NumPy scalar, as np.matmul returns.
 
+    device: a device (a spec such as 'cuda:0', 'opencl:1', 'gpu', 'cpu', or an entry of
+    devices()), None for the default, or a list / tuple of devices: one product split across
+    them, each computing a block of the result on a thread of its own (products under ~1e8 flops
+    run whole on the fastest; docs/usage.md, "Several devices"). 'cuda' means every CUDA device.
+
     precision: how products computed in float32 arithmetic (float32, complex64, float16,
     bfloat16) are computed: 'float32' (exact, the default), 'float32_tc', 'tf32', 'bfloat16'
     (PRECISIONS; docs/usage.md has what each computes and its error), None: get_precision().
@@ -202,7 +274,7 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", p
     # raises NumPy's errors).
     if dtype is None and casting == "same_kind" and (out is None or type(out) is _np.ndarray):
         c = _ext.matmul_small(a, b, device if type(device) is str else
-                              "" if device is None else _device_spec(device), out, mode)
+                              "" if device is None else _matmul_spec(device), out, mode)
         if c is not None:
             return c
     if type(a) is not _np.ndarray or type(b) is not _np.ndarray:
@@ -233,7 +305,7 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", p
             if isinstance(out, tuple) and len(out) == 1:
                 out = out[0]
             return _arrays.matmul_cai(a, b, out, dtype, device)
-    spec = _device_spec(device)
+    spec = _matmul_spec(device)
     a = _as_operand(a, "a")
     b = _as_operand(b, "b")
     if isinstance(out, tuple):
@@ -273,11 +345,14 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", p
     direct = out is not None and out.dtype == dtype and out.flags.c_contiguous and \
         out.flags.aligned and not _np.may_share_memory(out, a) and not _np.may_share_memory(out, b)
     dev = spec
+    # Several devices (a list, or "cuda": every CUDA device) split the product in the core, which
+    # is given the spec itself; a list's result is ordinary memory (no one device's pinned pool).
+    several = spec == "cuda" or "," in spec
     if direct:
         target = out
-    elif dtype not in _POOLED or (a.nbytes < _host_memory.MIN_OPERAND_BYTES and
-                                  b.nbytes < _host_memory.MIN_OPERAND_BYTES and
-                                  _prod(shape) * dtype.itemsize < _host_memory.MIN_RESULT_BYTES):
+    elif dtype not in _POOLED or "," in spec or (a.nbytes < _host_memory.MIN_OPERAND_BYTES and
+                                                 b.nbytes < _host_memory.MIN_OPERAND_BYTES and
+                                                 _prod(shape) * dtype.itemsize < _host_memory.MIN_RESULT_BYTES):
         target = _np.empty(shape, dtype)
     else:
         n = b.shape[-1] if b.ndim > 1 else 1
@@ -289,7 +364,7 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", p
             if not info.host_unified:
                 _host_memory.pin_operands(dev, a, b)
             target = _host_memory.new_result(dev, shape, dtype)
-    _ext.matmul_arrays(a, b, target, dev, mode)
+    _ext.matmul_arrays(a, b, target, spec if several else dev, mode)
     if out is not None:
         if not direct:
             _np.copyto(out, target, casting="unsafe")  # resolve_dtypes checked the casting

@@ -147,4 +147,9 @@ void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const 
   });
 }
 
+void matmul(const ArrayView& a, const ArrayView& b, const ArrayView& out, const std::vector<std::string>& devices,
+            std::optional<Precision> precision) {
+  matmul(a, b, out, core::device_list_spec(devices), precision);
+}
+
 }  // namespace portmat

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/device_memory.hpp"
 #include "portmat/portmat.hpp"
 
 namespace portmat::core {
@@ -209,6 +211,29 @@ class Device {
     return nullptr;
   }
 
+  // ---- device memory of the NumPy path (issue 20) -------------------------------------------
+  // The core plans out-of-core products with these (out_of_core.cpp): a product whose
+  // host_product_bytes pass memory_for_products() runs in blocks, each a matmul_host call that fits.
+  MemoryAccount memory;  // every device buffer the backend holds, pooled ones too, against the cap
+  UsageCounters usage;   // what the core ran here (out_of_core.cpp; portmat::device_usage)
+
+  // Device memory one matmul_host call of an (m x k) @ (k x n) product of t takes at most: its
+  // buffers for a, b and c and whatever scratch its kernels may allocate. 0 where the call
+  // allocates none (memory shared with the host: arrays are used in place), and then the core
+  // never tiles.
+  virtual std::uint64_t host_product_bytes(std::int64_t /*m*/, std::int64_t /*n*/, std::int64_t /*k*/,
+                                           DType /*t*/) const {
+    return 0;
+  }
+  // Device memory a matmul_host call may take now: min(the cap less what portmat holds, what the
+  // driver reports free less a margin), counting the pool's free buffers as free (the backend
+  // gives them back when it needs the room).
+  virtual std::uint64_t memory_for_products() { return ~std::uint64_t(0); }
+  // The largest single buffer the device allocates (OpenCL's CL_DEVICE_MAX_MEM_ALLOC_SIZE).
+  virtual std::uint64_t max_buffer_bytes() const { return ~std::uint64_t(0); }
+  // Frees the pool's free buffers (the core retries a block that met OutOfDeviceMemory after it).
+  virtual void release_cached_memory() {}
+
   // Makes the caller's host memory [p, p + bytes) faster for matmul_host to read (page-locks it
   // in place for a discrete GPU) until the returned handle goes; the caller must keep the memory
   // alive and unmoved while it holds the handle. Null where it would not help or cannot be done.
@@ -272,6 +297,22 @@ std::unique_ptr<Backend> make_opencl_backend();  // src/opencl
 
 // The opened device behind a spec (see portmat::find_device).
 std::shared_ptr<Device> open_device(const std::string& spec);
+
+// fn(device) for every device of every backend probed in this process (none is probed here).
+void for_each_open_device(const std::function<void(Device&)>& fn);
+
+// Whether a spec names several devices for one NumPy product: a list ("cuda:0,cpu", what the
+// vector overloads of matmul and Python's device=[...] become) or "cuda" (every CUDA device).
+bool names_device_list(const std::string& spec);
+// The device(s) behind such a spec: the one device where it names one (so that "cuda" on a
+// machine with one GPU, or a list of one, is that device, as before), else a group that splits
+// each product among them (multi_device.cpp). Throws std::invalid_argument for an empty entry,
+// an unknown device (as open_device does) or a device named twice.
+std::shared_ptr<Device> open_device_list(const std::string& spec);
+std::shared_ptr<Device> make_device_group(std::vector<std::shared_ptr<Device>> devices);  // multi_device.cpp
+// The spec of a list of specs (the vector overloads of matmul): std::invalid_argument for an empty
+// list or an entry that is empty or holds a comma.
+std::string device_list_spec(const std::vector<std::string>& devices);
 
 // The device for an (m x k) @ (k x n) product of `element_bytes` elements: open_device(spec),
 // except that when the choice is automatic (no spec, no set_default_device, no $PORTMAT_DEVICE)

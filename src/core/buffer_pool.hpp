@@ -58,6 +58,7 @@ class BufferPool {
   }
 
   bool empty() const { return free_.empty(); }
+  std::size_t free_bytes() const { return free_bytes_; }  // held in free buffers
 
  private:
   void give_back(std::unique_ptr<Buf> buf) {

@@ -15,6 +15,7 @@
 #include "core/batch.hpp"
 #include "core/broadcast.hpp"
 #include "core/layout.hpp"
+#include "core/out_of_core.hpp"
 #include "core/process.hpp"
 
 namespace portmat {
@@ -67,7 +68,7 @@ void multiply_one(core::Device& dev, const MatrixView& a, const MatrixView& b, c
   std::vector<unsigned char> a_packed, b_packed;
   const core::HostMatrix ha = core::as_dense(a, a_packed);
   const core::HostMatrix hb = core::as_dense(b, b_packed);
-  dev.matmul_host(ha, hb, c);
+  core::host_product(dev, ha, hb, c);  // in blocks where the device's memory asks for them
 }
 
 // Whether every matrix of a stack is a kernel-readable dense matrix in place.
@@ -91,8 +92,8 @@ void multiply_computed(core::Device& dev, const core::Batch& p) {
       multiply_one(dev, core::nth(p.a, p.a_step, i), core::nth(p.b, p.b_step, i), core::nth(p.c, p.c_step, i));
     return;
   }
-  dev.matmul_batch_host(*core::dense_in_place(p.a), p.a_step, *core::dense_in_place(p.b), p.b_step, p.c,
-                        p.c_step, p.count);
+  core::host_batch(dev, *core::dense_in_place(p.a), p.a_step, *core::dense_in_place(p.b), p.b_step, p.c,
+                   p.c_step, p.count);
 }
 
 // The product through float64 when that is exact: integer operands whose every partial sum
@@ -112,6 +113,9 @@ bool complex_b_on_device(core::Device& dev, const core::Batch& r) {
       (r.count > 1 && (!dense_stack(r.a) || !dense_stack(r.b))) || r.a.rows > kMaxDim || r.b.rows > kMaxDim ||
       r.b.cols > kMaxDim)
     return false;
+  // Where the real product would not fit on the device, the core's own B'' goes out-of-core.
+  const DType real = r.a.dtype;
+  if (!core::fits_on_device(dev, r.a.rows, 2 * r.b.cols, r.a.cols, real)) return false;
   for (std::int64_t i = 0; i < r.count; ++i) {
     if (!dev.matmul_complex_b_host(*core::dense_in_place(core::nth(r.a, r.a_step, i)),
                                    *core::dense_in_place(core::nth(r.b, r.b_step, i)), core::nth(r.c, r.c_step, i))) {
@@ -206,9 +210,12 @@ void multiply_batch(const Batch& p, const std::string& device) {
   // default device as it is: the automatic choice would send small products to the CPU, which
   // runs none of them (a user who asks for tf32 on a GPU machine means the GPU).
   const bool moded = current_precision() != Precision::float32 && follows_precision(p.c.dtype);
-  auto dev = moded ? open_device(device)
-                   : open_device_for(device, M * std::max<std::int64_t>(p.count, 1), N, K,
-                                     static_cast<std::int64_t>(dtype_size(p.c.dtype)));
+  device_memory_limit();  // a bad $PORTMAT_DEVICE_MEMORY raises at every product, naming itself
+  // A list of devices (or "cuda": every CUDA device) splits the product (multi_device.cpp).
+  auto dev = names_device_list(device) ? open_device_list(device)
+             : moded                   ? open_device(device)
+                                       : open_device_for(device, M * std::max<std::int64_t>(p.count, 1), N, K,
+                                                         static_cast<std::int64_t>(dtype_size(p.c.dtype)));
   if (moded) require_precision(*dev, p.c.dtype);  // also for empty products: the same answer at every size
   if (M == 0 || N == 0 || p.count == 0) return;
   if (K == 0) {  // the empty sum
@@ -232,6 +239,23 @@ void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c,
     const core::PrecisionScope scope(precision);
     core::multiply_batch({a, b, c}, device);
   });
+}
+
+void matmul(const MatrixView& a, const MatrixView& b, const MatrixView& c, const std::vector<std::string>& devices,
+            std::optional<Precision> precision) {
+  matmul(a, b, c, core::device_list_spec(devices), precision);
+}
+
+std::string core::device_list_spec(const std::vector<std::string>& devices) {
+  if (devices.empty()) throw std::invalid_argument("matmul: the list of devices is empty");
+  std::string spec;
+  for (const std::string& d : devices) {
+    if (d.empty() || d.find(',') != std::string::npos)
+      throw std::invalid_argument("matmul: '" + d + "' in the list of devices is not a device spec "
+                                  "(give one spec such as 'cuda:0' or 'cpu' per entry)");
+    spec += (spec.empty() ? "" : ",") + d;
+  }
+  return spec;
 }
 
 std::vector<double> time_gemm(const std::string& device, std::int64_t m, std::int64_t n,

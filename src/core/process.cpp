@@ -74,6 +74,53 @@ void on_big_stack_impl(const std::function<void()>& f) {
 #endif
 }
 
+void run_concurrently(const std::vector<std::function<void()>>& tasks) {
+  std::vector<std::exception_ptr> errors(tasks.size());
+  auto run = [&](std::size_t i) {
+    try {
+      tasks[i]();
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+#ifdef __unix__
+  struct Start {
+    decltype(run)* fn;
+    std::size_t index;
+  };
+  std::vector<Start> starts(tasks.size());
+  std::vector<pthread_t> threads;
+  std::vector<std::size_t> not_started;
+  for (std::size_t i = 1; i < tasks.size(); ++i) {
+    starts[i] = {&run, i};
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, kBigStackBytes);
+    pthread_t t;
+    const int err = pthread_create(
+        &t, &attr,
+        [](void* p) -> void* {
+          auto* s = static_cast<Start*>(p);
+          (*s->fn)(s->index);
+          return nullptr;
+        },
+        &starts[i]);
+    pthread_attr_destroy(&attr);
+    if (err == 0)
+      threads.push_back(t);
+    else
+      not_started.push_back(i);
+  }
+  if (!tasks.empty()) run(0);
+  for (std::size_t i : not_started) run(i);
+  for (pthread_t t : threads) pthread_join(t, nullptr);
+#else
+  for (std::size_t i = 0; i < tasks.size(); ++i) run(i);
+#endif
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 bool stack_is_short() {
 #if defined(__linux__)
   // The lowest address of this thread's stack, found once per thread (for the main thread glibc

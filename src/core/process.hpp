@@ -14,6 +14,7 @@
 #include <optional>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace portmat::core {
 
@@ -43,6 +44,13 @@ auto on_big_stack(F&& f) -> std::invoke_result_t<F> {
     return std::move(*out);
   }
 }
+
+// Runs every task at once: tasks[0] on the calling thread, each other on a new thread with a stack
+// of kBigStackBytes (one that cannot be started runs on the calling thread after tasks[0]).
+// Returns once all have finished, then throws the exception of the first task (in order) that
+// threw: an error on one thread never leaves another running, and never ends the process.
+// For one product split across devices (multi_device.cpp).
+void run_concurrently(const std::vector<std::function<void()>>& tasks);
 
 // True when the calling thread has less than kStackNeeded bytes of stack left: a product or a
 // driver call is then moved to a big-stack thread (with_enough_stack).

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -262,6 +263,50 @@ Entry choose(const std::string& spec) {
 }  // namespace
 
 std::shared_ptr<Device> open_device(const std::string& spec) { return usable(choose(spec)); }
+
+void for_each_open_device(const std::function<void(Device&)>& fn) {
+  for (auto& slot : registry().slots)
+    if (slot->probed.load(std::memory_order_acquire) && slot->generation == fork_generation())
+      for (auto& d : slot->devices) fn(*d);
+}
+
+bool names_device_list(const std::string& spec) { return spec == "cuda" || spec.find(',') != std::string::npos; }
+
+std::shared_ptr<Device> open_device_list(const std::string& spec) {
+  std::vector<Entry> entries;
+  std::vector<std::string> names;
+  if (spec == "cuda") {
+    // Every CUDA device of the process (one GPU: that device alone, as "cuda" always meant).
+    for (auto& slot : registry().slots) {
+      if (std::string(slot->backend->name()) != "cuda") continue;
+      probe(*slot);
+      for (auto& d : slot->devices) entries.push_back({d, slot.get()}), names.push_back(d->info().id());
+    }
+    if (entries.size() <= 1) return usable(resolve(spec));  // none: resolve's error, as before
+  } else {
+    std::size_t from = 0;
+    for (;;) {
+      const std::size_t comma = spec.find(',', from);
+      const std::string one = spec.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+      if (one.empty())
+        throw std::invalid_argument("portmat: the device list '" + printable(spec) +
+                                    "' has an empty entry; give device specs such as 'cuda:0', 'cpu'");
+      Entry e = resolve(one);
+      for (std::size_t i = 0; i < entries.size(); ++i)
+        if (entries[i].device == e.device)
+          throw std::invalid_argument("portmat: the device list '" + printable(spec) + "' names " +
+                                      e.device->info().id() + " twice ('" + printable(names[i]) + "' and '" +
+                                      printable(one) + "'); give each device once");
+      entries.push_back(e), names.push_back(one);
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
+  }
+  std::vector<std::shared_ptr<Device>> devs;
+  for (const Entry& e : entries) devs.push_back(usable(e));
+  if (devs.size() == 1) return devs.front();
+  return make_device_group(std::move(devs));
+}
 
 // $PORTMAT_GPU_MIN_FLOP: when set, products under this many flops (2*m*n*k) go to the CPU and the
 // rest to the GPU, instead of the model (0: always the GPU). -1 when unset.

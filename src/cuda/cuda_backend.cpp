@@ -72,13 +72,16 @@ std::string product_text(const std::string& where, std::int64_t m, std::int64_t 
          "x" + std::to_string(k) + ") @ (" + std::to_string(k) + "x" + std::to_string(n) + ")" + extra;
 }
 
+// Device memory, counted in its device's MemoryAccount (the cap, core/device_memory.hpp) while
+// it lives.
 class CuBuffer final : public core::Buffer {
  public:
-  CuBuffer(const CuApi& cu, CUcontext ctx, CUdeviceptr ptr, std::size_t bytes)
-      : cu_(cu), ctx_(ctx), ptr_(ptr), bytes_(bytes) {}
+  CuBuffer(const CuApi& cu, CUcontext ctx, CUdeviceptr ptr, std::size_t bytes, core::MemoryAccount* account)
+      : cu_(cu), ctx_(ctx), ptr_(ptr), bytes_(bytes), account_(account) {}
   ~CuBuffer() override {
     cu_.CtxSetCurrent(ctx_);
     cu_.MemFree(ptr_);
+    if (account_) account_->give(bytes_);
   }
   std::size_t bytes() const override { return bytes_; }
   CUdeviceptr ptr() const { return ptr_; }
@@ -88,6 +91,7 @@ class CuBuffer final : public core::Buffer {
   CUcontext ctx_;
   CUdeviceptr ptr_;
   std::size_t bytes_;
+  core::MemoryAccount* account_;
 };
 
 CUdeviceptr ptr_of(const core::Buffer* b) { return static_cast<const CuBuffer*>(b)->ptr(); }
@@ -379,6 +383,41 @@ class CudaDevice final : public core::Device {
     return pinned_pool_->get(bytes, reuse_only);
   }
 
+  // ---- device memory of the NumPy path (out-of-core, core/out_of_core.cpp) ---------------------
+  // matmul_host holds a, b and c whole, and its kernels may grow scratch that stays: the split-K
+  // workspace of each kernel stream (at most kSplitMaxBytes), the stream-K flags, and in a
+  // precision mode on sm_90 the wgmma pre-pass's copies of a row chunk of a and of b per stream.
+  std::uint64_t host_product_bytes(std::int64_t m, std::int64_t n, std::int64_t k, DType t) const override {
+    const std::uint64_t es = dtype_size(t);
+    std::uint64_t bytes = es * static_cast<std::uint64_t>(m * k + k * n + m * n);
+    bytes += 2 * static_cast<std::uint64_t>(kSplitMaxBytes) + 2 * kMaxSkBlocks * sizeof(int);
+    if (t == DType::f32 && core::current_precision() != Precision::float32 && wgmma_capable()) {
+      const std::int64_t rows = std::min<std::int64_t>(m, std::max<std::int64_t>(128, (std::int64_t(16) << 20) /
+                                                                                      (std::max(k, n) * 4) / 128 * 128));
+      bytes += 2 * 4 * static_cast<std::uint64_t>((rows + 256) * k + n * k);
+    }
+    return bytes;
+  }
+
+  // min(the cap less what portmat holds here, the driver's free memory less a margin for its own
+  // allocations and fragmentation), the pool's free buffers counted as free.
+  std::uint64_t memory_for_products() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    std::size_t free = 0, total = 0;
+    cu_check(cu_.MemGetInfo(&free, &total), "cuMemGetInfo", where_);
+    const std::uint64_t pooled = pool_.free_bytes();
+    const std::uint64_t margin = std::max<std::uint64_t>(std::uint64_t(256) << 20, total / 64);
+    std::uint64_t room = core::room(free + pooled, margin);
+    if (const auto cap = device_memory_limit()) room = std::min(room, core::room(*cap, core::room(memory.in_use(), pooled)));
+    return room;
+  }
+
+  void release_cached_memory() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_.trim(0);
+  }
+
   // Operands of 4 MiB and more are page-locked in place (cuMemHostRegister) so that later calls
   // copy them to the device directly; PORTMAT_CUDA_PIN_OPERANDS=0 turns this off.
   std::shared_ptr<void> pin_host(const void* p, std::size_t bytes) override {
@@ -453,15 +492,20 @@ class CudaDevice final : public core::Device {
   }
 
   // ---- memory ------------------------------------------------------------------------------------
+  // Every device buffer, counted against portmat's cap (core/device_memory.hpp): past it, the
+  // pool's free buffers go first, then the allocation fails with OutOfDeviceMemory.
   std::unique_ptr<CuBuffer> create_buffer(std::size_t bytes) {
+    if (memory.over_limit(bytes) && !pool_.empty()) pool_.trim(0);
+    memory.take(bytes, true, where_);
     CUdeviceptr p = 0;
     CUresult r = cu_.MemAlloc(&p, std::max<std::size_t>(bytes, 1));
     if (r == CUDA_ERROR_OUT_OF_MEMORY && !pool_.empty()) {  // give cached buffers back and retry
       pool_.trim(0);
       r = cu_.MemAlloc(&p, std::max<std::size_t>(bytes, 1));
     }
+    if (r != CUDA_SUCCESS) memory.give(bytes);
     cu_check(r, "cuMemAlloc", where_ + " for " + std::to_string(bytes) + " bytes");
-    return std::make_unique<CuBuffer>(cu_, ctx_, p, bytes);
+    return std::make_unique<CuBuffer>(cu_, ctx_, p, bytes, &memory);
   }
 
   using Lease = core::BufferPool<CuBuffer>::Lease;

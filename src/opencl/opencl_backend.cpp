@@ -67,10 +67,16 @@ T device_value(const ClApi& cl, cl_device_id d, cl_device_info what) {
   return v;
 }
 
+// A cl_mem; one of device memory is counted in its device's MemoryAccount (the cap,
+// core/device_memory.hpp) while it lives (`account` null: host memory used in place).
 class ClBuffer final : public core::Buffer {
  public:
-  ClBuffer(const ClApi& cl, cl_mem mem, std::size_t bytes) : cl_(cl), mem_(mem), bytes_(bytes) {}
-  ~ClBuffer() override { cl_.ReleaseMemObject(mem_); }
+  ClBuffer(const ClApi& cl, cl_mem mem, std::size_t bytes, core::MemoryAccount* account = nullptr)
+      : cl_(cl), mem_(mem), bytes_(bytes), account_(account) {}
+  ~ClBuffer() override {
+    cl_.ReleaseMemObject(mem_);
+    if (account_) account_->give(bytes_);
+  }
   std::size_t bytes() const override { return bytes_; }
   cl_mem mem() const { return mem_; }
 
@@ -78,6 +84,7 @@ class ClBuffer final : public core::Buffer {
   const ClApi& cl_;
   cl_mem mem_;
   std::size_t bytes_;
+  core::MemoryAccount* account_;
 };
 
 cl_mem mem_of(const core::Buffer* b) { return static_cast<const ClBuffer*>(b)->mem(); }
@@ -159,6 +166,28 @@ class OpenClDevice final : public core::Device {
       matmul_in_place(a, b, c);
     else if (!pipeline_on() || !matmul_pipelined(a, b, c))
       matmul_copying(a, b, c);
+  }
+
+  // ---- device memory of the NumPy path (out-of-core, core/out_of_core.cpp) ---------------------
+  // A discrete device's matmul_host holds a, b and c whole (matmul_pipelined, matmul_copying) and
+  // no kernel scratch; one sharing host memory holds none (the arrays are used in place).
+  std::uint64_t host_product_bytes(std::int64_t m, std::int64_t n, std::int64_t k, DType t) const override {
+    if (shares_memory()) return 0;
+    return dtype_size(t) * static_cast<std::uint64_t>(m * k + k * n + m * n);
+  }
+  // OpenCL reports no free memory: the global memory less what portmat holds here and a margin
+  // (1/16: the driver's own, other programs), capped; the pool's free buffers count as free.
+  std::uint64_t memory_for_products() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::uint64_t pooled = pool_.free_bytes(), held = core::room(memory.in_use(), pooled);
+    std::uint64_t room = core::room(info_.memory_bytes - info_.memory_bytes / 16, held);
+    if (const auto cap = device_memory_limit()) room = std::min(room, core::room(*cap, held));
+    return room;
+  }
+  std::uint64_t max_buffer_bytes() const override { return max_alloc_; }
+  void release_cached_memory() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    pool_.trim(0);
   }
 
   // Results of 1 MiB and more on a discrete device come from a pool of page-locked blocks
@@ -368,6 +397,14 @@ class OpenClDevice final : public core::Device {
       throw OutOfDeviceMemory("clCreateBuffer on " + where_ + ": " + std::to_string(bytes) +
                               " bytes exceed the device's largest allocation (" +
                               std::to_string(max_alloc_) + " bytes)");
+    // Device memory (not host memory used in place) counts against portmat's cap where the device
+    // is run as a discrete one: past it, the pool's free buffers go first, then OutOfDeviceMemory.
+    core::MemoryAccount* account = host ? nullptr : &memory;
+    if (account) {
+      const bool enforce = !shares_memory();
+      if (enforce && memory.over_limit(bytes) && !pool_.empty()) pool_.trim(0);
+      memory.take(bytes, enforce, where_);
+    }
     cl_int err = CL_SUCCESS;
     cl_mem m = cl_.CreateBuffer(context_, flags, std::max<std::size_t>(bytes, 1), host, &err);
     if (err != CL_SUCCESS && !host && !pool_.empty()) {  // give cached buffers back and retry
@@ -375,8 +412,9 @@ class OpenClDevice final : public core::Device {
       m = cl_.CreateBuffer(context_, flags, std::max<std::size_t>(bytes, 1), host, &err);
     }
     if (err == CL_OUT_OF_RESOURCES) err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
+    if (err != CL_SUCCESS && account) account->give(bytes);
     cl_check(err, "clCreateBuffer", where_ + " for " + std::to_string(bytes) + " bytes");
-    return std::make_unique<ClBuffer>(cl_, m, bytes);
+    return std::make_unique<ClBuffer>(cl_, m, bytes, account);
   }
 
   using Lease = core::BufferPool<ClBuffer>::Lease;

@@ -6,6 +6,7 @@
 // the general path's Python steps cost more than the product (see there).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -430,6 +431,25 @@ NB_MODULE(_ext, m) {
   m.def("num_threads", &portmat::num_threads, "Threads per matmul on the CPU backend");
 #endif
   m.def("backend_notes", &portmat::backend_notes, "Problems met while probing backends");
+  m.def("set_device_memory_limit", &portmat::set_device_memory_limit, "nbytes"_a.none(),
+        "Caps portmat's device memory on each discrete device (bytes; None: $PORTMAT_DEVICE_MEMORY, else no cap)");
+  m.def("device_memory_limit", &portmat::device_memory_limit,
+        "The cap in force (set_device_memory_limit, else $PORTMAT_DEVICE_MEMORY), or None");
+  m.def("parse_memory_size", &portmat::parse_memory_size, "text"_a, "'8G' -> 8 << 30, or ValueError");
+  m.def(
+      "device_usage",
+      [](const std::string& device) {
+        const portmat::DeviceUsage u = portmat::device_usage(device);
+        nb::dict d;
+        d["bytes_in_use"] = u.bytes_in_use;
+        d["peak_bytes"] = u.peak_bytes;
+        d["host_calls"] = u.host_calls;
+        d["tiled_products"] = u.tiled_products;
+        d["flops"] = u.flops;
+        return d;
+      },
+      "device"_a, "What portmat's NumPy path did on a device (diagnostics)");
+  m.def("reset_device_usage", &portmat::reset_device_usage, "device"_a);
   m.def("default_device", &portmat::default_device);
   m.def("set_default_device", &portmat::set_default_device, "spec"_a);
   m.def(
