@@ -65,18 +65,19 @@ inline constexpr WgTile kWg{128, 256, 4, 128};
 // of 40 KiB (6 would pass 227 KiB).
 inline constexpr WgTile kWgF32tc128{128, 128, 7, 128};
 inline constexpr WgTile kWgF32tc192{128, 192, 5, 128};
-// The one that runs by default (PORTMAT_CUDA_F32TC_KERNEL=regs): 128, the one with registers and
-// stages to spare, until the H200 says which is faster (128 x 192 reads 11% less shared memory per
-// multiply-add, but has 2.5 chunks of ring, and 4096 / 192 is no whole number of tiles).
+// The one that runs by default (PORTMAT_CUDA_F32TC_KERNEL=regs): 128. Measured on the H200
+// (session 18, cuda_tc_sweep.py): 128 x 128 ran float32_tc at 117.8 / 114.0 TFLOP/s at n = 4096 /
+// 8192, 128 x 192 at 89.2 / 92.4 (its 2.5 chunks of ring do not hide TMA's latency).
 inline constexpr int kWgF32tcDefaultBn = 128;
-// Their promotion interval's default, in chunks of 32 k (PORTMAT_CUDA_TC_PROMOTE overrides it): 4,
-// i.e. 48 wgmma k8 steps in one tensor-core chain. Accuracy: a truncating chain's error grows about
-// linearly with its length; 8 chunks a chain (the 128 x 256 kernel's default, summed into c) measured
-// 2.0e-7 max error at n = 4096 against FFMA's 3.2e-7 on the H200, so 4 leaves a margin of ~2x on
-// that part. Cost: BN / 2 FADDs per thread and a drain of the warpgroup's wgmma queue per promotion,
-// against 12 wgmma of BN / 2 cycles each per chunk: at 4 the FADDs are ~2% of the tensor time even
-// if none of it overlapped the other warpgroup's wgmma. (A GUESS until timed: the sweep times 1-8.)
-inline constexpr int kWgF32tcPromoteChunks = 4;
+// Their promotion interval's default, in chunks of 32 k (PORTMAT_CUDA_TC_PROMOTE overrides it): 1,
+// i.e. 12 wgmma k8 steps in one tensor-core chain. Measured on the H200 (session 18, 128 x 128, n =
+// 4096 / 8192): every chunk 122.8 / 118.4 TFLOP/s with max error 6.0e-8 / 6.6e-8; every 2 chunks
+// 121.3 / 116.6 (7.4e-8 / 6.6e-8); 4: 117.8 / 114.0 (1.0e-7 / 8.0e-8); 8: 118.7 / 115.2 (2.0e-7 /
+// 1.5e-7); never: 119.2 / 117.5 (3.5e-6 / 5.2e-6); cuBLAS float32 (FFMA) 51.4 / 51.3 with 3.2e-7 /
+// 4.7e-7. The shortest chains are both the most accurate and the fastest: the staggered
+// promotions hide under the other warpgroup's wgmma, and a short interval keeps the two
+// warpgroups' drains small.
+inline constexpr int kWgF32tcPromoteChunks = 1;
 inline constexpr int kWgPrepThreads = 256;  // wg_prep's block: a 32 x 32 tile of an operand
 
 // A CUtensorMap's 128 opaque bytes (cuda.h's type, which this header does not include), built on

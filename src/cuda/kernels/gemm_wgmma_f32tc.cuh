@@ -9,7 +9,7 @@
 //    in global memory every 8 chunks: accurate, but each read-modify-write of c cost ~34 us and
 //    the kernel fell to 0.97x cuBLAS float32. Here the chain is cut in registers: wgmma writes the
 //    interval's first chunk with scale-d = 0 (D = A B: the temporaries start from zero), sums
-//    an interval of chunks (12 wgmma k8 steps each; kWgF32tcPromoteChunks = 4 by default) onto it, and after wgmma.wait_group the thread
+//    an interval of chunks (12 wgmma k8 steps each; kWgF32tcPromoteChunks = 1 by default) onto it, and after wgmma.wait_group the thread
 //    adds the BN / 2 temporaries into its main set (plain FADD.RN; the main set never goes through
 //    the tensor cores). Cost per promotion: BN / 2 FADDs per thread plus a drain of the warpgroup's
 //    wgmma queue; the two consumer warpgroups promote half an interval apart, so one's drain and
@@ -32,7 +32,8 @@
 //    warp), persistent grid over the swizzled tiles, bounded mbarrier waits (wg_bar_wait), the
 //    epilogue straight from the main set (c (+)= for the k-split pieces).
 // Compiled only for sm_90a (a trapping stub elsewhere; the host never launches it there).
-// STATUS: NOT RUN ON A GPU (compiled here only; the lead runs the CudaPrecision tests on the H200).
+// STATUS: passes the CudaPrecision tests on the H200 (2026-12-02); 2.3-2.4x cuBLAS float32 with a
+// third of its max error there (docs/cuda.md).
 #pragma once
 
 #include "gemm_wgmma.cuh"
