@@ -162,7 +162,59 @@ def shapes_section(machine, dev, dtype, records) -> list[str]:
     ]
 
 
-def results_readme(files, shape_files=()) -> str:
+def load_other(results: str) -> list[tuple[str, str, dict]]:
+    """(machine, kind, data) for the result files of the other benchmarks: MACHINE-out-of-core.json
+    (bench/out_of_core.py), MACHINE-dask.json (bench/dask_matmul.py) and
+    MACHINE-cuda-precision-modes.json (bench/diagnostics/cuda_tc_sweep.py)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(results, "*.json"))):
+        m = re.fullmatch(r"(.+?)-(out-of-core|dask|cuda-precision-modes)\.json", os.path.basename(path))
+        if m:
+            with open(path) as f:
+                out.append((m[1], m[2], json.load(f)))
+    return out
+
+
+def other_section(machine: str, kind: str, data: dict) -> list[str]:
+    setup = data.get("setup", data)
+    head = f"{setup.get('date', '')}; `{setup.get('command', '')}`"
+    if kind == "out-of-core":
+        lines = ["", f"## {machine}, larger than the device (out-of-core) and device lists", "", head, "",
+                 "| n | dtype | device(s) | what | whole s | other s | speed ratio | calls | peak device bytes |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+        for r in data["records"]:
+            if r.get("kind") == "cap":
+                u = r.get("capped_usage", {})
+                lines.append(f"| {r['n']} | {r['dtype']} | {r['device']} | capped at {r['cap_bytes'] / 2**30:.0f} GiB "
+                             f"against the whole device | {r['full_median_s']:.3f} | {r['capped_median_s']:.3f} | "
+                             f"{ratio(r['capped_over_full_speed'])} | {u.get('host_calls', '')} | "
+                             f"{u.get('peak_bytes', 0) / 2**30:.2f} GiB |")
+            else:
+                lines.append(f"| {r.get('n')} | {r.get('dtype')} | {r.get('devices', r.get('device'))} | "
+                             f"{r.get('kind')} | | | | | |")
+        return lines
+    if kind == "dask":
+        lines = ["", f"## {machine}, dask (portmat.dask.matmul against dask.array's x @ y on one cluster)", "",
+                 head + f"; {setup.get('workers')} worker(s) of {setup.get('threads_per_worker')} threads, "
+                 f"devices {setup.get('pinned_devices')}", "",
+                 "| n | block | dtype | dask.array s (min-max) | portmat.dask s (min-max) | dask.array / portmat |",
+                 "|---|---|---|---|---|---|"]
+        for r in data["records"]:
+            lines.append(f"| {r['n']} | {r['block']} | {r['dtype']} | {r['numpy_median_s']:.2f} "
+                         f"({min(r['numpy_s']):.2f}-{max(r['numpy_s']):.2f}) | {r['portmat_median_s']:.2f} "
+                         f"({min(r['portmat_s']):.2f}-{max(r['portmat_s']):.2f}) | {ratio(r['numpy_over_portmat'])} |")
+        return lines
+    lines = ["", f"## {machine}, CUDA precision modes ({data.get('device', '')}, device-resident)", "", head, "",
+             "| n | mode | kernel | TFLOP/s | cuBLAS (torch) mode | its TFLOP/s | ratio | max / mean error | cuBLAS's |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        lines.append(f"| {r['n']} | {r['mode']} | {r['kernel']} | {r['tflops']:.1f} | {r['torch_mode']} | "
+                     f"{r['torch_tflops']:.1f} | {ratio(r['speedup_vs_torch'])} | {r['max_err']:.1e} / "
+                     f"{r['mean_err']:.1e} | {r['torch_max_err']:.1e} / {r['torch_mean_err']:.1e} |")
+    return lines
+
+
+def results_readme(files, shape_files=(), others=()) -> str:
     lines = [
         "# Benchmark results: today's figures",
         "",
@@ -197,7 +249,7 @@ def results_readme(files, shape_files=()) -> str:
         "## Machines",
         "",
     ]
-    for m in sorted({f[0] for f in (*files, *shape_files)}, key=lambda m: (m not in MACHINES, m)):
+    for m in sorted({f[0] for f in (*files, *shape_files, *others)}, key=lambda m: (m not in MACHINES, m)):
         desc, cmd = MACHINES.get(m, (f"machine '{m}'", "`python bench/every_device.py --machine " + m + "`"))
         lines.append(f"- **{m}**: {desc}. Canonical command: {cmd}.")
     for machine, dev, dtype, records in files:
@@ -215,6 +267,8 @@ def results_readme(files, shape_files=()) -> str:
         lines += file_table(records, gpu)
     for f in shape_files:
         lines += shapes_section(*f)
+    for f in others:
+        lines += other_section(*f)
     return "\n".join(lines) + "\n"
 
 
@@ -252,8 +306,9 @@ def main() -> None:
     args = p.parse_args()
     files = load(args.results)
     shape_files = load(args.results, shapes=True)
+    others = load_other(args.results)
     with open(os.path.join(args.results, "README.md"), "w") as f:
-        f.write(results_readme(files, shape_files))
+        f.write(results_readme(files, shape_files, others))
     if os.path.exists(args.readme):
         with open(args.readme) as f:
             text = f.read()
@@ -261,7 +316,7 @@ def main() -> None:
             start, stop = text.index(BEGIN) + len(BEGIN), text.index(END)
             with open(args.readme, "w") as f:
                 f.write(text[:start] + "\n" + headline(files, shape_files) + "\n" + text[stop:])
-    print(f"wrote the tables of {len(files) + len(shape_files)} result files")
+    print(f"wrote the tables of {len(files) + len(shape_files) + len(others)} result files")
 
 
 if __name__ == "__main__":

@@ -21,9 +21,11 @@ Writes JSON to --json, else to $OUT/cuda_tc_sweep.json when $OUT is set. About a
 """
 
 import argparse
+import datetime
 import json
 import os
 import statistics
+import sys
 
 import numpy as np
 import torch
@@ -121,6 +123,8 @@ def main():
                     help="float32_tc on wgmma: every entry of F32TC_VARIANTS, or the default kernel only")
     ap.add_argument("--json")
     args = ap.parse_args()
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    command = " ".join(["python3 bench/diagnostics/cuda_tc_sweep.py"] + sys.argv[1:])
     dev = next(d for d in portmat.devices() if d.backend == "cuda")
     kernels = ["mma", "wgmma"]
     rows = []
@@ -185,7 +189,8 @@ def main():
     out = args.json or (os.path.join(os.environ["OUT"], "cuda_tc_sweep.json") if os.environ.get("OUT") else None)
     if out:
         with open(out, "w") as f:
-            json.dump({"device": dev.name, "runs": RUNS, "launches": LAUNCHES, "rows": rows}, f, indent=1)
+            json.dump({"date": started, "command": command, "device": dev.name, "runs": RUNS,
+                       "launches": LAUNCHES, "rows": rows}, f, indent=1)
         print(f"wrote {out}")
 
 
