@@ -70,6 +70,29 @@ MatrixView view_of(const HostMatrix& m) {
   return v;
 }
 
+HostMatrix block_of(const HostMatrix& x, std::int64_t r0, std::int64_t rows, std::int64_t c0, std::int64_t cols) {
+  HostMatrix s = x;
+  const std::int64_t at = x.col_major ? c0 * x.ld + r0 : r0 * x.ld + c0;
+  s.data = static_cast<const unsigned char*>(x.data) +
+           (static_cast<std::int64_t>(x.offset) + at) * static_cast<std::int64_t>(dtype_size(x.dtype));
+  s.offset = 0, s.rows = rows, s.cols = cols;
+  return s;
+}
+
+HostMatrix nth(const HostMatrix& x, std::int64_t step, std::int64_t i) {
+  HostMatrix m = x;
+  m.data = static_cast<const unsigned char*>(x.data) + i * step * static_cast<std::int64_t>(dtype_size(x.dtype));
+  return m;
+}
+
+MatrixView block_of(const MatrixView& x, std::int64_t r0, std::int64_t rows, std::int64_t c0, std::int64_t cols) {
+  MatrixView s = x;
+  s.data = static_cast<unsigned char*>(x.data) +
+           (r0 * x.row_stride + c0 * x.col_stride) * static_cast<std::int64_t>(dtype_size(x.dtype));
+  s.rows = rows, s.cols = cols;
+  return s;
+}
+
 bool is_sparse(const HostMatrix& m) {
   return m.span() > 2 * static_cast<std::size_t>(m.rows * m.cols) + 4096;
 }

@@ -22,6 +22,14 @@ HostMatrix packed(const MatrixView& v, std::vector<unsigned char>& storage);
 // The strided view of a dense matrix.
 MatrixView view_of(const HostMatrix& m);
 
+// Rows [r0, r0 + rows) and columns [c0, c0 + cols) of x, read in place (out-of-core blocks, a
+// device list's blocks).
+HostMatrix block_of(const HostMatrix& x, std::int64_t r0, std::int64_t rows, std::int64_t c0, std::int64_t cols);
+MatrixView block_of(const MatrixView& x, std::int64_t r0, std::int64_t rows, std::int64_t c0, std::int64_t cols);
+
+// Matrix i of a stack of dense matrices `step` elements apart (batch.hpp has the MatrixView one).
+HostMatrix nth(const HostMatrix& x, std::int64_t step, std::int64_t i);
+
 // True when m's memory, from its first element to its last, is more than twice its elements (a
 // few rows of a huge array, say): a device that would map the whole range should copy it instead.
 bool is_sparse(const HostMatrix& m);

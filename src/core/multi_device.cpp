@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/batch.hpp"
+#include "core/layout.hpp"
 #include "core/out_of_core.hpp"
 #include "core/process.hpp"
 
@@ -113,9 +115,9 @@ class DeviceGroup final : public Device {
       tasks.push_back([=] {
         const PrecisionScope scope(mode);
         if (by_rows)
-          host_product(*dev, rows_of(a, from, size), b, rows_of(c, from, size));
+          host_product(*dev, block_of(a, from, size, 0, a.cols), b, block_of(c, from, size, 0, c.cols));
         else
-          host_product(*dev, a, cols_of(b, from, size), cols_of(c, from, size));
+          host_product(*dev, a, block_of(b, 0, b.rows, from, size), block_of(c, 0, c.rows, from, size));
       });
     }
     run_concurrently(tasks);
@@ -137,7 +139,6 @@ class DeviceGroup final : public Device {
       return Device::matmul_batch_host(a, a_step, b, b_step, c, c_step, count);
     const auto edges = split(count, rates, 1);
     const Precision mode = current_precision();
-    const std::int64_t es = static_cast<std::int64_t>(dtype_size(c.dtype));
     std::vector<std::function<void()>> tasks;
     for (std::size_t i = 0; i < able.size(); ++i) {
       const std::int64_t from = edges[i], n = edges[i + 1] - edges[i];
@@ -145,12 +146,7 @@ class DeviceGroup final : public Device {
       Device* dev = able[i].get();
       tasks.push_back([=] {
         const PrecisionScope scope(mode);
-        HostMatrix ai = a, bi = b;
-        MatrixView ci = c;
-        ai.data = static_cast<const unsigned char*>(a.data) + from * a_step * es;
-        bi.data = static_cast<const unsigned char*>(b.data) + from * b_step * es;
-        ci.data = static_cast<unsigned char*>(c.data) + from * c_step * es;
-        host_batch(*dev, ai, a_step, bi, b_step, ci, c_step, n);
+        host_batch(*dev, nth(a, a_step, from), a_step, nth(b, b_step, from), b_step, nth(c, c_step, from), c_step, n);
       });
     }
     run_concurrently(tasks);
@@ -223,35 +219,6 @@ class DeviceGroup final : public Device {
     for (std::size_t i = 0; i < rates.size(); ++i)  // what is left of a unit goes to the fastest
       edges.push_back(edges.back() + u[i] * align + (i == fastest ? length - units * align : 0));
     return edges;
-  }
-
-  static HostMatrix rows_of(const HostMatrix& x, std::int64_t r0, std::int64_t rows) {
-    HostMatrix s = x;
-    s.data = static_cast<const unsigned char*>(x.data) +
-             (static_cast<std::int64_t>(x.offset) + (x.col_major ? r0 : r0 * x.ld)) *
-                 static_cast<std::int64_t>(dtype_size(x.dtype));
-    s.offset = 0, s.rows = rows;
-    return s;
-  }
-  static HostMatrix cols_of(const HostMatrix& x, std::int64_t c0, std::int64_t cols) {
-    HostMatrix s = x;
-    s.data = static_cast<const unsigned char*>(x.data) +
-             (static_cast<std::int64_t>(x.offset) + (x.col_major ? c0 * x.ld : c0)) *
-                 static_cast<std::int64_t>(dtype_size(x.dtype));
-    s.offset = 0, s.cols = cols;
-    return s;
-  }
-  static MatrixView rows_of(const MatrixView& c, std::int64_t r0, std::int64_t rows) {
-    MatrixView s = c;
-    s.data = static_cast<unsigned char*>(c.data) + r0 * c.row_stride * static_cast<std::int64_t>(dtype_size(c.dtype));
-    s.rows = rows;
-    return s;
-  }
-  static MatrixView cols_of(const MatrixView& c, std::int64_t c0, std::int64_t cols) {
-    MatrixView s = c;
-    s.data = static_cast<unsigned char*>(c.data) + c0 * static_cast<std::int64_t>(dtype_size(c.dtype));
-    s.cols = cols;
-    return s;
   }
 
   std::vector<std::shared_ptr<Device>> members_;

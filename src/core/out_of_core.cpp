@@ -28,6 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "core/batch.hpp"
+#include "core/layout.hpp"
+
 namespace portmat::core {
 
 namespace {
@@ -51,23 +54,6 @@ std::int64_t largest(std::int64_t lo, std::int64_t hi, const Ok& ok) {
       hi = mid - 1;
   }
   return lo;
-}
-
-// Rows [r0, r0 + rows) and columns [c0, c0 + cols) of x, read in place.
-HostMatrix sub(const HostMatrix& x, std::int64_t r0, std::int64_t rows, std::int64_t c0, std::int64_t cols) {
-  HostMatrix s = x;
-  const std::int64_t at = x.col_major ? c0 * x.ld + r0 : r0 * x.ld + c0;
-  s.data = static_cast<const unsigned char*>(x.data) +
-           (static_cast<std::int64_t>(x.offset) + at) * static_cast<std::int64_t>(dtype_size(x.dtype));
-  s.offset = 0, s.rows = rows, s.cols = cols;
-  return s;
-}
-MatrixView sub(const MatrixView& c, std::int64_t r0, std::int64_t rows, std::int64_t c0, std::int64_t cols) {
-  MatrixView s = c;
-  s.data = static_cast<unsigned char*>(c.data) +
-           (r0 * c.row_stride + c0) * static_cast<std::int64_t>(dtype_size(c.dtype));
-  s.rows = rows, s.cols = cols;
-  return s;
 }
 
 // c += p, p dense rows x cols (row-major), in c's dtype (the integer products wrap).
@@ -153,17 +139,28 @@ std::optional<BlockPlan> plan_blocks(std::int64_t M, std::int64_t N, std::int64_
   return best;
 }
 
+namespace {
+
+// Whether one call needing `needs` bytes of device memory, its largest buffer `biggest` bytes, fits
+// on dev now. Small beside the device (an eighth of it) and under the cap: no query
+// (memory_for_products takes the device's lock, and a driver call).
+bool fits_now(Device& dev, double needs, double biggest) {
+  if (biggest > static_cast<double>(dev.max_buffer_bytes())) return false;
+  const auto cap = device_memory_limit();
+  if (needs <= static_cast<double>(dev.info().memory_bytes / 8) &&
+      (!cap || needs <= static_cast<double>(room(*cap, dev.memory.in_use()))))
+    return true;
+  return needs <= static_cast<double>(dev.memory_for_products());
+}
+
+}  // namespace
+
 bool fits_on_device(Device& dev, std::int64_t m, std::int64_t n, std::int64_t k, DType t) {
   const std::uint64_t needs = dev.host_product_bytes(m, n, k, t);
   if (needs == 0) return true;
   const double es = static_cast<double>(dtype_size(t));
-  const double biggest = es * std::max({static_cast<double>(m) * k, static_cast<double>(k) * n, static_cast<double>(m) * n});
-  if (biggest > static_cast<double>(dev.max_buffer_bytes())) return false;
-  // Small beside the device: no query (it takes the device's lock, and a driver call).
-  const std::uint64_t small = dev.info().memory_bytes / 8;
-  const auto cap = device_memory_limit();
-  if (needs <= small && (!cap || needs <= room(*cap, dev.memory.in_use()))) return true;
-  return needs <= dev.memory_for_products();
+  return fits_now(dev, static_cast<double>(needs),
+                  es * std::max({static_cast<double>(m) * k, static_cast<double>(k) * n, static_cast<double>(m) * n}));
 }
 
 void host_product(Device& dev, const HostMatrix& a, const HostMatrix& b, const MatrixView& c) {
@@ -205,10 +202,10 @@ void host_product(Device& dev, const HostMatrix& a, const HostMatrix& b, const M
     const std::int64_t rows = std::min(plan->bm, M - i0);
     for (std::int64_t j0 = 0; j0 < N; j0 += plan->bn) {
       const std::int64_t cols = std::min(plan->bn, N - j0);
-      const MatrixView cb = sub(c, i0, rows, j0, cols);
+      const MatrixView cb = block_of(c, i0, rows, j0, cols);
       for (std::int64_t k0 = 0; k0 < K; k0 += plan->bk) {
         const std::int64_t depth = std::min(plan->bk, K - k0);
-        const HostMatrix ab = sub(a, i0, rows, k0, depth), bb = sub(b, k0, depth, j0, cols);
+        const HostMatrix ab = block_of(a, i0, rows, k0, depth), bb = block_of(b, k0, depth, j0, cols);
         if (k0 == 0) {
           run(ab, bb, cb);
         } else {
@@ -232,32 +229,17 @@ void host_batch(Device& dev, const HostMatrix& a, std::int64_t a_step, const Hos
     const double es = static_cast<double>(dtype_size(t));
     const double extra = es * (static_cast<double>(a_step ? count - 1 : 0) * M * K +
                                static_cast<double>(b_step ? count - 1 : 0) * K * N + static_cast<double>(count - 1) * M * N);
-    const double all = static_cast<double>(one) + extra;
-    const auto cap = device_memory_limit();
     const double biggest = es * std::max({static_cast<double>(a_step ? count : 1) * M * K,
                                           static_cast<double>(b_step ? count : 1) * K * N,
                                           static_cast<double>(count) * M * N});
-    if (biggest <= static_cast<double>(dev.max_buffer_bytes())) {
-      if (all <= static_cast<double>(dev.info().memory_bytes / 8) && (!cap || all <= static_cast<double>(room(*cap, dev.memory.in_use()))))
-        whole = true;
-      else
-        whole = all <= static_cast<double>(dev.memory_for_products());
-    }
+    whole = fits_now(dev, static_cast<double>(one) + extra, biggest);
   }
   if (whole) {
     dev.usage.host_calls.fetch_add(1);
     dev.usage.flops.fetch_add(static_cast<std::uint64_t>(2.0 * static_cast<double>(count) * M * N * K));
     return dev.matmul_batch_host(a, a_step, b, b_step, c, c_step, count);
   }
-  const std::int64_t es = static_cast<std::int64_t>(dtype_size(t));
-  for (std::int64_t i = 0; i < count; ++i) {
-    HostMatrix ai = a, bi = b;
-    MatrixView ci = c;
-    ai.data = static_cast<const unsigned char*>(a.data) + i * a_step * es;
-    bi.data = static_cast<const unsigned char*>(b.data) + i * b_step * es;
-    ci.data = static_cast<unsigned char*>(c.data) + i * c_step * es;
-    host_product(dev, ai, bi, ci);
-  }
+  for (std::int64_t i = 0; i < count; ++i) host_product(dev, nth(a, a_step, i), nth(b, b_step, i), nth(c, c_step, i));
 }
 
 }  // namespace portmat::core
