@@ -92,12 +92,18 @@ def measure(contenders: dict, a, b, rounds: int, rng, say, label: str) -> dict:
     return record
 
 
-def run_cap(device: str, n: int, dtype: str, cap: int, rounds: int, rng, say) -> dict:
+def operands(n: int, dtype: str, rng, say):
+    """Two fresh n x n operands, uniform in [-0.5, 0.5)."""
     say(f"making two {n} x {n} {dtype} operands")
     a = rng.random((n, n), dtype=np.float32 if dtype == "float32" else np.float64)
     a -= 0.5
     b = rng.random((n, n), dtype=a.dtype)
     b -= 0.5
+    return a, b
+
+
+def run_cap(device: str, n: int, dtype: str, cap: int, rounds: int, rng, say) -> dict:
+    a, b = operands(n, dtype, rng, say)
     usage = {}
 
     def capped():
@@ -123,11 +129,7 @@ def run_cap(device: str, n: int, dtype: str, cap: int, rounds: int, rng, say) ->
 
 
 def run_devices(devices: list[str], n: int, dtype: str, rounds: int, rng, say) -> dict:
-    say(f"making two {n} x {n} {dtype} operands")
-    a = rng.random((n, n), dtype=np.float32 if dtype == "float32" else np.float64)
-    a -= 0.5
-    b = rng.random((n, n), dtype=a.dtype)
-    b -= 0.5
+    a, b = operands(n, dtype, rng, say)
     shares = {}
 
     def split():
