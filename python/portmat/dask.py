@@ -16,7 +16,10 @@ workers. One product over the whole of K suits a GPU: fewer, larger products (81
 bench/dask_matmul.py measures the whole on the H200 machine), its rounding is portmat's own bound
 for one product, and nothing is summed outside the kernels. Panels
 built once, rather than joined again by every task that reads them (`concatenate=True` on the
-blocks themselves), copy x and y once instead of once per block column of y and row of x. The
+blocks themselves), copy x and y once instead of once per block column of y and row of x; the
+tasks get the panels themselves (`concatenate=False`: dask would copy even a single block to
+"join" it), so a panel's memory is the same array for every task that reads it, and portmat pins
+it for the copy engines from its second use on. The
 price is memory: a panel is bm x K (K x bn), so for a huge K choose smaller blocks along m and n;
 x's and y's chunks along k need not agree. Batch axes broadcast as np.matmul's do and keep their
 blocks (dask aligns differing ones); a batch axis of length 1 on one side is reused for every
@@ -56,8 +59,17 @@ import portmat as _portmat
 __all__ = ["matmul", "PinDevices"]
 
 
-def _block_product(a, b, device=None, loop=None, precision=None):
-    """One output block: x's row panel times y's column panel, on the worker's device."""
+def _block_product(a_blocks, b_blocks, device=None, loop=None, precision=None):
+    """One output block: x's row panel times y's column panel, on the worker's device.
+
+    blockwise hands over the blocks along k as lists (concatenate=False): one block each, since
+    the panels are one chunk along k. They are multiplied as they are: with concatenate=True dask
+    joins even a single block by a copy, so every task copied both of its panels (16 tasks of 1 GiB
+    panels at n = 32768: 32 GiB copied at the start of each round on the H200's host, 0.9 s before
+    the first product ended) and portmat saw new operands every time, never pinning a panel reused
+    by the next task."""
+    a = a_blocks[0] if len(a_blocks) == 1 else _np.concatenate(a_blocks, axis=-1)
+    b = b_blocks[0] if len(b_blocks) == 1 else _np.concatenate(b_blocks, axis=-2)
     return _portmat.matmul(a, b, dtype=loop, device=device, precision=precision)
 
 
@@ -129,7 +141,7 @@ def matmul(x, y, *, device=None, dtype=None, precision=None):
     z = _da.blockwise(
         _block_product, out_ind, x, x_ind, y, y_ind,
         name="portmat-matmul-" + _tokenize(x, y, device, dtype, precision),
-        dtype=loop, meta=_np.empty((0,) * len(out_ind), loop), concatenate=True,
+        dtype=loop, meta=_np.empty((0,) * len(out_ind), loop), concatenate=False,
         device=device, loop=None if dtype is None else loop, precision=precision)
     if x_vector:
         z = z[..., 0, :]

@@ -89,6 +89,33 @@ def test_one_task_per_output_block(rng):
     check_as_numpy(da.from_array(got), a, b)
 
 
+def test_tasks_read_the_panels_in_place(rng):
+    # Persisted panels (one chunk along k) reach the products as the very arrays dask holds, never
+    # copies (dask's concatenate=True copies even one block), so the memory portmat pins on a
+    # panel's second use is the memory the next task reads.
+    a, b = random_matrix(rng, (60, 90)), random_matrix(rng, (90, 40))
+    xp = da.from_array(a, chunks=(20, 30)).rechunk({1: -1}).persist()
+    yp = da.from_array(b, chunks=(30, 20)).rechunk({0: -1}).persist()
+    panels = {v.ctypes.data for v in dict(xp.dask).values() if isinstance(v, np.ndarray)}
+    panels |= {v.ctypes.data for v in dict(yp.dask).values() if isinstance(v, np.ndarray)}
+    assert len(panels) == 5, "3 row panels of x, 2 column panels of y"
+    seen = []
+    real = portmat.matmul
+
+    def recording(x, y, **kw):
+        seen.append((x.ctypes.data, y.ctypes.data))
+        return real(x, y, **kw)
+
+    portmat.matmul = recording
+    try:
+        got = pdask.matmul(xp, yp).compute()
+    finally:
+        portmat.matmul = real
+    assert len(seen) == 6
+    assert all(x in panels and y in panels for x, y in seen), "a task got a copy of a panel"
+    check_as_numpy(da.from_array(got), a, b)
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_integers_exactly(rng, dtype):
     # Over the whole range, so products wrap around as NumPy's do.
