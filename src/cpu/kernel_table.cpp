@@ -84,6 +84,30 @@ void set_scalar_integers(KernelSet& s) {
   s.u64_narrow = s.u64;
 }
 
+// The driver's configuration of a complex kernel: its tile and blocks (the tunables of its kernel
+// file) and the plain packers of that tile (gemm_driver.cpp instantiates rows 2-4 and 4, 8, 12
+// or 16 columns); a tile without packers leaves the set without complex kernels.
+template <class C>
+GemmConfig<C> complex_config(const ComplexKernel<C>& k) {
+  GemmConfig<C> g;
+  g.kernel = k.name, g.mr = k.mr, g.nr = k.nr, g.mc = k.mc, g.kc = k.kc, g.nc = k.nc, g.a_outer = k.a_outer;
+  switch (k.mr) {
+    case 2: g.pack_a = pack_a_panels<C, 2>; break;
+    case 3: g.pack_a = pack_a_panels<C, 3>; break;
+    case 4: g.pack_a = pack_a_panels<C, 4>; break;
+    default: return {};
+  }
+  switch (k.nr) {
+    case 4: g.pack_b = pack_b_panels<C, 4>; break;
+    case 8: g.pack_b = pack_b_panels<C, 8>; break;
+    case 12: g.pack_b = pack_b_panels<C, 12>; break;
+    case 16: g.pack_b = pack_b_panels<C, 16>; break;
+    default: return {};
+  }
+  g.ukernel = k.ukernel;
+  return g;
+}
+
 #if defined(__x86_64__) || defined(_M_X64)
 // The AVX2 integer kernels, blocked as the AVX2 float ones.
 void set_avx2_integers(KernelSet& s) {
@@ -129,6 +153,8 @@ std::vector<KernelSet> detect() {
     s.f64 = {"gemm_avx2_f64_6x8", 6, 8, 6 * 12, 256, 4096, gemm_avx2_f64_6x8,
              pack_a_panels<double, 6>, pack_b_panels<double, 8>};
     set_avx2_integers(s);
+    s.c64 = complex_config(kComplexAvx2C64);
+    s.c128 = complex_config(kComplexAvx2C128);
     sets.push_back(s);
   }
 #endif
@@ -164,13 +190,14 @@ const std::vector<KernelSet>& supported_kernel_sets() {
 
 namespace {
 
-// PORTMAT_CPU_BLOCKS="mc,kc,nc[,a_outer]" (float32) or "f64:mc,kc,nc[,a_outer]": block sizes (and
+// PORTMAT_CPU_BLOCKS="mc,kc,nc[,a_outer]" (float32) or "f64:mc,kc,nc[,a_outer]" (likewise "c64:",
+// "c128:" for the complex kernels, in complex elements): block sizes (and
 // the loop order: 1 A outer, 0 B outer; gemm_driver.cpp) for tuning on a new CPU without
 // rebuilding. mc and nc are rounded up to the tile; malformed or non-positive values are ignored.
 template <class T>
 void override_blocks(GemmConfig<T>& cfg, const char* prefix) {
   const char* e = std::getenv("PORTMAT_CPU_BLOCKS");
-  if (!e || !*e) return;
+  if (!e || !*e || !cfg.ukernel) return;
   const std::size_t plen = std::strlen(prefix);
   if (plen) {
     if (std::strncmp(e, prefix, plen) != 0) return;
@@ -198,6 +225,8 @@ const KernelSet& active_kernel_set() {
         if (std::strcmp(t.isa, want) == 0) s = t;
     override_blocks(s.f32, "");
     override_blocks(s.f64, "f64:");
+    override_blocks(s.c64, "c64:");
+    override_blocks(s.c128, "c128:");
     return s;
   }();
   return chosen;
