@@ -659,7 +659,11 @@ template void pack_b_panels<std::uint64_t, 4>(const core::HostMatrix&, std::int6
                                     std::int64_t, C*);                                              \
   template void pack_a_panels<C, 4>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
                                     std::int64_t, C*);                                              \
+  template void pack_a_panels<C, 7>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                    std::int64_t, C*);                                              \
   template void pack_b_panels<C, 4>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                    std::int64_t, C*);                                              \
+  template void pack_b_panels<C, 6>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
                                     std::int64_t, C*);                                              \
   template void pack_b_panels<C, 8>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
                                     std::int64_t, C*);                                              \

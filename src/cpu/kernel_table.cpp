@@ -85,8 +85,8 @@ void set_scalar_integers(KernelSet& s) {
 }
 
 // The driver's configuration of a complex kernel: its tile and blocks (the tunables of its kernel
-// file) and the plain packers of that tile (gemm_driver.cpp instantiates rows 2-4 and 4, 8, 12
-// or 16 columns); a tile without packers leaves the set without complex kernels.
+// file) and the plain packers of that tile (gemm_driver.cpp instantiates rows 2-4 or 7 and 4, 6,
+// 8, 12 or 16 columns); a tile without packers leaves the set without complex kernels.
 template <class C>
 GemmConfig<C> complex_config(const ComplexKernel<C>& k) {
   GemmConfig<C> g;
@@ -95,10 +95,12 @@ GemmConfig<C> complex_config(const ComplexKernel<C>& k) {
     case 2: g.pack_a = pack_a_panels<C, 2>; break;
     case 3: g.pack_a = pack_a_panels<C, 3>; break;
     case 4: g.pack_a = pack_a_panels<C, 4>; break;
+    case 7: g.pack_a = pack_a_panels<C, 7>; break;
     default: return {};
   }
   switch (k.nr) {
     case 4: g.pack_b = pack_b_panels<C, 4>; break;
+    case 6: g.pack_b = pack_b_panels<C, 6>; break;
     case 8: g.pack_b = pack_b_panels<C, 8>; break;
     case 12: g.pack_b = pack_b_panels<C, 12>; break;
     case 16: g.pack_b = pack_b_panels<C, 16>; break;
@@ -143,6 +145,9 @@ std::vector<KernelSet> detect() {
     } else {
       set_avx2_integers(s);  // every AVX-512 CPU has AVX2
     }
+    // Compiled, not yet run on an AVX-512 CPU (gemm_complex_avx512.cpp).
+    s.c64 = complex_config(kComplexAvx512C64);
+    s.c128 = complex_config(kComplexAvx512C128);
     sets.push_back(s);
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {

@@ -6,14 +6,9 @@
 // packing B'' (twice b's bytes) from b; here B's micro-panels are b's own complex elements
 // (K x NR, the bytes of b), packed by the driver's plain packers with a complex element type.
 //
-// How, per k step: one row of the B micro-panel, NR complex elements = NV vectors of
-// [re, im, re, im, ...]; for each of the MR rows of A, re a and im a broadcast separately, and two
-// sets of accumulators:
-//   acc_r += re a * [re b, im b, ...]       acc_i += im a * [re b, im b, ...]
-// At the store, c = acc_r + (acc_i with each pair swapped, the real lanes negated), i.e.
-// [re a re b - im a im b, re a im b + im a re b]: one in-lane permute and one addsub per vector.
-// Each part of c is a sum of K products plus one of K more (acc_i's swapped lane), as NumPy's
-// (OpenBLAS's) cgemm / zgemm sum them: the same error bound.
+// How: complex_tile.hpp (re a and im a broadcast apart into two accumulator sets, combined at the
+// store). Each part of c is a sum of K products plus one of K more (acc_i's swapped lane), as
+// NumPy's (OpenBLAS's) cgemm / zgemm sum them: the same error bound.
 // Tile 3 x 2 vectors: 12 accumulators + 2 B vectors + a broadcast = 15 of the 16 ymm registers,
 // 12 independent FMA chains (the real 6 x 16 kernel's count) and 2 + 6 loads per 12 FMAs.
 //
@@ -22,7 +17,7 @@
 
 #include <cstdint>
 
-#include "cpu/kernels/tile_common.hpp"
+#include "cpu/kernels/complex_tile.hpp"
 #include "cpu/kernels/ukernel.hpp"
 
 namespace portmat::cpu {
@@ -33,7 +28,7 @@ namespace {
 // Tiles: rows of A x vectors of B (4 complex64 / 2 complex128 a vector); blocks in complex
 // elements (gemm_driver.hpp): the B micro-panel kc x nr in L1 (kc 256: 16 KiB of 32 on Zen 3),
 // the A block mc x kc in L2, the B block kc x nc in L3. kernel_table.cpp has packers for rows
-// 2-4 and 4-16 columns.
+// 2-4 and 4, 6, 8, 12 or 16 columns.
 constexpr int kC64Rows = 3, kC64Vectors = 2;   // 3 x 8 complex64
 constexpr std::int64_t kC64Mc = 3 * 24, kC64Kc = 256, kC64Nc = 2048;
 constexpr bool kC64AOuter = false;
@@ -87,48 +82,14 @@ struct F64 {
   static void store_part(T* p, V v, int n) { store_part_via_stack<F64>(p, v, n); }
 };
 
-// The tile in reals: a, b, c point at parts (2 per complex element), ldc and n count parts.
-template <class S, int MR, int NV>
-[[gnu::always_inline]] inline void complex_tile(std::int64_t k, const typename S::T* a,
-                                                const typename S::T* b, typename S::T* c,
-                                                std::int64_t ldc, int m, int n, bool accumulate) {
-  using V = typename S::V;
-  constexpr int NR = NV * S::lanes;  // parts
-  static_assert(2 * MR * NV + NV + 1 <= 16, "accumulators, B row and a broadcast must fit 16 ymm");
-  for (int i = 0; i < m; ++i) {
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
-  }
-  V acc_r[MR][NV], acc_i[MR][NV];
-  unroll<MR>([&](auto i) {
-    unroll<NV>([&](auto j) { acc_r[i][j] = S::zero(), acc_i[i][j] = S::zero(); });
-  });
-#pragma GCC unroll 4
-  for (std::int64_t p = 0; p < k; ++p) {
-    V bv[NV];
-    unroll<NV>([&](auto j) { bv[j] = S::load(b + j * S::lanes); });
-    unroll<MR>([&](auto i) {
-      const V re = S::bcast(a + 2 * i);
-      unroll<NV>([&](auto j) { acc_r[i][j] = S::fma(re, bv[j], acc_r[i][j]); });
-      const V im = S::bcast(a + 2 * i + 1);
-      unroll<NV>([&](auto j) { acc_i[i][j] = S::fma(im, bv[j], acc_i[i][j]); });
-    });
-    a += 2 * MR;
-    b += NR;
-  }
-  V out[MR][NV];
-  unroll<MR>([&](auto i) { unroll<NV>([&](auto j) { out[i][j] = S::combine(acc_r[i][j], acc_i[i][j]); }); });
-  store_tile<S, MR, NV>(out, c, ldc, m, n, accumulate);
-}
-
 void gemm_avx2_c64(std::int64_t k, const Complex64* a, const Complex64* b, Complex64* c,
                    std::int64_t ldc, int m, int n, bool accumulate) {
-  complex_tile<F32, kC64Rows, kC64Vectors>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
+  complex_tile<F32, kC64Rows, kC64Vectors, 16>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
 }
 
 void gemm_avx2_c128(std::int64_t k, const Complex128* a, const Complex128* b, Complex128* c,
                     std::int64_t ldc, int m, int n, bool accumulate) {
-  complex_tile<F64, kC128Rows, kC128Vectors>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
+  complex_tile<F64, kC128Rows, kC128Vectors, 16>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
 }
 
 }  // namespace
