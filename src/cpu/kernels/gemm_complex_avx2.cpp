@@ -26,11 +26,17 @@ namespace {
 
 // ---- tunables -----------------------------------------------------------------------------------
 // Tiles: rows of A x vectors of B (4 complex64 / 2 complex128 a vector); blocks in complex
-// elements (gemm_driver.hpp): the B micro-panel kc x nr in L1 (kc 256: 16 KiB of 32 on Zen 3),
-// the A block mc x kc in L2, the B block kc x nc in L3. kernel_table.cpp has packers for rows
-// 2-4 and 4, 6, 8, 12 or 16 columns.
+// elements (gemm_driver.hpp): the B micro-panel kc x nr in L1 (24 / 16 KiB of Zen 3's 32), the
+// A block mc x kc in L2 (216 / 144 KiB of 512), the B block kc x nc in L3. kernel_table.cpp has
+// packers for rows 2-4 or 7 and 4, 6, 8, 12 or 16 columns.
+// Measured on the 2-core Zen 3 machine, n = 1024, GFLOP/s (medians of 3-6 alternating rounds,
+// one process each; PORTMAT_CPU_BLOCKS="c64:mc,kc,nc,a_outer"): complex64 on one thread
+// kc 384 97.0-97.3 against kc 256 96.3-96.8 and kc 192 95.5, on two 183-186 against 183; the
+// tile 2 x 12 (2 x 3 vectors) 93.3 against 92.7 (one thread) and 165 against 170 (two, noisy):
+// no better; A outer (mc 1200, kc 256-512, nc 64-128) within 1% below; a software prefetch of
+// the A panel 8-16 k steps ahead 1% slower. complex128: kc 384 0-3% slower than 256.
 constexpr int kC64Rows = 3, kC64Vectors = 2;   // 3 x 8 complex64
-constexpr std::int64_t kC64Mc = 3 * 24, kC64Kc = 256, kC64Nc = 2048;
+constexpr std::int64_t kC64Mc = 3 * 24, kC64Kc = 384, kC64Nc = 2048;
 constexpr bool kC64AOuter = false;
 constexpr int kC128Rows = 3, kC128Vectors = 2;  // 3 x 4 complex128
 constexpr std::int64_t kC128Mc = 3 * 12, kC128Kc = 256, kC128Nc = 1024;
