@@ -34,7 +34,8 @@
 //   n = 1024: 139-145 against 131-140;  n = 2048: 138-146 against 125-139 (NumPy 133-147);
 //   n = 4096: 140-152 against 134-142;  n = 256 / 512: the same within 1%.
 // kc 320-384 or nc 128 / 384 were no better at n = 2048.
-// AVX2 and scalar sizes are the usual Haswell-class ones.
+// AVX2 and scalar sizes are the usual Haswell-class ones. The complex kernels' tiles and blocks
+// are the tunables at the top of their files (kernels/gemm_complex_<isa>.cpp), measured there.
 // NEON sizes are not tuned on hardware yet; they are sized for the smaller caches common on ARM
 // cores (Cortex-A72/A76/A78, Neoverse N1/V1: 32-64 KiB L1d, 256 KiB-1 MiB L2, 0-4 MiB L3 or SLC
 // shared): kc 256 (float32) / 192 (float64) keeps the B micro-panel at 12 / 9 KiB, so it stays in
