@@ -649,7 +649,6 @@ template void pack_a_panels<std::uint64_t, 4>(const core::HostMatrix&, std::int6
 template void pack_b_panels<std::uint64_t, 4>(const core::HostMatrix&, std::int64_t, std::int64_t,
                                               std::int64_t, std::int64_t, std::uint64_t*);
 
-
 // The complex kernels' packers (complex elements moved whole), for the tiles their tunables may
 // pick (kernel_table.cpp, complex_config).
 #define PM_COMPLEX_PACKERS(C)                                                                       \
