@@ -4,7 +4,9 @@
 //
 // COMPILED BUT NOT YET RUN: the 2-core development machine has no AVX-512. The C++ suite's
 // ComplexMicroKernel / ComplexDriver tests run them on an AVX-512 host, and docs/cpu.md says
-// whether they were timed there. Until then the blocks copy the footprints of the float32 /
+// whether they were timed there. What was checked here, on ymm vectors: the AVX2 kernels built
+// with a 7-row tile (spilling) and with this combine (fmaddsub by 1) passed those tests
+// (session 19); the 512-bit traits are those of gemm_avx512.cpp. Until then the blocks copy the footprints of the float32 /
 // float64 AVX-512 kernels (kernel_table.cpp: A outer, a 28 KiB A micro-panel in L1, a 512 KiB
 // B block in L2, an 8.6 MiB A block).
 // Tile 7 x 2 vectors: 28 accumulators + 2 B vectors + a broadcast = 31 of the 32 zmm registers,
