@@ -13,18 +13,23 @@ target_sources(portmat_core PRIVATE
 set(cpu_hot_files ${cpu_dir}/gemm_driver.cpp ${cpu_dir}/skinny.cpp ${cpu_dir}/small.cpp)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   target_sources(portmat_core PRIVATE ${cpu_dir}/kernels/gemm_avx512.cpp ${cpu_dir}/kernels/gemm_avx512_int.cpp
-                 ${cpu_dir}/kernels/gemm_avx2.cpp)
+                 ${cpu_dir}/kernels/gemm_complex_avx512.cpp ${cpu_dir}/kernels/gemm_avx2.cpp
+                 ${cpu_dir}/kernels/gemm_complex_avx2.cpp)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-    set_source_files_properties(${cpu_dir}/kernels/gemm_avx512.cpp PROPERTIES COMPILE_OPTIONS "-mavx512f;-mfma")
+    set_source_files_properties(${cpu_dir}/kernels/gemm_avx512.cpp ${cpu_dir}/kernels/gemm_complex_avx512.cpp
+                                PROPERTIES COMPILE_OPTIONS "-mavx512f;-mfma")
     set_source_files_properties(${cpu_dir}/kernels/gemm_avx512_int.cpp PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512dq")
-    set_source_files_properties(${cpu_dir}/kernels/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
+    set_source_files_properties(${cpu_dir}/kernels/gemm_avx2.cpp ${cpu_dir}/kernels/gemm_complex_avx2.cpp
+                                PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma")
   elseif(MSVC)
     set_source_files_properties(${cpu_dir}/kernels/gemm_avx512.cpp ${cpu_dir}/kernels/gemm_avx512_int.cpp
-                                PROPERTIES COMPILE_OPTIONS "/arch:AVX512")
-    set_source_files_properties(${cpu_dir}/kernels/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "/arch:AVX2")
+                                ${cpu_dir}/kernels/gemm_complex_avx512.cpp PROPERTIES COMPILE_OPTIONS "/arch:AVX512")
+    set_source_files_properties(${cpu_dir}/kernels/gemm_avx2.cpp ${cpu_dir}/kernels/gemm_complex_avx2.cpp
+                                PROPERTIES COMPILE_OPTIONS "/arch:AVX2")
   endif()
   list(APPEND cpu_hot_files ${cpu_dir}/kernels/gemm_avx512.cpp ${cpu_dir}/kernels/gemm_avx512_int.cpp
-       ${cpu_dir}/kernels/gemm_avx2.cpp)
+       ${cpu_dir}/kernels/gemm_complex_avx512.cpp ${cpu_dir}/kernels/gemm_avx2.cpp
+       ${cpu_dir}/kernels/gemm_complex_avx2.cpp)
 elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
   # NEON is part of the AArch64 baseline: no ISA flags and no run-time check. The file and the
   # table entry in kernel_table.cpp are both guarded by __aarch64__ (GCC, Clang), so a compiler

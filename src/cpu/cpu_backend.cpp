@@ -198,13 +198,17 @@ class CpuDevice final : public core::Device {
     });
   }
 
-  // Complex products big enough for the packed GEMM run as the real product a @ B'' whose B
-  // packer builds B'''s panels from b directly (pack_b_complex_panels): the core's B'' would be
-  // written out (4KN reals) and read back by the packer, a pass over 1.5x b's bytes that costs
-  // several percent of a complex64 product at n = 1024. Smaller ones take the core's B''.
+  // Complex products big enough for the packed GEMM: where the kernel set has complex kernels
+  // (kernel_table.hpp, c64 / c128), a complex GEMM of a, b and c as complex matrices. Elsewhere
+  // the real product a @ B'' whose B packer builds B'''s panels from b directly
+  // (pack_b_complex_panels): the core's B'' would be written out (4KN reals) and read back by the
+  // packer, a pass over 1.5x b's bytes that costs several percent of a complex64 product at
+  // n = 1024. Smaller ones take the core's B''.
   bool matmul_complex_b_host(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c) override {
     if (c.dtype != DType::f32 && c.dtype != DType::f64) return false;
     if (!takes_packed_gemm(a.rows, a.cols, c.cols, dtype_size(c.dtype))) return false;
+    if (c.dtype == DType::f32 && kernels_.c64.ukernel && complex_gemm(kernels_.c64, a, b, c)) return true;
+    if (c.dtype == DType::f64 && kernels_.c128.ukernel && complex_gemm(kernels_.c128, a, b, c)) return true;
     bool done = false;
     with_config(c.dtype, [&](const auto& cfg) {
       using T = typename std::decay_t<decltype(cfg)>::Element;
@@ -219,6 +223,20 @@ class CpuDevice final : public core::Device {
       }
     });
     return done;
+  }
+
+  // c = a @ b on a complex kernel: a and c as the core hands them (real matrices of interleaved
+  // parts, a row-major) read as the complex matrices they are; b complex already. False where a
+  // is not row-major with whole complex elements (the real product takes it).
+  template <class C>
+  bool complex_gemm(const GemmConfig<C>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
+                    const MatrixView& c) {
+    if (a.col_major || a.cols % 2 || a.ld % 2 || a.offset % 2 || c.row_stride % 2) return false;
+    core::HostMatrix ac = a, bc = b;
+    ac.cols = a.cols / 2, ac.ld = a.ld / 2, ac.offset = a.offset / 2;
+    ac.dtype = bc.dtype = std::is_same_v<C, Complex64> ? DType::c64 : DType::c128;
+    cpu::gemm(cfg, ac, bc, static_cast<C*>(c.data), c.row_stride / 2, configured_threads());
+    return true;
   }
 
   // A stack of products each too small to keep every thread busy (below kMinFlopsPerThread per

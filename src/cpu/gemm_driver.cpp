@@ -21,6 +21,26 @@ namespace portmat::cpu {
 
 namespace {
 
+// What the driver does with an element as a number: the packers' zero padding, split_k's sums
+// of partial results, and the flops of one multiply-add (the plan's thread count). The complex
+// elements (ukernel.hpp) are pairs of reals: everything else treats them as opaque bytes.
+template <class T>
+struct ElementOps {
+  static constexpr double flops_per_madd = 2;
+  static T zero() { return T(0); }
+  static void add_to(T& x, const T& y) { x += y; }
+};
+template <class C, class R>
+struct ComplexOps {
+  static constexpr double flops_per_madd = 8;  // four real multiplies and four additions
+  static C zero() { return C{R(0), R(0)}; }
+  static void add_to(C& x, const C& y) { x.re += y.re, x.im += y.im; }
+};
+template <>
+struct ElementOps<Complex64> : ComplexOps<Complex64, float> {};
+template <>
+struct ElementOps<Complex128> : ComplexOps<Complex128, double> {};
+
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
@@ -136,7 +156,7 @@ Plan make_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::
   p.ic_blocks = ceil_div(m, cfg.mc * grow);
   p.mc = round_up(ceil_div(m, p.ic_blocks), cfg.mr);
   p.ic_blocks = ceil_div(m, p.mc);
-  const double flops = 2.0 * m * n * k;
+  const double flops = ElementOps<T>::flops_per_madd * m * n * k;
   p.threads = max_threads;
   if (min_flops_per_thread > 0)
     p.threads = static_cast<int>(std::min<double>(p.threads, flops / min_flops_per_thread));
@@ -425,7 +445,7 @@ void split_k(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::Ho
           if (first)
             std::memcpy(row, p, static_cast<std::size_t>(j.n) * sizeof(T));
           else
-            for (std::int64_t x2 = 0; x2 < j.n; ++x2) row[x2] += p[x2];
+            for (std::int64_t x2 = 0; x2 < j.n; ++x2) ElementOps<T>::add_to(row[x2], p[x2]);
           first = false;
         }
       }
@@ -454,7 +474,7 @@ void pack_a_panels(const core::HostMatrix& a, std::int64_t i0, std::int64_t m, s
           std::memcpy(d, col + r, MR * sizeof(T));
         } else {
           for (int ii = 0; ii < rows; ++ii) d[ii] = col[r + ii];
-          for (int ii = rows; ii < MR; ++ii) d[ii] = T(0);
+          for (int ii = rows; ii < MR; ++ii) d[ii] = ElementOps<T>::zero();
         }
       }
     }
@@ -471,7 +491,7 @@ void pack_a_panels(const core::HostMatrix& a, std::int64_t i0, std::int64_t m, s
       const T* row0 = src + i * a.ld + p0;
       for (std::int64_t p = 0; p < k; ++p) {
         for (int ii = 0; ii < rows; ++ii) dst[p * MR + ii] = row0[ii * a.ld + p];
-        for (int ii = rows; ii < MR; ++ii) dst[p * MR + ii] = T(0);
+        for (int ii = rows; ii < MR; ++ii) dst[p * MR + ii] = ElementOps<T>::zero();
       }
     }
   }
@@ -565,6 +585,10 @@ template void gemm<std::uint32_t>(const GemmConfig<std::uint32_t>&, const core::
                                   const core::HostMatrix&, std::uint32_t*, std::int64_t, int, double);
 template void gemm<std::uint64_t>(const GemmConfig<std::uint64_t>&, const core::HostMatrix&,
                                   const core::HostMatrix&, std::uint64_t*, std::int64_t, int, double);
+template void gemm<Complex64>(const GemmConfig<Complex64>&, const core::HostMatrix&,
+                              const core::HostMatrix&, Complex64*, std::int64_t, int, double);
+template void gemm<Complex128>(const GemmConfig<Complex128>&, const core::HostMatrix&,
+                               const core::HostMatrix&, Complex128*, std::int64_t, int, double);
 
 // The packers of the tile shapes in kernel_table.cpp.
 template void pack_a_panels<float, 14>(const core::HostMatrix&, std::int64_t, std::int64_t,
@@ -624,5 +648,30 @@ template void pack_a_panels<std::uint64_t, 4>(const core::HostMatrix&, std::int6
                                               std::int64_t, std::int64_t, std::uint64_t*);
 template void pack_b_panels<std::uint64_t, 4>(const core::HostMatrix&, std::int64_t, std::int64_t,
                                               std::int64_t, std::int64_t, std::uint64_t*);
+
+// The complex kernels' packers (complex elements moved whole), for the tiles their tunables may
+// pick (kernel_table.cpp, complex_config).
+#define PM_COMPLEX_PACKERS(C)                                                                       \
+  template void pack_a_panels<C, 2>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                    std::int64_t, C*);                                              \
+  template void pack_a_panels<C, 3>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                    std::int64_t, C*);                                              \
+  template void pack_a_panels<C, 4>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                    std::int64_t, C*);                                              \
+  template void pack_a_panels<C, 7>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                    std::int64_t, C*);                                              \
+  template void pack_b_panels<C, 4>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                    std::int64_t, C*);                                              \
+  template void pack_b_panels<C, 6>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                    std::int64_t, C*);                                              \
+  template void pack_b_panels<C, 8>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                    std::int64_t, C*);                                              \
+  template void pack_b_panels<C, 12>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                     std::int64_t, C*);                                             \
+  template void pack_b_panels<C, 16>(const core::HostMatrix&, std::int64_t, std::int64_t, std::int64_t, \
+                                     std::int64_t, C*);
+PM_COMPLEX_PACKERS(Complex64)
+PM_COMPLEX_PACKERS(Complex128)
+#undef PM_COMPLEX_PACKERS
 
 }  // namespace portmat::cpu

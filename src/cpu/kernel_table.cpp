@@ -34,7 +34,8 @@
 //   n = 1024: 139-145 against 131-140;  n = 2048: 138-146 against 125-139 (NumPy 133-147);
 //   n = 4096: 140-152 against 134-142;  n = 256 / 512: the same within 1%.
 // kc 320-384 or nc 128 / 384 were no better at n = 2048.
-// AVX2 and scalar sizes are the usual Haswell-class ones.
+// AVX2 and scalar sizes are the usual Haswell-class ones. The complex kernels' tiles and blocks
+// are the tunables at the top of their files (kernels/gemm_complex_<isa>.cpp), measured there.
 // NEON sizes are not tuned on hardware yet; they are sized for the smaller caches common on ARM
 // cores (Cortex-A72/A76/A78, Neoverse N1/V1: 32-64 KiB L1d, 256 KiB-1 MiB L2, 0-4 MiB L3 or SLC
 // shared): kc 256 (float32) / 192 (float64) keeps the B micro-panel at 12 / 9 KiB, so it stays in
@@ -84,6 +85,32 @@ void set_scalar_integers(KernelSet& s) {
   s.u64_narrow = s.u64;
 }
 
+// The driver's configuration of a complex kernel: its tile and blocks (the tunables of its kernel
+// file) and the plain packers of that tile (gemm_driver.cpp instantiates rows 2-4 or 7 and 4, 6,
+// 8, 12 or 16 columns); a tile without packers leaves the set without complex kernels.
+template <class C>
+GemmConfig<C> complex_config(const ComplexKernel<C>& k) {
+  GemmConfig<C> g;
+  g.kernel = k.name, g.mr = k.mr, g.nr = k.nr, g.mc = k.mc, g.kc = k.kc, g.nc = k.nc, g.a_outer = k.a_outer;
+  switch (k.mr) {
+    case 2: g.pack_a = pack_a_panels<C, 2>; break;
+    case 3: g.pack_a = pack_a_panels<C, 3>; break;
+    case 4: g.pack_a = pack_a_panels<C, 4>; break;
+    case 7: g.pack_a = pack_a_panels<C, 7>; break;
+    default: return {};
+  }
+  switch (k.nr) {
+    case 4: g.pack_b = pack_b_panels<C, 4>; break;
+    case 6: g.pack_b = pack_b_panels<C, 6>; break;
+    case 8: g.pack_b = pack_b_panels<C, 8>; break;
+    case 12: g.pack_b = pack_b_panels<C, 12>; break;
+    case 16: g.pack_b = pack_b_panels<C, 16>; break;
+    default: return {};
+  }
+  g.ukernel = k.ukernel;
+  return g;
+}
+
 #if defined(__x86_64__) || defined(_M_X64)
 // The AVX2 integer kernels, blocked as the AVX2 float ones.
 void set_avx2_integers(KernelSet& s) {
@@ -119,6 +146,9 @@ std::vector<KernelSet> detect() {
     } else {
       set_avx2_integers(s);  // every AVX-512 CPU has AVX2
     }
+    // Compiled, not yet run on an AVX-512 CPU (gemm_complex_avx512.cpp).
+    s.c64 = complex_config(kComplexAvx512C64);
+    s.c128 = complex_config(kComplexAvx512C128);
     sets.push_back(s);
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -129,6 +159,8 @@ std::vector<KernelSet> detect() {
     s.f64 = {"gemm_avx2_f64_6x8", 6, 8, 6 * 12, 256, 4096, gemm_avx2_f64_6x8,
              pack_a_panels<double, 6>, pack_b_panels<double, 8>};
     set_avx2_integers(s);
+    s.c64 = complex_config(kComplexAvx2C64);
+    s.c128 = complex_config(kComplexAvx2C128);
     sets.push_back(s);
   }
 #endif
@@ -164,13 +196,14 @@ const std::vector<KernelSet>& supported_kernel_sets() {
 
 namespace {
 
-// PORTMAT_CPU_BLOCKS="mc,kc,nc[,a_outer]" (float32) or "f64:mc,kc,nc[,a_outer]": block sizes (and
+// PORTMAT_CPU_BLOCKS="mc,kc,nc[,a_outer]" (float32) or "f64:mc,kc,nc[,a_outer]" (likewise "c64:",
+// "c128:" for the complex kernels, in complex elements): block sizes (and
 // the loop order: 1 A outer, 0 B outer; gemm_driver.cpp) for tuning on a new CPU without
 // rebuilding. mc and nc are rounded up to the tile; malformed or non-positive values are ignored.
 template <class T>
 void override_blocks(GemmConfig<T>& cfg, const char* prefix) {
   const char* e = std::getenv("PORTMAT_CPU_BLOCKS");
-  if (!e || !*e) return;
+  if (!e || !*e || !cfg.ukernel) return;
   const std::size_t plen = std::strlen(prefix);
   if (plen) {
     if (std::strncmp(e, prefix, plen) != 0) return;
@@ -198,6 +231,8 @@ const KernelSet& active_kernel_set() {
         if (std::strcmp(t.isa, want) == 0) s = t;
     override_blocks(s.f32, "");
     override_blocks(s.f64, "f64:");
+    override_blocks(s.c64, "c64:");
+    override_blocks(s.c128, "c128:");
     return s;
   }();
   return chosen;

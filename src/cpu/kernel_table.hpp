@@ -18,6 +18,11 @@ struct KernelSet {
   // u64 for operands whose every value is a sign-extended 32-bit one: faster where the ISA has no
   // 64-bit multiply (AVX2), the same as u64 elsewhere.
   GemmConfig<std::uint64_t> u64_narrow;
+  // complex64 / complex128 products as complex ones (ukernel.hpp, Complex64): only where the ISA
+  // has complex kernels (ukernel null elsewhere: the backend then runs the real product with b's
+  // real form, cpu_backend.cpp, matmul_complex_b_host).
+  GemmConfig<Complex64> c64;
+  GemmConfig<Complex128> c128;
 };
 
 // Every kernel set this CPU can run, best first.

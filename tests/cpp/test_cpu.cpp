@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -384,6 +385,161 @@ void check_small() {
   EXPECT_TRUE(portmat::cpu::small_gemm<T>(row_dense, sq, y.data(), 8));
 }
 
+// ---- the complex kernels (kernel_table.hpp, c64 / c128) ------------------------------------------
+
+template <class C>
+using PartOf = decltype(C::re);
+template <class C>
+constexpr DType complex_dtype() {
+  return sizeof(C) == 8 ? DType::c64 : DType::c128;
+}
+
+template <class C>
+std::vector<C> random_complex(std::size_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<C> v(n);
+  for (auto& x : v) x = C{static_cast<PartOf<C>>(u(rng)), static_cast<PartOf<C>>(u(rng))};
+  return v;
+}
+
+// |got - want| / (2 (K + 1) eps * mag), the complex form of the classical bound: each part of an
+// accurate complex product is off by at most (K + 1) eps * sum |a| |b| (the real and imaginary
+// sums of K products each, and their combination). want and mag in long double.
+template <class C>
+double complex_ratio(const C& got, long double want_re, long double want_im, long double mag, std::int64_t k) {
+  if (std::isnan(got.re) || std::isnan(got.im)) return std::numeric_limits<double>::infinity();
+  const long double err = std::hypot(static_cast<long double>(got.re) - want_re, static_cast<long double>(got.im) - want_im);
+  const long double bound = 2.0L * (k + 1) * std::numeric_limits<PartOf<C>>::epsilon() * mag + 1e-300L;
+  return static_cast<double>(err / bound);
+}
+
+// The complex micro-kernel on every edge tile (m <= mr, n <= nr), k around the unrolling, both
+// store modes, against a long double sum; the tile sits in a poisoned matrix whose other
+// entries must stay untouched.
+template <class C>
+void check_complex_micro_kernel(const GemmConfig<C>& cfg) {
+  if (!cfg.ukernel) GTEST_SKIP() << "this kernel set has no complex kernels";
+  SCOPED_TRACE(cfg.kernel);
+  std::mt19937 rng(43);
+  const int mr = cfg.mr, nr = cfg.nr;
+  const C poison{PartOf<C>(-777), PartOf<C>(-555)};
+  for (std::int64_t k : {1, 2, 3, 5, 64, 259}) {
+    auto a = random_complex<C>(mr * k, rng), b = random_complex<C>(k * nr, rng);
+    for (int m = 1; m <= mr; ++m)
+      for (int n = 1; n <= nr; ++n)
+        for (bool accumulate : {false, true}) {
+          auto ap = a, bp = b;  // zero-padded beyond the edge, as the packers leave them
+          for (std::int64_t p = 0; p < k; ++p) {
+            for (int i = m; i < mr; ++i) ap[p * mr + i] = C{0, 0};
+            for (int j = n; j < nr; ++j) bp[p * nr + j] = C{0, 0};
+          }
+          const std::int64_t ldc = nr + 5, rows = mr + 2;
+          std::vector<C> c(rows * ldc + 8, poison);
+          auto init = [](int i, int j) { return C{PartOf<C>(0.5 * (i - j)), PartOf<C>(0.25 * (i + j + 1))}; };
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) c[(i + 1) * ldc + 2 + j] = accumulate ? init(i, j) : C{PartOf<C>(NAN), PartOf<C>(NAN)};
+          cfg.ukernel(k, ap.data(), bp.data(), c.data() + ldc + 2, ldc, m, n, accumulate);
+          for (std::size_t x = 0; x < c.size(); ++x) {
+            const std::int64_t i = static_cast<std::int64_t>(x) / ldc - 1, j = static_cast<std::int64_t>(x) % ldc - 2;
+            if (!(i >= 0 && i < m && j >= 0 && j < n)) {
+              ASSERT_TRUE(c[x].re == poison.re && c[x].im == poison.im)
+                  << "wrote outside the tile at (" << i << ", " << j << ") for m=" << m << " n=" << n << " k=" << k;
+              continue;
+            }
+            long double re = 0, im = 0, mag = 0;
+            if (accumulate) {
+              const C z = init(static_cast<int>(i), static_cast<int>(j));
+              re = z.re, im = z.im, mag = std::hypot(static_cast<long double>(z.re), static_cast<long double>(z.im));
+            }
+            for (std::int64_t p = 0; p < k; ++p) {
+              const C u = ap[p * mr + i], v = bp[p * nr + j];
+              re += static_cast<long double>(u.re) * v.re - static_cast<long double>(u.im) * v.im;
+              im += static_cast<long double>(u.re) * v.im + static_cast<long double>(u.im) * v.re;
+              mag += std::hypot(static_cast<long double>(u.re), static_cast<long double>(u.im)) *
+                     std::hypot(static_cast<long double>(v.re), static_cast<long double>(v.im));
+            }
+            ASSERT_LE(complex_ratio(c[x], re, im, mag, k), 1.0)
+                << "m=" << m << " n=" << n << " k=" << k << " acc=" << accumulate << " at (" << i << ", " << j << ")";
+          }
+        }
+  }
+}
+
+// c = a @ b through the driver with a complex cfg: a and b row- or column-major with slack and an
+// offset, c with padding columns that must stay untouched; the worst error ratio (<= 1: accurate).
+template <class C>
+double run_complex_driver(const GemmConfig<C>& cfg, std::int64_t m, std::int64_t k, std::int64_t n, bool a_col,
+                          bool b_col, int threads, std::mt19937& rng, double min_flops_per_thread) {
+  const std::int64_t lda = (a_col ? m : k) + 3, ldb = (b_col ? k : n) + 1, ldc = n + 2, off = 5;
+  auto a = random_complex<C>(off + lda * (a_col ? k : m), rng);
+  auto b = random_complex<C>(off + ldb * (b_col ? n : k), rng);
+  std::vector<C> c(m * ldc, C{PartOf<C>(NAN), PartOf<C>(NAN)});
+  portmat::core::HostMatrix ha{a.data(), off, m, k, lda, a_col, complex_dtype<C>()};
+  portmat::core::HostMatrix hb{b.data(), off, k, n, ldb, b_col, complex_dtype<C>()};
+  portmat::cpu::gemm(cfg, ha, hb, c.data(), ldc, threads, min_flops_per_thread);
+  auto modulus = [](const std::vector<C>& v) {
+    std::vector<long double> r(v.size());
+    for (std::size_t x = 0; x < v.size(); ++x) r[x] = std::hypot(static_cast<long double>(v[x].re), static_cast<long double>(v[x].im));
+    return r;
+  };
+  const auto abs_a = modulus(a), abs_b = modulus(b);
+  double worst = 0;
+  for (std::int64_t i = 0; i < m; ++i) {
+    for (std::int64_t j = n; j < ldc; ++j)
+      if (!std::isnan(c[i * ldc + j].re)) return std::numeric_limits<double>::infinity();
+    for (std::int64_t j = 0; j < n; ++j) {
+      long double re = 0, im = 0, mag = 0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        const std::int64_t ia = off + (a_col ? p * lda + i : i * lda + p), ib = off + (b_col ? j * ldb + p : p * ldb + j);
+        const C u = a[ia], v = b[ib];
+        re += static_cast<long double>(u.re) * v.re - static_cast<long double>(u.im) * v.im;
+        im += static_cast<long double>(u.re) * v.im + static_cast<long double>(u.im) * v.re;
+        mag += abs_a[ia] * abs_b[ib];
+      }
+      worst = std::max(worst, complex_ratio(c[i * ldc + j], re, im, mag, k));
+    }
+  }
+  return worst;
+}
+
+// The driver on a complex kernel with small blocks (every loop several times, runts at every
+// level), both loop orders, every remainder of the tile in M and in N, K across several kc
+// blocks, both layouts of a and b, 1-4 threads; then the table's own blocks on products large
+// enough for several threads, and split_k's long K.
+template <class C>
+void check_complex_driver(GemmConfig<C> cfg) {
+  if (!cfg.ukernel) GTEST_SKIP() << "this kernel set has no complex kernels";
+  SCOPED_TRACE(cfg.kernel);
+  std::mt19937 rng(8);
+  const GemmConfig<C> table = cfg;
+  cfg.mc = 2 * cfg.mr, cfg.kc = 16, cfg.nc = 2 * cfg.nr;
+  const int mr = cfg.mr, nr = cfg.nr;
+  std::vector<std::tuple<int, int, int>> shapes = {{1, 1, 1}, {5, 3, 2}, {3 * mr, 48, 5 * nr + 3}, {70, 40, 1}, {1, 50, 90}};
+  for (int r = 0; r <= mr; ++r) shapes.emplace_back(2 * mr + r, 33, 2 * nr + 1);
+  for (int r = 0; r <= nr; ++r) shapes.emplace_back(mr + 1, 17, 2 * nr + r);
+  for (bool a_outer : {false, true}) {
+    cfg.a_outer = a_outer;
+    for (auto [m, k, n] : shapes)
+      for (int threads : {1, 2, 3, 4})
+        for (bool a_col : {false, true})
+          for (bool b_col : {false, true})
+            EXPECT_LE(run_complex_driver<C>(cfg, m, k, n, a_col, b_col, threads, rng, 0.0), 1.0)
+                << m << "x" << k << "x" << n << " threads=" << threads << " a_col=" << a_col << " b_col=" << b_col
+                << " a_outer=" << a_outer;
+  }
+  for (bool a_outer : {false, true}) {
+    cfg = table;
+    cfg.a_outer ^= a_outer;
+    for (auto [m, k, n] : {std::tuple{301, 517, 263}, {64, 700, 500}})
+      EXPECT_LE(run_complex_driver<C>(cfg, m, k, n, false, a_outer, 2, rng, portmat::cpu::kMinFlopsPerThread), 1.0)
+          << m << "x" << k << "x" << n << " a_outer=" << cfg.a_outer;
+  }
+  for (auto [m, k, n] : {std::tuple{30, 3001, 33}, {7, 2000, 17}})  // split_k (M <= mc, N <= nc)
+    for (bool b_col : {false, true})
+      EXPECT_LE(run_complex_driver<C>(table, m, k, n, false, b_col, 3, rng, 0.0), 1.0)
+          << m << "x" << k << "x" << n << " b_col=" << b_col;
+}
+
 }  // namespace
 
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat32) { check_skinny<float>(); }
@@ -412,6 +568,10 @@ TEST_P(KernelSets, DriverIntegers) {
   check_driver_integers(set().u64, true);
   check_driver_integers(set().u64_narrow, true);  // only for narrow operands
 }
+TEST_P(KernelSets, ComplexMicroKernelComplex64EveryEdgeTile) { check_complex_micro_kernel(set().c64); }
+TEST_P(KernelSets, ComplexMicroKernelComplex128EveryEdgeTile) { check_complex_micro_kernel(set().c128); }
+TEST_P(KernelSets, ComplexDriverComplex64) { check_complex_driver(set().c64); }
+TEST_P(KernelSets, ComplexDriverComplex128) { check_complex_driver(set().c128); }
 TEST_P(KernelSets, DriverFloat32) { check_driver(set().f32); }
 TEST_P(KernelSets, DriverFloat64) { check_driver(set().f64); }
 

@@ -25,6 +25,30 @@ template <class T>
 using GemmUkernel = void (*)(std::int64_t k, const T* a, const T* b, T* c, std::int64_t ldc,
                              int m, int n, bool accumulate);
 
+// A complex64 / complex128 element as NumPy stores it: the real part, then the imaginary part.
+// The complex micro-kernels (kernels/gemm_complex_<isa>.cpp) follow the contract above with T one
+// of these: a, b and c hold complex elements, the tile is MR x NR complex elements and ldc counts
+// complex elements; c = (accumulate ? c : 0) + a @ b in complex arithmetic. Plain aggregates on
+// purpose (no member functions: this header reaches the ISA-flagged files); the driver's few
+// uses of them as numbers (a zero, a sum) are in gemm_driver.cpp, ElementOps.
+struct Complex64 {
+  float re, im;
+};
+struct Complex128 {
+  double re, im;
+};
+
+// A complex micro-kernel with the tile and cache blocks its kernel file's tunables give it
+// (kernel_table.cpp turns it into a GemmConfig with the packers of that tile).
+template <class C>
+struct ComplexKernel {
+  const char* name;
+  int mr, nr;                      // tile, complex elements
+  std::int64_t mc, kc, nc;         // cache blocks, complex elements
+  bool a_outer;                    // the driver's loop order (gemm_driver.hpp)
+  GemmUkernel<C> ukernel;
+};
+
 }  // namespace portmat::cpu
 
 namespace portmat::cpu {
@@ -60,6 +84,13 @@ void gemm_avx2_u64n_6x8(std::int64_t k, const std::uint64_t* a, const std::uint6
 // dst, k-major as the 14-row kernels read it (ukernel contract above).
 void pack_a_avx512_f32_14(const float* a, std::int64_t lda, bool col_major, int rows,
                           std::int64_t k, float* dst);
+
+// The complex kernels of AVX2 + FMA (kernels/gemm_complex_avx2.cpp) and AVX-512
+// (kernels/gemm_complex_avx512.cpp), each with its tile and blocks.
+extern const ComplexKernel<Complex64> kComplexAvx2C64;
+extern const ComplexKernel<Complex128> kComplexAvx2C128;
+extern const ComplexKernel<Complex64> kComplexAvx512C64;  // compiled, not yet run (the file says)
+extern const ComplexKernel<Complex128> kComplexAvx512C128;
 
 // `iters` rounds of independent float32 FMAs (12 chains of full vectors) for the peak estimate:
 // returns a value that depends on every FMA so none is optimised away.

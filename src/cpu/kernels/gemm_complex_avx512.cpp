@@ -1,0 +1,95 @@
+// AVX-512 complex micro-kernels: complex64 and complex128 products as complex products
+// (contract: ukernel.hpp, Complex64 / Complex128), the AVX2 ones (gemm_complex_avx2.cpp, the
+// why) on 512-bit vectors: the same body (complex_tile.hpp), these traits and tunables.
+//
+// COMPILED BUT NOT YET RUN: the 2-core development machine has no AVX-512. The C++ suite's
+// ComplexMicroKernel / ComplexDriver tests run them on an AVX-512 host, and docs/cpu.md says
+// whether they were timed there. What was checked here, on ymm vectors: the AVX2 kernels built
+// with a 7-row tile (spilling) and with this combine (fmaddsub by 1) passed those tests
+// (session 19); the 512-bit traits are those of gemm_avx512.cpp. Until then the blocks copy the footprints of the float32 /
+// float64 AVX-512 kernels (kernel_table.cpp: A outer, a 28 KiB A micro-panel in L1, a 512 KiB
+// B block in L2, an 8.6 MiB A block).
+// Tile 7 x 2 vectors: 28 accumulators + 2 B vectors + a broadcast = 31 of the 32 zmm registers,
+// 28 independent FMA chains and 2 + 14 loads per 28 FMAs, as the 14 x 32 real kernel.
+//
+// Compiled with -mavx512f -mfma (cpu.cmake), called only after kernel_table.cpp's run-time check.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "cpu/kernels/complex_tile.hpp"
+#include "cpu/kernels/ukernel.hpp"
+
+namespace portmat::cpu {
+
+namespace {
+
+// ---- tunables (complex elements; see gemm_complex_avx2.cpp) ---------------------------------------
+constexpr int kC64Rows = 7, kC64Vectors = 2;    // 7 x 16 complex64
+constexpr std::int64_t kC64Mc = 7 * 300, kC64Kc = 512, kC64Nc = 128;
+constexpr bool kC64AOuter = true;
+constexpr int kC128Rows = 7, kC128Vectors = 2;  // 7 x 8 complex128
+constexpr std::int64_t kC128Mc = 7 * 300, kC128Kc = 256, kC128Nc = 128;
+constexpr bool kC128AOuter = true;
+
+// GCC 12's _mm512_permute_ps starts from _mm512_undefined_ps(), which -Wuninitialized reports as
+// a use of an uninitialised value; it is not one (gemm_avx512.cpp's packer, likewise).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+struct F32 {
+  using T = float;
+  using V = __m512;
+  static constexpr int lanes = 16;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const T* p) { return _mm512_loadu_ps(p); }
+  static V bcast(const T* p) { return _mm512_set1_ps(*p); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  // r + (i with each (re, im) pair swapped and its real lane negated): r * 1 -+ swapped, the
+  // product exact, so one rounding as AVX2's addsub.
+  static V combine(V r, V i) { return _mm512_fmaddsub_ps(r, _mm512_set1_ps(1.0f), _mm512_permute_ps(i, 0xB1)); }
+  static void store(T* p, V v) { _mm512_storeu_ps(p, v); }
+  static V load_part(const T* p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
+  static void store_part(T* p, V v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
+  static __mmask16 mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }  // n < 16
+};
+
+struct F64 {
+  using T = double;
+  using V = __m512d;
+  static constexpr int lanes = 8;
+  static V zero() { return _mm512_setzero_pd(); }
+  static V load(const T* p) { return _mm512_loadu_pd(p); }
+  static V bcast(const T* p) { return _mm512_set1_pd(*p); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_pd(a, b); }
+  static V combine(V r, V i) { return _mm512_fmaddsub_pd(r, _mm512_set1_pd(1.0), _mm512_permute_pd(i, 0x55)); }
+  static void store(T* p, V v) { _mm512_storeu_pd(p, v); }
+  static V load_part(const T* p, int n) { return _mm512_maskz_loadu_pd(mask(n), p); }
+  static void store_part(T* p, V v, int n) { _mm512_mask_storeu_pd(p, mask(n), v); }
+  static __mmask8 mask(int n) { return static_cast<__mmask8>((1u << n) - 1); }  // n < 8
+};
+
+void gemm_avx512_c64(std::int64_t k, const Complex64* a, const Complex64* b, Complex64* c,
+                     std::int64_t ldc, int m, int n, bool accumulate) {
+  complex_tile<F32, kC64Rows, kC64Vectors, 32>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
+}
+
+void gemm_avx512_c128(std::int64_t k, const Complex128* a, const Complex128* b, Complex128* c,
+                      std::int64_t ldc, int m, int n, bool accumulate) {
+  complex_tile<F64, kC128Rows, kC128Vectors, 32>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
+}
+
+}  // namespace
+
+#pragma GCC diagnostic pop
+
+extern const ComplexKernel<Complex64> kComplexAvx512C64 = {
+    "gemm_avx512_c64", kC64Rows, kC64Vectors * F32::lanes / 2, kC64Mc, kC64Kc, kC64Nc, kC64AOuter,
+    gemm_avx512_c64};
+extern const ComplexKernel<Complex128> kComplexAvx512C128 = {
+    "gemm_avx512_c128", kC128Rows, kC128Vectors * F64::lanes / 2, kC128Mc, kC128Kc, kC128Nc, kC128AOuter,
+    gemm_avx512_c128};
+
+}  // namespace portmat::cpu
