@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "cpu/kernels/complex_tile.hpp"
+#include "cpu/kernels/float_traits_avx2.hpp"
 #include "cpu/kernels/ukernel.hpp"
 
 namespace portmat::cpu {
@@ -42,60 +43,23 @@ constexpr int kC128Rows = 3, kC128Vectors = 2;  // 3 x 4 complex128
 constexpr std::int64_t kC128Mc = 3 * 12, kC128Kc = 256, kC128Nc = 1024;
 constexpr bool kC128AOuter = false;
 
-// Partial vectors through a small stack buffer (AVX2 has no cheap masked stores of every width;
-// edge tiles are rare).
-template <class S>
-typename S::V load_part_via_stack(const typename S::T* p, int n) {
-  alignas(32) typename S::T t[S::lanes] = {};
-  for (int i = 0; i < n; ++i) t[i] = p[i];
-  return S::load(t);
-}
-template <class S>
-void store_part_via_stack(typename S::T* p, typename S::V v, int n) {
-  alignas(32) typename S::T t[S::lanes];
-  S::store(t, v);
-  for (int i = 0; i < n; ++i) p[i] = t[i];
-}
-
-struct F32 {
-  using T = float;
-  using V = __m256;
-  static constexpr int lanes = 8;
-  static V zero() { return _mm256_setzero_ps(); }
-  static V load(const T* p) { return _mm256_loadu_ps(p); }
-  static V bcast(const T* p) { return _mm256_broadcast_ss(p); }
-  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  // r + (i with each (re, im) pair swapped and its real lane negated)
+// float_traits_avx2.hpp's traits, and the combine at the store: r + (i with each (re, im) pair
+// swapped and its real lane negated).
+struct C32 : F32 {
   static V combine(V r, V i) { return _mm256_addsub_ps(r, _mm256_permute_ps(i, 0xB1)); }
-  static void store(T* p, V v) { _mm256_storeu_ps(p, v); }
-  static V load_part(const T* p, int n) { return load_part_via_stack<F32>(p, n); }
-  static void store_part(T* p, V v, int n) { store_part_via_stack<F32>(p, v, n); }
 };
-
-struct F64 {
-  using T = double;
-  using V = __m256d;
-  static constexpr int lanes = 4;
-  static V zero() { return _mm256_setzero_pd(); }
-  static V load(const T* p) { return _mm256_loadu_pd(p); }
-  static V bcast(const T* p) { return _mm256_broadcast_sd(p); }
-  static V fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
-  static V add(V a, V b) { return _mm256_add_pd(a, b); }
+struct C64 : F64 {
   static V combine(V r, V i) { return _mm256_addsub_pd(r, _mm256_permute_pd(i, 0x5)); }
-  static void store(T* p, V v) { _mm256_storeu_pd(p, v); }
-  static V load_part(const T* p, int n) { return load_part_via_stack<F64>(p, n); }
-  static void store_part(T* p, V v, int n) { store_part_via_stack<F64>(p, v, n); }
 };
 
 void gemm_avx2_c64(std::int64_t k, const Complex64* a, const Complex64* b, Complex64* c,
                    std::int64_t ldc, int m, int n, bool accumulate) {
-  complex_tile<F32, kC64Rows, kC64Vectors, 16>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
+  complex_tile<C32, kC64Rows, kC64Vectors, 16>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
 }
 
 void gemm_avx2_c128(std::int64_t k, const Complex128* a, const Complex128* b, Complex128* c,
                     std::int64_t ldc, int m, int n, bool accumulate) {
-  complex_tile<F64, kC128Rows, kC128Vectors, 16>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
+  complex_tile<C64, kC128Rows, kC128Vectors, 16>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
 }
 
 }  // namespace

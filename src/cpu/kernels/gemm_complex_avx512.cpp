@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "cpu/kernels/complex_tile.hpp"
+#include "cpu/kernels/float_traits_avx512.hpp"
 #include "cpu/kernels/ukernel.hpp"
 
 namespace portmat::cpu {
@@ -36,48 +37,24 @@ constexpr bool kC128AOuter = true;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-struct F32 {
-  using T = float;
-  using V = __m512;
-  static constexpr int lanes = 16;
-  static V zero() { return _mm512_setzero_ps(); }
-  static V load(const T* p) { return _mm512_loadu_ps(p); }
-  static V bcast(const T* p) { return _mm512_set1_ps(*p); }
-  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  // r + (i with each (re, im) pair swapped and its real lane negated): r * 1 -+ swapped, the
-  // product exact, so one rounding as AVX2's addsub.
+// float_traits_avx512.hpp's traits, and the combine at the store: r + (i with each (re, im) pair
+// swapped and its real lane negated) as r * 1 -+ swapped, the product exact, so one rounding as
+// AVX2's addsub.
+struct C32 : F32 {
   static V combine(V r, V i) { return _mm512_fmaddsub_ps(r, _mm512_set1_ps(1.0f), _mm512_permute_ps(i, 0xB1)); }
-  static void store(T* p, V v) { _mm512_storeu_ps(p, v); }
-  static V load_part(const T* p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
-  static void store_part(T* p, V v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
-  static __mmask16 mask(int n) { return static_cast<__mmask16>((1u << n) - 1); }  // n < 16
 };
-
-struct F64 {
-  using T = double;
-  using V = __m512d;
-  static constexpr int lanes = 8;
-  static V zero() { return _mm512_setzero_pd(); }
-  static V load(const T* p) { return _mm512_loadu_pd(p); }
-  static V bcast(const T* p) { return _mm512_set1_pd(*p); }
-  static V fma(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
-  static V add(V a, V b) { return _mm512_add_pd(a, b); }
+struct C64 : F64 {
   static V combine(V r, V i) { return _mm512_fmaddsub_pd(r, _mm512_set1_pd(1.0), _mm512_permute_pd(i, 0x55)); }
-  static void store(T* p, V v) { _mm512_storeu_pd(p, v); }
-  static V load_part(const T* p, int n) { return _mm512_maskz_loadu_pd(mask(n), p); }
-  static void store_part(T* p, V v, int n) { _mm512_mask_storeu_pd(p, mask(n), v); }
-  static __mmask8 mask(int n) { return static_cast<__mmask8>((1u << n) - 1); }  // n < 8
 };
 
 void gemm_avx512_c64(std::int64_t k, const Complex64* a, const Complex64* b, Complex64* c,
                      std::int64_t ldc, int m, int n, bool accumulate) {
-  complex_tile<F32, kC64Rows, kC64Vectors, 32>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
+  complex_tile<C32, kC64Rows, kC64Vectors, 32>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
 }
 
 void gemm_avx512_c128(std::int64_t k, const Complex128* a, const Complex128* b, Complex128* c,
                       std::int64_t ldc, int m, int n, bool accumulate) {
-  complex_tile<F64, kC128Rows, kC128Vectors, 32>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
+  complex_tile<C64, kC128Rows, kC128Vectors, 32>(k, &a->re, &b->re, &c->re, 2 * ldc, m, 2 * n, accumulate);
 }
 
 }  // namespace
