@@ -273,8 +273,7 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", p
     # _ext.matmul_small returns None for anything else, and the general path below decides (and
     # raises NumPy's errors).
     if dtype is None and casting == "same_kind" and (out is None or type(out) is _np.ndarray):
-        c = _ext.matmul_small(a, b, device if type(device) is str else
-                              "" if device is None else _matmul_spec(device), out, mode)
+        c = _ext.matmul_small(a, b, "" if device is None else device, out, mode)
         if c is not None:
             return c
     if type(a) is not _np.ndarray or type(b) is not _np.ndarray:
