@@ -146,7 +146,6 @@ std::vector<KernelSet> detect() {
     } else {
       set_avx2_integers(s);  // every AVX-512 CPU has AVX2
     }
-    // Compiled, not yet run on an AVX-512 CPU (gemm_complex_avx512.cpp).
     s.c64 = complex_config(kComplexAvx512C64);
     s.c128 = complex_config(kComplexAvx512C128);
     sets.push_back(s);

@@ -506,8 +506,9 @@ NB_MODULE(_ext, m) {
   }
   m.def("matmul_small", &matmul_small, "a"_a, "b"_a, "device"_a, "out"_a = nb::none(), "precision"_a = "",
         "a @ b for plain 1-2 dimensional float32 / float64 NumPy arrays of one dtype with a small "
-        "result (not both vectors), on `device` (a spec, \"\" for the default, or a DeviceInfo): a new array, or `out` (a plain C-contiguous array of the result's "
-        "shape and dtype, apart from a and b), or None where the general path must decide.");
+        "result (not both vectors), on `device` (a spec, \"\" for the default, or a DeviceInfo): "
+        "a new array, or `out` (a plain C-contiguous array of the result's shape and dtype, apart "
+        "from a and b), or None where the general path must decide.");
 
   m.def(
       "empty_result",

@@ -89,7 +89,7 @@ void pack_a_avx512_f32_14(const float* a, std::int64_t lda, bool col_major, int 
 // (kernels/gemm_complex_avx512.cpp), each with its tile and blocks.
 extern const ComplexKernel<Complex64> kComplexAvx2C64;
 extern const ComplexKernel<Complex128> kComplexAvx2C128;
-extern const ComplexKernel<Complex64> kComplexAvx512C64;  // compiled, not yet run (the file says)
+extern const ComplexKernel<Complex64> kComplexAvx512C64;
 extern const ComplexKernel<Complex128> kComplexAvx512C128;
 
 // `iters` rounds of independent float32 FMAs (12 chains of full vectors) for the peak estimate:
