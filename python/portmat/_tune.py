@@ -4,7 +4,7 @@ OpenCL reaches GPUs and CPUs nobody here has measured. The shipped parameters ar
 per vendor and kind (``src/opencl/gemm_params.cpp``); a device that is not in it gets generic
 guesses. This command measures instead: starting from the parameters the device runs with now, it
 changes one group of tunables at a time (the block tile, the work-group shape, the slice depth,
-the vector widths, the padding, and on CPUs the direct kernel's rows and work-group width), keeps
+the vector widths, the padding, double-buffered fragments, NVIDIA's register cap, and on CPUs the direct kernel's rows and work-group width), keeps
 what is faster, verifies every candidate against a float64 reference first, and stores the winner
 for the device and its driver in ``opencl-tuning.txt`` in portmat's cache directory
 (``src/opencl/tuning_store.hpp`` has the format). Every later product on that device, in any
@@ -45,7 +45,7 @@ GENERIC = dict(MWG=64, NWG=64, KWG=16, MDIMC=8, NDIMC=8, VWM=4, VWN=4, PADA=4, P
 DIRECT = dict(DIRECT=1, MWG=8, MDIMC=1, NDIMC=32)
 
 
-def _searches(shipped: dict, cpu: bool) -> list[tuple[dict, list[list[dict]]]]:
+def _searches(shipped: dict, cpu: bool, nvidia: bool = False) -> list[tuple[dict, list[list[dict]]]]:
     """The searches: (start, groups), each group the alternatives for one set of tunables, tried
     on top of the best parameters so far. gemm.cl's, and on CPUs the direct kernel's."""
     # Blocks and work-group shapes together first: the register tile per work-item (MWG / MDIMC by
@@ -61,7 +61,10 @@ def _searches(shipped: dict, cpu: bool) -> list[tuple[dict, list[list[dict]]]]:
         [dict(VWM=v, VWN=w) for v, w in ((2, 2), (4, 4), (8, 8), (2, 4), (4, 2))],
         [dict(PADA=a, PADB=b) for a, b in ((0, 0), (4, 0), (0, 4), (8, 0))],
         [dict(GVW=g) for g in (1, 2, 4, 8)],
+        [dict(DBF=d) for d in (0, 1)],
     ]
+    if nvidia:  # NVIDIA's register cap (MAXREGS): 128 lets two 256-work-item groups share an SM
+        gemm.append([dict(MAXREGS=r) for r in (0, 128)])
     searches = [({**shipped, **GENERIC} if shipped.get("DIRECT") else dict(shipped), gemm)]
     if cpu:
         direct = [[dict(MWG=r) for r in (4, 6, 8, 10, 12, 16)], [dict(NDIMC=w) for w in (8, 16, 32, 64, 128)]]
@@ -111,7 +114,7 @@ def tune_device(dev: str, dtype: str = "float32", size: int | None = None, repea
     if info.backend != "opencl":
         raise ValueError(f"portmat tune: {info.id} is a {info.backend} device; only OpenCL devices are tuned "
                          f"(the CUDA and CPU backends choose their kernels by a model)")
-    if dtype == "float64" and not info.supports_f64:
+    if dtype == "float64" and not info.supports_float64:
         raise ValueError(f"portmat tune: {info.id} has no float64")
     key, path = _ext.tuning_store(info.id)
     if not path:
@@ -134,7 +137,7 @@ def tune_device(dev: str, dtype: str = "float32", size: int | None = None, repea
         # what the first did not. On CPUs (half a minute a candidate) once. `total` counts every
         # alternative of every walk, so the bar may end short of it.
         passes = 1 if cpu else 2
-        searches = _searches(shipped, cpu) * passes
+        searches = _searches(shipped, cpu, "NVIDIA" in info.vendor) * passes
         total = sum(len(g) for _, groups in searches for g in groups)
         if max_candidates is not None:
             total = min(total, max_candidates)

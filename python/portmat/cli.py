@@ -71,7 +71,7 @@ def _tune_command(parser, args) -> int:
     status = 0
     for d in devices:
         for dtype in (["float32", "float64"] if args.dtype == "all" else [args.dtype]):
-            if dtype == "float64" and not _ext.find_device(d).supports_f64:
+            if dtype == "float64" and not _ext.find_device(d).supports_float64:
                 continue
             try:
                 r = _tune.tune_device(d, dtype, args.size, args.repeat, args.max_candidates)

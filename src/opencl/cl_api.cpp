@@ -49,6 +49,7 @@ ClApi* load_api() {
       load(lib, "clWaitForEvents", api->WaitForEvents) &&
       load(lib, "clGetEventProfilingInfo", api->GetEventProfilingInfo) &&
       load(lib, "clReleaseEvent", api->ReleaseEvent) &&
+      load(lib, "clRetainEvent", api->RetainEvent) &&
       load(lib, "clFinish", api->Finish) &&
       load(lib, "clFlush", api->Flush) &&
       load(lib, "clGetEventInfo", api->GetEventInfo);

@@ -42,6 +42,7 @@ struct ClApi {
   decltype(&::clWaitForEvents) WaitForEvents;
   decltype(&::clGetEventProfilingInfo) GetEventProfilingInfo;
   decltype(&::clReleaseEvent) ReleaseEvent;
+  decltype(&::clRetainEvent) RetainEvent;
   decltype(&::clFinish) Finish;
   decltype(&::clFlush) Flush;
   decltype(&::clGetEventInfo) GetEventInfo;

@@ -30,6 +30,9 @@ std::string GemmParams::invalid_reason() const {
     return "GVW must divide KWG, MWG, NWG and each work-item's share of a slice";
   if (pada < 0 || padb < 0 || pada % vwm != 0 || padb % vwn != 0)
     return "PADA/PADB must be non-negative multiples of VWM/VWN";
+  if (dbf != 0 && dbf != 1) return "DBF must be 0 or 1";
+  if (dbf && kwg % 2 != 0) return "DBF (double-buffered fragments) needs an even KWG";
+  if (maxregs != 0 && (maxregs < 32 || maxregs > 255)) return "MAXREGS must be 0 or 32-255";
   return {};
 }
 
@@ -45,7 +48,8 @@ constexpr Field kFields[] = {{"MWG", &GemmParams::mwg},     {"NWG", &GemmParams:
                              {"NDIMC", &GemmParams::ndimc}, {"VWM", &GemmParams::vwm},
                              {"VWN", &GemmParams::vwn},     {"PADA", &GemmParams::pada},
                              {"PADB", &GemmParams::padb},   {"GVW", &GemmParams::gvw},
-                             {"DIRECT", &GemmParams::direct}};
+                             {"DIRECT", &GemmParams::direct}, {"DBF", &GemmParams::dbf},
+                             {"MAXREGS", &GemmParams::maxregs}};
 }  // namespace
 
 std::string GemmParams::defines() const {
@@ -124,8 +128,12 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
     // against 44.9 in the same run for the 64x128 blocks shipped before (45.0 when an earlier
     // 20-candidate run chose them). Where 128x128 blocks are too few to fill the device (n <= 2048
     // on 132 SMs), 64x128 blocks of 8x16 work-items, as for other GPUs below.
+    // MAXREGS = 128: ptxas gives the kernels with edge code (sizes that are not whole blocks) 137-143
+    // registers, one 256-work-item group per SM; capped, they keep two, as the whole-block kernels
+    // (126-128 registers by themselves) do. (Session 20: one group per SM ran 28.6 TFLOP/s at 4096.)
     p.kwg = 8;
     p.pada = 0;
+    p.maxregs = 128;
     const long blocks = ((m + p.mwg - 1) / p.mwg) * ((n + p.nwg - 1) / p.nwg) * count;
     if (blocks < 2L * dev.compute_units) {
       p.mwg = 64;

@@ -19,6 +19,13 @@ struct GemmParams {
   // 1: kernels/gemm_direct.cl instead (CPU runtimes that vectorize across work-items): MWG rows of
   // C per work-item, work-groups NDIMC wide and MDIMC (1) high; the other fields are unused.
   int direct = 0;
+  // 1: double-buffered fragments (gemm.cl's DBF): the next k step's local reads overlap this one's
+  // multiply-adds, across slice ends too. Needs an even KWG.
+  int dbf = 0;
+  // > 0: registers per work-item, capped by NVIDIA's compiler (-cl-nv-maxrregcount; other drivers
+  // refuse it). gemm.cl then leaves out reqd_work_group_size, since its .reqntid in the PTX makes
+  // the JIT ignore the cap: so a 256-work-item group can fit twice on an SM (<= 128 registers).
+  int maxregs = 0;
 
   int threads() const { return mdimc * ndimc; }
   // Bytes of local memory the kernel declares (two slices of A and of B; none for the direct one).

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -148,8 +149,10 @@ class OpenClDevice final : public core::Device {
               const core::DeviceMatrix& c) override {
     std::lock_guard<std::mutex> lock(mu_);
     ready();
-    cl_event done = enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c);
-    return wait_and_time(done);
+    cl_event started = nullptr;
+    cl_event done = enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c, true, 1, 0, 0, 0,
+                                 nullptr, 0, nullptr, &started);
+    return started ? wait_and_time_span(started, done) : wait_and_time(done);
   }
 
   void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
@@ -368,8 +371,10 @@ class OpenClDevice final : public core::Device {
     ready();
     double s = 0;
     for (int l = 0; l < launches; ++l) {
-      const double t = wait_and_time(enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c, true,
-                                                  count, a_step, b_step, c_step));
+      cl_event started = nullptr;  // a stack of one may take the padded path (enqueue_gemm)
+      const cl_event done = enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c, true, count, a_step,
+                                         b_step, c_step, nullptr, 0, nullptr, &started);
+      const double t = started ? wait_and_time_span(started, done) : wait_and_time(done);
       if (t < 0) return -1.0;
       s += t;
     }
@@ -402,6 +407,7 @@ class OpenClDevice final : public core::Device {
     core::MemoryAccount* account = host ? nullptr : &memory;
     if (account) {
       const bool enforce = !shares_memory();
+      if (enforce && memory.over_limit(bytes)) sweep_padded();  // padded copies done with go to the pool
       if (enforce && memory.over_limit(bytes) && !pool_.empty()) pool_.trim(0);
       memory.take(bytes, enforce, where_);
     }
@@ -437,10 +443,14 @@ class OpenClDevice final : public core::Device {
                                   std::to_string(p.local_bytes(dtype_size(dtype))) +
                                   " bytes of local memory; " + where_ + " has " +
                                   std::to_string(local_mem_));
+    if (p.maxregs && !p.direct && info_.vendor.find("NVIDIA") == std::string::npos)
+      throw std::invalid_argument("OpenCL gemm parameters " + p.str() + ": MAXREGS is an option of NVIDIA's "
+                                  "compiler; " + where_ + " is " + info_.vendor + "'s");
     const int kind = dtype == DType::f64 ? 1 : dtype == DType::u32 ? 2 : dtype == DType::u64 ? 3 : 0;
     const std::string options = p.defines() + " -DREAL_KIND=" + std::to_string(kind) + " -DA_COL_MAJOR=" +
                                 (a_col ? "1" : "0") + " -DB_COL_MAJOR=" + (b_col ? "1" : "0") +
                                 " -DEDGES=" + (edges ? "1" : "0") + " -DGVW=" + std::to_string(gvw) +
+                                (p.maxregs && !p.direct ? " -cl-nv-maxrregcount=" + std::to_string(p.maxregs) : "") +
                                 extra_build_options();
     auto it = kernels_.find(options);
     if (it != kernels_.end()) return it->second;
@@ -489,17 +499,25 @@ class OpenClDevice final : public core::Device {
   // NumPy's memory used in place may start anywhere a float may).
   // A stack of `count` products: matrix i of each operand `x_step` elements after matrix i - 1
   // (0: the same matrix for every i), one launch (the NDRange's third dimension).
+  // A large product with edges on a discrete device runs on copies padded to whole blocks
+  // (enqueue_gemm_padded): the returned event is then the last of several commands, and `started`,
+  // when given, receives the first (the caller releases it); it stays null otherwise.
   cl_event enqueue_gemm(cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
                         const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c,
                         bool bases_aligned = true, std::int64_t count = 1, std::int64_t a_step = 0,
                         std::int64_t b_step = 0, std::int64_t c_step = 0, cl_command_queue on = nullptr,
-                        cl_uint n_after = 0, const cl_event* after = nullptr) {
+                        cl_uint n_after = 0, const cl_event* after = nullptr, cl_event* started = nullptr,
+                        const GemmParams* forced = nullptr) {
     const cl_int M = static_cast<cl_int>(a.rows), N = static_cast<cl_int>(b.cols),
                  K = static_cast<cl_int>(a.cols);
-    GemmParams p = params_for(a.dtype, M, N, count);
+    GemmParams p = forced ? *forced : params_for(a.dtype, M, N, count);
     if (p.direct && std::max({a.span(), b.span(), c.span()}) > 2147483647u)  // its int indices (gemm_direct.cl)
       p = choose_params({info_.kind, std::string(), info_.compute_units}, a.dtype, M, N, count);
     const bool edges = !p.direct && (M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0);
+    if (edges && !forced && pad_to_blocks(p, M, N, K, count))
+      if (cl_event ev = enqueue_gemm_padded(p, am, a, bm, b, cm, c, bases_aligned, on ? on : queue_, n_after, after,
+                                            started))
+        return ev;
     // Vector loads read whole aligned vectors: every row start must be a multiple of GVW.
     auto aligned = [&](const core::DeviceMatrix& x, std::int64_t step, int w) {
       return x.ld % w == 0 && x.offset % static_cast<std::size_t>(w) == 0 && step % w == 0;
@@ -553,6 +571,142 @@ class OpenClDevice final : public core::Device {
   }
 
   void wait(cl_event ev) { wait_and_time(ev); }
+
+  // Seconds from the start of `first` to the end of `last` (both released), after waiting for last.
+  double wait_and_time_span(cl_event first, cl_event last) {
+    std::unique_ptr<std::remove_pointer_t<cl_event>, decltype(cl_.ReleaseEvent)> hold_first(first, cl_.ReleaseEvent),
+        hold_last(last, cl_.ReleaseEvent);
+    cl_check(cl_.WaitForEvents(1, &last), "clWaitForEvents(gemm)", where_);  // in order: first is done too
+    cl_ulong t0 = 0, t1 = 0;
+    if (cl_.GetEventProfilingInfo(first, CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr) != CL_SUCCESS ||
+        cl_.GetEventProfilingInfo(last, CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr) != CL_SUCCESS)
+      return -1.0;
+    return static_cast<double>(t1 - t0) * 1e-9;
+  }
+
+  // ---- whole blocks for products with edges ------------------------------------------------------
+  // gemm.cl's edge code (clamped scalar loads, guarded stores, a register tile the compiler cannot
+  // keep within 128 registers) ran at 0.42x of its whole-block code on the H200 (n = 4095: 20.4
+  // against 47.3 TFLOP/s at 4096; 28.7 with MAXREGS = 128). So on a discrete device a large product
+  // with edges runs on copies of its operands padded with zeros to whole blocks (casts.cl's
+  // copy_2d_b4 / _b8: one pass each, only for the operands that need it) into a padded result,
+  // whose block is copied back: a few passes over memory against the kernel's n^3 work.
+  // PORTMAT_OPENCL_PAD: 0 never, 1 whenever there are edges (the tests), else the rule below.
+  static constexpr double kPadMinMacs = 5e8;  // below, the copies' launches cost more than they save
+  bool pad_to_blocks(const GemmParams& p, std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t count) const {
+    if (p.direct || count != 1) return false;
+    const long knob = env_long("PORTMAT_OPENCL_PAD", -1);
+    if (knob >= 0) return knob > 0;
+    return !shares_memory() && static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kPadMinMacs;
+  }
+
+  // The padded copies are leased from the device's pool and held here until the product's last
+  // command is done; then they go back to the pool (swept at each padded product, and before an
+  // allocation would pass portmat's device-memory cap), so nothing is reused while a queue may
+  // still read or write it, and nothing stays held for the process's life.
+  struct PadPending {
+    cl_event done;  // retained
+    std::vector<Lease> buffers;
+  };
+  std::list<PadPending> pad_pending_;
+
+  void sweep_padded() {
+    for (auto it = pad_pending_.begin(); it != pad_pending_.end();) {
+      cl_int status = CL_COMPLETE;
+      cl_.GetEventInfo(it->done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr);
+      if (status > CL_COMPLETE) {  // queued, submitted or running (errors are < 0: done too)
+        ++it;
+        continue;
+      }
+      cl_.ReleaseEvent(it->done);
+      it = pad_pending_.erase(it);
+    }
+  }
+
+  cl_event enqueue_copy_2d(cl_command_queue q, cl_mem src, std::size_t src_off, std::int64_t src_ld,
+                           std::int64_t rows, std::int64_t cols, cl_mem dst, std::size_t dst_off,
+                           std::int64_t dst_ld, std::int64_t dst_rows, std::int64_t dst_cols, std::size_t es,
+                           cl_uint n_after, const cl_event* after) {
+    cl_kernel k = casts_kernel(es == 8 ? "copy_2d_b8" : "copy_2d_b4");
+    const cl_long so = static_cast<cl_long>(src_off), sl = src_ld, r = rows, cc = cols,
+                  dof = static_cast<cl_long>(dst_off), dl = dst_ld, dr = dst_rows, dcl = dst_cols;
+    const void* args[] = {&src, &so, &sl, &r, &cc, &dst, &dof, &dl, &dr, &dcl};
+    const std::size_t sizes[] = {sizeof src, sizeof so, sizeof sl, sizeof r, sizeof cc,
+                                 sizeof dst, sizeof dof, sizeof dl, sizeof dr, sizeof dcl};
+    for (cl_uint i = 0; i < 10; ++i) cl_check(cl_.SetKernelArg(k, i, sizes[i], args[i]), "clSetKernelArg(copy_2d)", where_);
+    const std::size_t local[2] = {64, 1};
+    const std::size_t global[2] = {static_cast<std::size_t>((dst_cols + 63) / 64 * 64), static_cast<std::size_t>(dst_rows)};
+    cl_event ev = nullptr;
+    cl_check(cl_.EnqueueNDRangeKernel(q, k, 2, nullptr, global, local, n_after, after, &ev),
+             "clEnqueueNDRangeKernel(copy_2d)", where_);
+    return ev;
+  }
+
+  // c = a @ b through padded copies (see pad_to_blocks); nullptr where the copies cannot be made.
+  cl_event enqueue_gemm_padded(const GemmParams& p, cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
+                               const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c,
+                               bool bases_aligned, cl_command_queue q, cl_uint n_after, const cl_event* after,
+                               cl_event* started) {
+    const std::int64_t M = a.rows, N = b.cols, K = a.cols;
+    auto whole = [](std::int64_t x, int t) { return (x + t - 1) / t * t; };
+    const std::int64_t Mp = whole(M, p.mwg), Np = whole(N, p.nwg), Kp = whole(K, p.kwg);
+    const bool pad_a = Mp != M || Kp != K, pad_b = Kp != K || Np != N, pad_c = Mp != M || Np != N;
+    const std::size_t es = dtype_size(a.dtype);
+    const std::size_t bytes_a = pad_a ? static_cast<std::size_t>(Mp * Kp) * es : 0,
+                      bytes_b = pad_b ? static_cast<std::size_t>(Kp * Np) * es : 0,
+                      bytes_c = pad_c ? static_cast<std::size_t>(Mp * Np) * es : 0;
+    if (c.col_major || bytes_a + bytes_b + bytes_c > info_.memory_bytes / 8) return nullptr;
+    sweep_padded();
+    PadPending held{nullptr, {}};
+    held.buffers.reserve(3);
+    ClBuffer *sa = nullptr, *sb = nullptr, *sc = nullptr;
+    try {
+      for (auto [buf, bytes] : {std::pair{&sa, bytes_a}, std::pair{&sb, bytes_b}, std::pair{&sc, bytes_c}})
+        if (bytes) {
+          held.buffers.emplace_back(lease(bytes));
+          *buf = held.buffers.back().get();
+        }
+    } catch (const OutOfDeviceMemory&) {
+      return nullptr;  // the leases go back to the pool
+    }
+    std::vector<cl_event> evs;  // in queue order; the first waits for `after`
+    auto waits = [&] { return evs.empty() ? n_after : 0u; };
+    auto list = [&] { return evs.empty() ? after : nullptr; };
+    core::DeviceMatrix pa = a, pb = b, pc = c;
+    cl_mem pam = am, pbm = bm, pcm = cm;
+    if (pad_a) {  // A's storage: M x K rows-first, or K x M when it is column-major
+      const std::int64_t sr = a.col_major ? K : M, sc = a.col_major ? M : K;
+      const std::int64_t pr = a.col_major ? Kp : Mp, pw = a.col_major ? Mp : Kp;
+      evs.push_back(enqueue_copy_2d(q, am, a.offset, a.ld, sr, sc, sa->mem(), 0, pw, pr, pw, es, waits(), list()));
+      pa = {sa, 0, Mp, Kp, pw, a.col_major, a.dtype};
+      pam = sa->mem();
+    }
+    if (pad_b) {  // B's storage: K x N, or N x K when it is column-major
+      const std::int64_t sr = b.col_major ? N : K, sc = b.col_major ? K : N;
+      const std::int64_t pr = b.col_major ? Np : Kp, pw = b.col_major ? Kp : Np;
+      evs.push_back(enqueue_copy_2d(q, bm, b.offset, b.ld, sr, sc, sb->mem(), 0, pw, pr, pw, es, waits(), list()));
+      pb = {sb, 0, Kp, Np, pw, b.col_major, b.dtype};
+      pbm = sb->mem();
+    }
+    if (pad_c) {
+      pc = {sc, 0, Mp, Np, Np, false, c.dtype};
+      pcm = sc->mem();
+    }
+    evs.push_back(enqueue_gemm(pam, pa, pbm, pb, pcm, pc, bases_aligned || (pad_a && pad_b), 1, 0, 0, 0, q, waits(),
+                               list(), nullptr, &p));
+    if (pad_c)
+      evs.push_back(enqueue_copy_2d(q, sc->mem(), 0, Np, M, N, cm, c.offset, c.ld, M, N, es, 0, nullptr));
+    for (std::size_t i = 1; i + 1 < evs.size(); ++i) cl_.ReleaseEvent(evs[i]);
+    held.done = evs.back();
+    cl_.RetainEvent(held.done);
+    pad_pending_.push_back(std::move(held));
+    if (evs.size() == 1) return evs[0];
+    if (started)
+      *started = evs.front();
+    else
+      cl_.ReleaseEvent(evs.front());
+    return evs.back();
+  }
 
   // ---- host in, host out ---------------------------------------------------------------------
   // Shared memory: wrap NumPy's buffers (CL_MEM_USE_HOST_PTR) and let the kernel read and write

@@ -36,6 +36,11 @@ TEST(OpenClParams, DefaultsAreValidAndBadOnesAreNamed) {
   EXPECT_THROW(portmat::opencl::parse_params("FOO=1", {}), std::invalid_argument);
   EXPECT_THROW(portmat::opencl::parse_params("MWG=x", {}), std::invalid_argument);
   EXPECT_THROW(portmat::opencl::parse_params("MWG", {}), std::invalid_argument);
+  // Double-buffered fragments: 0 or 1, and an even slice depth.
+  const std::string small = "MWG=64,NWG=64,MDIMC=8,NDIMC=8,GVW=1,";
+  EXPECT_EQ(portmat::opencl::parse_params(small + "KWG=2,DBF=1", {}).invalid_reason(), "");
+  EXPECT_NE(portmat::opencl::parse_params(small + "KWG=1,DBF=1", {}).invalid_reason().find("DBF"), std::string::npos);
+  EXPECT_NE(portmat::opencl::parse_params("DBF=2", {}).invalid_reason().find("DBF"), std::string::npos);
 }
 
 // The direct kernel (gemm_direct.cl) goes to Intel's CPU runtime only: PoCL, which names an Intel

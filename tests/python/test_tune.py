@@ -64,13 +64,18 @@ def test_stored_parameters_apply_and_damage_is_ignored(cache):
     key, path = _ext.tuning_store(dev)
     env = {"PORTMAT_CACHE_DIR": str(cache)}
     shipped = _params_in_child(dev, env)
-    wanted = "MWG=32,NWG=32,KWG=16,MDIMC=8,NDIMC=8,VWM=4,VWN=4,PADA=4,PADB=0,GVW=4,DIRECT=0"
+    wanted = "MWG=32,NWG=32,KWG=16,MDIMC=8,NDIMC=8,VWM=4,VWN=4,PADA=4,PADB=0,GVW=4,DIRECT=0,DBF=1,MAXREGS=0"
     assert wanted != shipped
     good = f"{key}\tfloat32\t{wanted}\t1.0\t128"
     (cache / "opencl-tuning.txt").write_text("\n".join([HEADER, good]) + "\n")
     assert _params_in_child(dev, env) == wanted
     # This process sees the change too (the file is read again when it changes).
     assert _ext.kernel_params(dev, "float32", 512, 512) == wanted
+    # An entry stored before tunables existed (DBF, MAXREGS) still applies, with their defaults.
+    older = wanted.replace(",DBF=1,MAXREGS=0", "")
+    (cache / "opencl-tuning.txt").write_text("\n".join([HEADER, f"{key}\tfloat32\t{older}\t1.0\t128"]) + "\n")
+    assert _params_in_child(dev, env) == older + ",DBF=0,MAXREGS=0"
+    (cache / "opencl-tuning.txt").write_text("\n".join([HEADER, good]) + "\n")
     # The off switch and the override.
     assert _params_in_child(dev, {**env, "PORTMAT_OPENCL_TUNING": "off"}) == shipped
     assert "MWG=64" in _params_in_child(dev, {**env, "PORTMAT_OPENCL_PARAMS": "MWG=64,NWG=64"})
@@ -89,6 +94,23 @@ def test_stored_parameters_apply_and_damage_is_ignored(cache):
     os.mkdir(cache / "opencl-tuning.txt")
     assert _params_in_child(dev, env) == shipped
     assert _params_in_child(dev, {"PORTMAT_CACHE_DIR": "off"}) == shipped
+
+
+@needs_opencl
+def test_tune_float64_is_searched_and_stored_or_refused_by_name(cache):
+    # `--dtype all` asks every dtype: float64 where the device has it (a device without is skipped).
+    dev = OPENCL[0]
+    r = run_python("-m", "portmat", "tune", "--device", dev, "--dtype", "all", "--size", "64", "--repeat", "1",
+                   "--max-candidates", "1", env={"PORTMAT_CACHE_DIR": str(cache)}, timeout=600)
+    assert r.returncode == 0, r.stderr
+    key, _ = _ext.tuning_store(dev)
+    dtypes = sorted(ln.split("\t")[1] for ln in (cache / "opencl-tuning.txt").read_text().splitlines()[1:]
+                    if ln.startswith(key + "\t"))
+    has_f64 = next(d for d in DEVICES if d.id == dev).supports_float64
+    assert dtypes == (["float32", "float64"] if has_f64 else ["float32"])
+    if not has_f64:
+        r = run_python("-m", "portmat", "tune", "--device", dev, "--dtype", "float64", env={"PORTMAT_CACHE_DIR": str(cache)})
+        assert r.returncode != 0 and "has no float64" in r.stderr
 
 
 def test_tune_refuses_what_it_cannot_tune(cache):

@@ -1,4 +1,4 @@
-// Element casts between portmat's dtypes, and complex b's real form, on OpenCL devices.
+// Element casts between portmat's dtypes, complex b's real form, and padded 2-D copies, on OpenCL devices.
 //
 // What: `cast_elements` converts a contiguous array from one dtype to another, one work-item per element;
 // `complex_b_f32` / `complex_b_f64` write a complex b (K x N, row-major) as the real (2K x 2N)
@@ -189,3 +189,20 @@ PM_COMPLEX_B(float, complex_b_f32)
 #ifdef cl_khr_fp64
 PM_COMPLEX_B(double, complex_b_f64)
 #endif
+
+// dst's dst_rows x dst_cols block = src's rows x cols block, zeros beyond it (global size: at least
+// dst_cols, dst_rows): a gemm operand copied into a buffer padded to whole blocks of gemm.cl, and the
+// result's block copied back (rows, cols = the dst block then). Elements are moved as bits, 4 or 8
+// bytes, so one kernel serves every dtype.
+#define PM_COPY_2D(T, NAME)                                                                         \
+  __kernel void NAME(__global const T* src, long src_off, long src_ld, long rows, long cols,       \
+                     __global T* dst, long dst_off, long dst_ld, long dst_rows, long dst_cols) {   \
+    const long j = get_global_id(0), i = get_global_id(1);                                         \
+    if (i >= dst_rows || j >= dst_cols) return;                                                     \
+    /* the address is clamped too, as in gemm.cl: a compiler may load before it selects */       \
+    const long si = min(i, rows - 1), sj = min(j, cols - 1);                                        \
+    const T v = src[src_off + max(si, 0L) * src_ld + max(sj, 0L)];                                  \
+    dst[dst_off + i * dst_ld + j] = (i < rows && j < cols) ? v : (T)0;                              \
+  }
+PM_COPY_2D(uint, copy_2d_b4)
+PM_COPY_2D(ulong, copy_2d_b8)

@@ -57,6 +57,16 @@
 #ifndef GVW
 #define GVW 1  // vector width of global loads (1, 2, 4, 8); > 1 needs EDGES = 0 and aligned rows
 #endif
+#ifndef MAXREGS
+#define MAXREGS 0  // > 0: the host caps registers with NVIDIA's -cl-nv-maxrregcount, and the kernel
+                   // drops reqd_work_group_size, whose .reqntid would make the JIT ignore the cap
+#endif
+#ifndef DBF
+#define DBF 0  // 1: double-buffered fragments: each work-item reads the next k step's A and B values
+               // from local memory while it multiplies the current ones, also across a slice's end
+               // (the next slice is stored and the barrier passed before the last k step's
+               // multiply-adds). Needs an even KWG.
+#endif
 
 // ---- derived ------------------------------------------------------------------------------------
 #if REAL_KIND == 1
@@ -104,6 +114,9 @@ typedef REAL real;
 #endif
 #if PADA % VWM != 0 || PADB % VWN != 0
 #error "padding must keep local rows vector-aligned"
+#endif
+#if DBF && KWG % 2 != 0
+#error "double-buffered fragments need an even KWG"
 #endif
 
 // Work-item (tm, tn) owns rows  mi*MDIMC*VWM + tm*VWM + v  (mi < MWI/VWM, v < VWM) of the block and
@@ -208,7 +221,23 @@ inline void store_b(__local real* Bs, const int tid, const real rb[LPTB]) {
   }
 }
 
+// Reads row k of a slice's A and B into a work-item's fragments: its MWI values of A's column k and
+// NWI values of B's row k, as VWM- and VWN-wide vectors.
+inline void load_frags(__local const real* as, __local const real* bs, const int k, const int tm,
+                       const int tn, real a_reg[MWI], real b_reg[NWI]) {
+#pragma unroll
+  for (int mi = 0; mi < MWI / VWM; ++mi)
+    VSTOREM(*(__local const REALVM*)&as[k * LDA_LOCAL + mi * MDIMC * VWM + tm * VWM], 0, &a_reg[mi * VWM]);
+#pragma unroll
+  for (int ni = 0; ni < NWI / VWN; ++ni)
+    VSTOREN(*(__local const REALVN*)&bs[k * LDB_LOCAL + ni * NDIMC * VWN + tn * VWN], 0, &b_reg[ni * VWN]);
+}
+
+#if MAXREGS
+__kernel
+#else
 __kernel __attribute__((reqd_work_group_size(NDIMC, MDIMC, 1)))
+#endif
 void gemm(const int M, const int N, const int K,
           __global const real* restrict A, const long a_offset, const int lda,
           __global const real* restrict B, const long b_offset, const int ldb,
@@ -242,6 +271,35 @@ void gemm(const int M, const int N, const int K,
   store_b(Bs[0], tid, rb);
   barrier(CLK_LOCAL_MEM_FENCE);
 
+#if DBF
+  real fa[2][MWI], fb[2][NWI];  // fragments of k steps k (even: [0], odd: [1]) and k + 1
+  load_frags(As[0], Bs[0], 0, tm, tn, fa[0], fb[0]);
+  for (int s = 0; s < num_slices; ++s) {
+    const int cur = s & 1;
+    const bool more = s + 1 < num_slices;
+    if (more) {
+      load_a(A, lda, M, K, row0, (s + 1) * KWG, tid, ra);
+      load_b(B, ldb, N, K, col0, (s + 1) * KWG, tid, rb);
+    }
+#pragma unroll
+    for (int k = 0; k < KWG; ++k) {
+      if (k + 1 < KWG) {
+        load_frags(As[cur], Bs[cur], k + 1, tm, tn, fa[(k + 1) & 1], fb[(k + 1) & 1]);
+      } else if (more) {
+        // The other buffer was last read before the previous slice's barrier: safe to fill. Then
+        // one barrier, and the next slice's first fragments load under this step's multiply-adds.
+        store_a(As[cur ^ 1], tid, ra);
+        store_b(Bs[cur ^ 1], tid, rb);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        load_frags(As[cur ^ 1], Bs[cur ^ 1], 0, tm, tn, fa[0], fb[0]);
+      }
+#pragma unroll
+      for (int i = 0; i < MWI; ++i)
+#pragma unroll
+        for (int j = 0; j < NWI; ++j) acc[i][j] = MADD(fa[k & 1][i], fb[k & 1][j], acc[i][j]);
+    }
+  }
+#else
   for (int s = 0; s < num_slices; ++s) {
     const int cur = s & 1;
     const bool more = s + 1 < num_slices;
@@ -254,14 +312,7 @@ void gemm(const int M, const int N, const int K,
 #pragma unroll
     for (int k = 0; k < KWG; ++k) {
       real a_reg[MWI], b_reg[NWI];
-#pragma unroll
-      for (int mi = 0; mi < MWI / VWM; ++mi)
-        VSTOREM(*(__local const REALVM*)&as[k * LDA_LOCAL + mi * MDIMC * VWM + tm * VWM], 0,
-                &a_reg[mi * VWM]);
-#pragma unroll
-      for (int ni = 0; ni < NWI / VWN; ++ni)
-        VSTOREN(*(__local const REALVN*)&bs[k * LDB_LOCAL + ni * NDIMC * VWN + tn * VWN], 0,
-                &b_reg[ni * VWN]);
+      load_frags(as, bs, k, tm, tn, a_reg, b_reg);
 #pragma unroll
       for (int i = 0; i < MWI; ++i)
 #pragma unroll
@@ -273,6 +324,8 @@ void gemm(const int M, const int N, const int K,
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
+
+#endif
 
 #pragma unroll
   for (int mi = 0; mi < MWI / VWM; ++mi)

@@ -1,0 +1,114 @@
+"""gemm.cl under parameter sets the shipped tables do not give this machine's devices, among them
+double-buffered fragments (DBF=1, where the next k step's local reads and the next slice's barrier
+are reordered): `portmat tune` may choose any of them on another device, so each must be right at
+edges (K not a multiple of the slice, K shorter than one slice), in both layouts, without edges
+(the vector global loads), in float64, in the wrapping integer kernel and in a stack. Every device's
+compiler sees them: PoCL and, under `make test-intel-opencl`, Intel's."""
+
+import numpy as np
+import pytest
+
+import portmat
+from conftest import DEVICES
+
+OPENCL = [d.id for d in DEVICES if d.backend == "opencl"]
+HAS_F64 = {d.id: d.supports_float64 for d in DEVICES}
+NVIDIA = {d.id for d in DEVICES if d.backend == "opencl" and "NVIDIA" in d.vendor}
+
+# GPU-shaped (the H200's shipped float32 set, fragments double-buffered) and a CPU-sized block with
+# the padding and a two-step slice, where DBF's slice end comes after a single k step.
+VARIANTS = [
+    "DIRECT=0,MWG=128,NWG=128,KWG=8,MDIMC=16,NDIMC=16,VWM=4,VWN=4,PADA=0,PADB=0,GVW=4,DBF=1",
+    "DIRECT=0,MWG=32,NWG=64,KWG=2,MDIMC=8,NDIMC=8,VWM=2,VWN=4,PADA=2,PADB=4,GVW=1,DBF=1",
+    # NVIDIA's register cap (the kernel without reqd_work_group_size): NVIDIA's driver only.
+    "DIRECT=0,MWG=128,NWG=128,KWG=8,MDIMC=16,NDIMC=16,VWM=4,VWN=4,PADA=0,PADB=0,GVW=4,MAXREGS=128",
+]
+
+
+def _bound(a, b, dtype):
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return a @ b, 4 * a.shape[-1] * np.finfo(dtype).eps * (np.abs(a) @ np.abs(b)) + 1e-300
+
+
+@pytest.mark.skipif(not OPENCL, reason="no OpenCL device here")
+@pytest.mark.parametrize("dev", OPENCL)
+@pytest.mark.parametrize("params", VARIANTS)
+def test_kernel_variants_match_the_reference(dev, params, monkeypatch, rng):
+    if "MAXREGS" in params and dev not in NVIDIA:
+        pytest.skip("MAXREGS is NVIDIA's compiler's option (refused elsewhere: the test below)")
+    monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", params)
+    monkeypatch.setenv("PORTMAT_OPENCL_TUNING", "off")
+    f32 = np.float32
+    cases = [
+        # (a, b, what): edges in every direction, K not a multiple of KWG; K shorter than a slice.
+        (rng.uniform(-1, 1, (67, 37)).astype(f32), rng.uniform(-1, 1, (37, 45)).astype(f32), "rr edges"),
+        (np.asfortranarray(rng.uniform(-1, 1, (130, 9)).astype(f32)),
+         np.asfortranarray(rng.uniform(-1, 1, (9, 131)).astype(f32)), "cc edges"),
+        (rng.uniform(-1, 1, (5, 1)).astype(f32), rng.uniform(-1, 1, (1, 70)).astype(f32), "k = 1"),
+        # Whole blocks of both variants, aligned rows: the vector global loads, no edge code.
+        (rng.uniform(-1, 1, (256, 64)).astype(f32), rng.uniform(-1, 1, (64, 128)).astype(f32), "no edges"),
+        # A sliced view (row stride, offset) as a row-major a.
+        (rng.uniform(-1, 1, (90, 80)).astype(f32)[3::2, 5:66], rng.uniform(-1, 1, (61, 33)).astype(f32), "view"),
+    ]
+    if HAS_F64[dev]:
+        cases.append((rng.uniform(-1, 1, (41, 29)), np.asfortranarray(rng.uniform(-1, 1, (29, 53))), "f64 rc"))
+    for a, b, what in cases:
+        c = portmat.matmul(a, b, device=dev)
+        want, bound = _bound(a, b, a.dtype)
+        assert c.dtype == a.dtype, what
+        assert np.all(np.abs(c - want) <= bound), f"{what}: max error {np.max(np.abs(c - want))}"
+    # A stack, one launch.
+    a = rng.uniform(-1, 1, (3, 19, 23)).astype(f32)
+    b = rng.uniform(-1, 1, (3, 23, 50)).astype(f32)
+    want, bound = _bound(a, b, f32)
+    assert np.all(np.abs(portmat.matmul(a, b, device=dev) - want) <= bound)
+    # Integers wrap exactly as NumPy's.
+    x = rng.integers(-2**31, 2**31, (33, 17), dtype=np.int32)
+    y = np.asfortranarray(rng.integers(-2**31, 2**31, (17, 21), dtype=np.int32))
+    np.testing.assert_array_equal(portmat.matmul(x, y, device=dev), np.matmul(x, y))
+
+
+@pytest.mark.skipif(not set(OPENCL) - NVIDIA, reason="no OpenCL device here but NVIDIA's")
+def test_register_cap_is_refused_by_name_off_nvidia(monkeypatch):
+    dev = sorted(set(OPENCL) - NVIDIA)[0]
+    monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "DIRECT=0,MWG=64,NWG=64,MDIMC=8,NDIMC=8,MAXREGS=128")
+    with pytest.raises(ValueError, match="MAXREGS is an option of NVIDIA"):
+        portmat.matmul(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32), device=dev)
+    monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "MAXREGS=7")
+    with pytest.raises(ValueError, match="MAXREGS must be"):
+        portmat.matmul(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32), device=dev)
+
+
+@pytest.mark.skipif(not OPENCL, reason="no OpenCL device here")
+@pytest.mark.parametrize("dev", OPENCL)
+def test_products_with_edges_on_padded_copies(dev, monkeypatch, rng):
+    """PORTMAT_OPENCL_PAD=1 sends every single product with edges through copies padded to whole
+    blocks (what a discrete GPU does for large ones): NumPy in and out (the pipeline, as on a
+    discrete device), device arrays, both layouts, views, every dtype kind, equal to the reference."""
+    monkeypatch.setenv("PORTMAT_OPENCL_PAD", "1")
+    monkeypatch.setenv("PORTMAT_OPENCL_DISCRETE", "1")
+    dtypes = [np.float32, np.int64] + ([np.float64] if HAS_F64[dev] else [])
+    for m, k, n in [(67, 37, 45), (130, 9, 131), (5, 1, 70), (1, 300, 1), (200, 8, 64)]:
+        for dt in dtypes:
+            for a_col in (False, True):
+                for b_col in (False, True):
+                    if np.issubdtype(dt, np.integer):
+                        a = rng.integers(-2**40, 2**40, (m, k), dtype=dt)
+                        b = rng.integers(-2**40, 2**40, (k, n), dtype=dt)
+                    else:
+                        a, b = rng.uniform(-1, 1, (m, k)).astype(dt), rng.uniform(-1, 1, (k, n)).astype(dt)
+                    a = np.asfortranarray(a) if a_col else a
+                    b = np.asfortranarray(b) if b_col else b
+                    c = portmat.matmul(a, b, device=dev)
+                    if np.issubdtype(dt, np.integer):
+                        np.testing.assert_array_equal(c, np.matmul(a, b))
+                        continue
+                    want, bound = _bound(a, b, dt)
+                    assert np.all(np.abs(c - want) <= bound), (m, k, n, dt, a_col, b_col)
+    # A view in place of a, and device arrays (the result's block copied back into a portmat array).
+    a = rng.uniform(-1, 1, (90, 80)).astype(np.float32)[3::2, 5:66]
+    b = rng.uniform(-1, 1, (61, 33)).astype(np.float32)
+    for x, y in ((a, b), (portmat.asarray(np.ascontiguousarray(a), device=dev), portmat.asarray(b, device=dev))):
+        c = np.asarray(portmat.matmul(x, y, device=dev) if isinstance(x, np.ndarray) else (x @ y).numpy())
+        want, bound = _bound(a, b, np.float32)
+        assert np.all(np.abs(c - want) <= bound)
