@@ -336,7 +336,10 @@ void check_small() {
                          {700, 300, 7}, {3001, 50, 8}, {64, 3000, 5},
                          // past kSmallElements, a narrow b that fits kSmallBBytes: many blocks of
                          // rows, several strips and a padded last one
-                         {3000, 100, 29}, {1500, 300, 20}})
+                         {3000, 100, 29}, {1500, 300, 20},
+                         // a short k (small.cpp, rows_across): several 4 KiB chunks of columns, a
+                         // runt chunk, then the vector and padded-column tails
+                         {7, 16, 2500}, {64, 3, 1100}, {13, 8, 1050}, {2, 5, 1031}})
     for (int pad : {0, 3})
     for (int threads : {1, 3}) {
       const std::int64_t lda = k + pad, ldb = n + pad, ldc = n + 1, off = pad;
