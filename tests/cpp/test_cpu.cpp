@@ -609,6 +609,24 @@ TEST_P(KernelSets, DriverSplitK) {
       }
 }
 
+TEST_P(KernelSets, DriverPipelineFewRowsAndShortK) {
+  // One step per outer block with the table's block sizes (few rows against many kc blocks of a
+  // wide b, or a short k against several nc blocks): make_plan double-buffers the outer block and
+  // the last thread packs the next one while the others compute (Plan::pipeline). Every layout,
+  // 2 and 3 threads, rows that fill and do not fill the tiles, runt blocks.
+  std::mt19937 rng(11);
+  for (int threads : {2, 3})
+    for (bool a_col : {false, true})
+      for (bool b_col : {false, true}) {
+        for (auto [m, k, n] : {std::tuple{16, 1300, 901}, {5, 1027, 333}, {17, 700, 1100}, {64, 40, 30000}})
+          EXPECT_LE(run_driver<float>(set().f32, m, k, n, a_col, b_col, threads, rng, 0.0), 1.0)
+              << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
+        for (auto [m, k, n] : {std::tuple{8, 1100, 500}, {13, 30, 40001}})
+          EXPECT_LE(run_driver<double>(set().f64, m, k, n, a_col, b_col, threads, rng, 0.0), 1.0)
+              << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cpu, KernelSets, ::testing::ValuesIn([] {
                            std::vector<std::string> isas;
                            for (const auto& s : portmat::cpu::supported_kernel_sets())
