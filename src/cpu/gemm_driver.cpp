@@ -116,10 +116,21 @@ struct Plan {
   int threads;
   bool a_outer;
   bool group_a = false, group_b = false;  // pack that operand in groups of panels (pack_group)
+  bool pipeline = false;  // two outer buffers, one thread packing ahead (make_plan)
   std::int64_t steps() const { return jc_blocks * pc_blocks * ic_blocks; }
   std::int64_t inner_blocks() const { return a_outer ? jc_blocks : ic_blocks; }  // per outer
   std::int64_t outer_blocks() const { return steps() / inner_blocks(); }
 };
+
+constexpr std::int64_t kPipelineBytes = 16 << 20;
+// PORTMAT_CPU_PIPELINE=0 turns Plan::pipeline off (for A/B measurements; read once per process).
+bool pipeline_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("PORTMAT_CPU_PIPELINE");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
 
 constexpr std::int64_t kMaxBlockGrowth = 16;
 constexpr std::int64_t kMaxTinyMBBytes = 8 << 20;
@@ -167,6 +178,24 @@ Plan make_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::
   const std::int64_t outer = p.a_outer ? m_panels : n_panels;
   const std::int64_t inner = p.a_outer ? n_panels : m_panels;
   p.chunks = std::min(inner, std::max<std::int64_t>(1, ceil_div(4 * p.threads, outer)));
+  // With one step per outer block (a single inner block: M <= mc for B outer, few rows, short K
+  // over a wide b), packing and computing take turns: every thread packs an outer block from
+  // memory (at the memory's speed, no multiply-adds), then every thread computes on it (the memory
+  // idle). 16 x 4096 @ 4096 x 4096 on the 2-core machine: 42% of the time in the B packer, 41% in
+  // the kernel (perf). The outer block is then double-buffered and one thread packs the next block
+  // while the others compute on this one, joining them when it is done: the pack's memory time
+  // and the multiply-adds overlap. (A thread packs at most ~11 GB/s on that machine, so the gain
+  // is bounded: the thread-time of packing and of computing stays the same; docs/cpu.md.)
+  // Only where two outer blocks fit kPipelineBytes (half the 2-core machine's L3), so that both
+  // stay in L3, and the inner operand is a few micro-panels (few rows of c for B outer): a step
+  // then computes at most kTinyMPanels tiles per outer micro-panel, so packing takes about as long
+  // as computing. With more (64 x 64 @ 64 x 65536: 11 A panels) the compute dominates and the lone
+  // packer's memory traffic slowed the others: 4.3-4.9 against 4.2-4.6 ms.
+  const std::int64_t inner_tiles = p.a_outer ? ceil_div(n, cfg.nr) : ceil_div(m, cfg.mr);
+  const std::int64_t outer_bytes =
+      (p.a_outer ? round_up(p.mc, cfg.mr) * p.kc : p.kc * round_up(p.nc, cfg.nr)) * static_cast<std::int64_t>(sizeof(T));
+  p.pipeline = pipeline_enabled() && p.threads > 1 && p.inner_blocks() == 1 && p.outer_blocks() >= 2 &&
+               2 * outer_bytes <= kPipelineBytes && inner_tiles <= kTinyMPanels;
   return p;
 }
 
@@ -249,7 +278,8 @@ struct Job {
   T* c;
   std::int64_t ldc;
   Plan plan;
-  T* outer_pack;        // the outer block: B kc x round_up(nc, nr), or A round_up(mc, mr) x kc
+  T* outer_pack[2];     // the outer block: B kc x round_up(nc, nr), or A round_up(mc, mr) x kc; [1]
+                        // only with Plan::pipeline, for the odd outer blocks
   T* inner_pack[2];     // the inner blocks, one per step parity
   Phase* outer_phase;   // [outer_blocks]
   Phase* inner_phase;   // [steps]
@@ -278,6 +308,25 @@ void run_thread(void* ctx, int tid) {
   auto computed = [&](std::int64_t s) {
     return complete(job.c_phase[s], step_of(p, mr, nr, sizeof(T), s).items());
   };
+  // With Plan::pipeline, the last thread packs each next outer block (Step t, into buffer t.bi % 2)
+  // before it computes this step; the others pack what it has not claimed yet when they get there.
+  const bool packs_ahead = p.pipeline && tid == p.threads - 1;
+  auto pack_next = [&](const Step& t, std::int64_t s) {
+    progress.wait_until([&] { return s < 2 || computed(s - 2); }, kPhaseSpinUs);  // its buffer's last user
+    T* dst = job.outer_pack[t.bi % 2];
+    const std::int64_t g = t.outer_group;
+    claim_all(job.outer_phase[t.bi], t.outer_items(), tid, p.threads, progress, [&](std::int64_t x) {
+      if (a_outer) {
+        const std::int64_t r = x * g;
+        cfg.pack_a(*job.a, t.ic + r * mr, std::min<std::int64_t>(g * mr, t.mc - r * mr), t.pc, t.kc,
+                   dst + r * mr * t.kc);
+      } else {
+        const std::int64_t q = x * g;
+        cfg.pack_b(*job.b, t.pc, t.kc, t.jc + q * nr, std::min<std::int64_t>(g * nr, t.nc - q * nr),
+                   dst + q * nr * t.kc);
+      }
+    });
+  };
   for (std::int64_t s = 0; s < p.steps(); ++s) {
     const Step st = step_of(p, mr, nr, sizeof(T), s);
     const std::int64_t jc = st.jc, pc = st.pc, ic = st.ic, nc = st.nc, kc = st.kc, mc = st.mc;
@@ -295,18 +344,23 @@ void run_thread(void* ctx, int tid) {
       cfg.pack_b(*job.b, pc, kc, jc + q * nr, std::min<std::int64_t>(b_group * nr, nc - q * nr),
                  dst + q * nr * kc);
     };
+    // The outer block of this step (with Plan::pipeline, two buffers taking turns).
+    T* outer_pack = job.outer_pack[p.pipeline ? st.bi % 2 : 0];
 
     if (st.ii == 0) {  // the first step of an outer block packs it, once the previous one is done
+      // (with Plan::pipeline, the one before that: the last user of its buffer)
+      const std::int64_t lo = std::max<std::int64_t>(0, s - (p.pipeline ? 2 : p.inner_blocks()));
+      const std::int64_t hi = p.pipeline ? s - 1 : s;
       progress.wait_until(
           [&] {
-            for (std::int64_t t = std::max<std::int64_t>(0, s - p.inner_blocks()); t < s; ++t)
+            for (std::int64_t t = lo; t < hi; ++t)
               if (!computed(t)) return false;
             return true;
           },
           kPhaseSpinUs);
       claim_all(job.outer_phase[st.bi], st.outer_items(), tid, p.threads, progress,
                 [&](std::int64_t x) {
-                  a_outer ? pack_a(x, job.outer_pack) : pack_b(x, job.outer_pack);
+                  a_outer ? pack_a(x, outer_pack) : pack_b(x, outer_pack);
                 });
     }
 
@@ -315,14 +369,17 @@ void run_thread(void* ctx, int tid) {
     claim_all(job.inner_phase[s], st.inner_items(), tid, p.threads, progress,
               [&](std::int64_t x) { a_outer ? pack_b(x, inner_pack) : pack_a(x, inner_pack); });
 
+    if (packs_ahead && s + 1 < p.steps()) pack_next(step_of(p, mr, nr, sizeof(T), s + 1), s + 1);
+
     progress.wait_until(
         [&] {
+          // With two outer buffers, step s - 1 may still be computing onto the same C tiles.
           return complete(job.outer_phase[st.bi], st.outer_items()) &&
-                 complete(job.inner_phase[s], st.inner_items());
+                 complete(job.inner_phase[s], st.inner_items()) && (!p.pipeline || s == 0 || computed(s - 1));
         },
         kPhaseSpinUs);
-    const T* a_block = a_outer ? job.outer_pack : inner_pack;
-    const T* b_block = a_outer ? inner_pack : job.outer_pack;
+    const T* a_block = a_outer ? outer_pack : inner_pack;
+    const T* b_block = a_outer ? inner_pack : outer_pack;
     claim_all(job.c_phase[s], st.items(), tid, p.threads, progress, [&](std::int64_t item) {
       const std::int64_t o = item / st.chunks, i0 = (item % st.chunks) * st.chunk_panels;
       const std::int64_t i1 = std::min(st.inner_panels, i0 + st.chunk_panels);
@@ -348,15 +405,17 @@ void run_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::H
   const std::int64_t a_elems = round_up(round_up(plan.mc, cfg.mr) * plan.kc, line);
   const std::int64_t outer_elems = plan.a_outer ? a_elems : b_elems;
   const std::int64_t inner_elems = plan.a_outer ? b_elems : a_elems;
-  T* base = static_cast<T*>(scratch.get((outer_elems + 2 * inner_elems) * sizeof(T)));
+  const std::int64_t outer_buffers = plan.pipeline ? 2 : 1;
+  T* base = static_cast<T*>(scratch.get((outer_buffers * outer_elems + 2 * inner_elems) * sizeof(T)));
+  T* inner_base = base + outer_buffers * outer_elems;
   const std::int64_t n_phases = plan.outer_blocks() + 2 * plan.steps();
   std::unique_ptr<Phase[]> phases(new Phase[n_phases]);
   std::unique_ptr<std::atomic<std::int64_t>[]> next(
       new std::atomic<std::int64_t>[n_phases * plan.threads]());  // zeroed
   for (std::int64_t i = 0; i < n_phases; ++i) phases[i].next = next.get() + i * plan.threads;
   WaitWord progress;
-  Job<T> job{&cfg, &a, &b, c, ldc, plan, base,
-             {base + outer_elems, base + outer_elems + inner_elems},
+  Job<T> job{&cfg, &a, &b, c, ldc, plan, {base, base + outer_elems},
+             {inner_base, inner_base + inner_elems},
              phases.get(), phases.get() + plan.outer_blocks(),
              phases.get() + plan.outer_blocks() + plan.steps(), &progress, accumulate};
   if (pool)

@@ -80,12 +80,40 @@ template <class T, int V>
   }
 }
 
+// The 6-row tiles of rows [i, i + m) against `ncols` columns of b (whole strips of W = V vectors),
+// row tiles outside, strips inside: each tile row of c is written as one stretch of ncols.
+template <class T, int V>
+[[gnu::always_inline]] inline void rows_across(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
+                                               std::int64_t ldc, std::int64_t m, std::int64_t K, std::int64_t ncols) {
+  constexpr int W = V * kLanes<T>;
+  auto across = [&](auto rows, std::int64_t i) {
+    for (std::int64_t j = 0; j < ncols; j += W)
+      tile<T, decltype(rows)::value, V>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K, W);
+  };
+  std::int64_t i = 0;
+  for (; i + kRows <= m; i += kRows) across(std::integral_constant<int, kRows>{}, i);
+  switch (m - i) {
+    case 5: across(std::integral_constant<int, 5>{}, i); break;
+    case 4: across(std::integral_constant<int, 4>{}, i); break;
+    case 3: across(std::integral_constant<int, 3>{}, i); break;
+    case 2: across(std::integral_constant<int, 2>{}, i); break;
+    case 1: across(std::integral_constant<int, 1>{}, i); break;
+    default: break;
+  }
+}
+
+// A short k (at most one strip's worth: kShortKRows' products) writes c, as large as b or more, at
+// up to 4 results per multiply-add: strip by strip, c's rows (16-64 of them, far apart) were as many
+// write streams at once, 64 bytes each per strip. Across chunks of kShortKChunkBytes of b's rows,
+// the tiles go along c's rows instead: 6 write streams of a chunk's length, b's chunk in L1.
+constexpr std::int64_t kShortKChunkBytes = 4096;
+
 // Blocks of rows of a (about kRowBlockBytes of them) outside, b's strips inside: a block is read
 // from memory once and from L1/L2 for every further strip, and b (small, or one strip) stays in
 // L2. (Strips outside read all of a once per strip: 4 times over for 64 columns.)
 constexpr std::int64_t kRowBlockBytes = 64 << 10;
 
-template <class T, int V>
+template <class T, int V, bool ShortK>
 [[gnu::always_inline]] inline void small_strips(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                                 std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
   constexpr int L = kLanes<T>;
@@ -114,25 +142,47 @@ template <class T, int V>
   }
   const std::int64_t rows_per_block =
       std::max<std::int64_t>(kRows, kRowBlockBytes / (K * std::int64_t(sizeof(T))) / kRows * kRows);
+  const std::int64_t chunk = std::max<std::int64_t>(W, kShortKChunkBytes / std::int64_t(sizeof(T)) / W * W);
   for (std::int64_t i0 = 0; i0 < M; i0 += rows_per_block) {
     const std::int64_t m = std::min(rows_per_block, M - i0);
-    for (std::int64_t j = 0; j < j_strips; j += W)
-      strip_rows<T, V>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, W);
+    if constexpr (ShortK) {
+      for (std::int64_t j = 0; j < j_strips; j += chunk) {
+        const std::int64_t w = std::min(chunk, j_strips - j);
+        rows_across<T, V>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, w);
+      }
+    } else {
+      for (std::int64_t j = 0; j < j_strips; j += W)
+        strip_rows<T, V>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, W);
+    }
     for (std::int64_t j = j_strips; j < j_vectors; j += L)
       strip_rows<T, 1>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, L);
     if (last_cols > 0) strip_rows<T, 1>(a + i0 * lda, lda, strip, L, c + i0 * ldc + j_vectors, ldc, m, K, last_cols);
   }
 }
 
+template <class T, bool ShortK>
+[[gnu::always_inline]] inline void small_any_k(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
+                                               std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  if (N <= kLanes<T>)
+    small_strips<T, 1, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
+  else if (M <= 2 && N >= 8 * kLanes<T>)  // a vector (or two) times a matrix: 8 FMA chains a row
+    small_strips<T, 8, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
+  else
+    small_strips<T, 2, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+
+// The short-k order is compiled into functions of its own (small_kernels' short_f32, short_f64):
+// in the same function as the other loop nests, even as a separate instantiation, it made GCC's
+// code for them slower (16384 x 256 @ 256 x 64: 3.5-3.9 ms before, 4.2-4.5 after).
 template <class T>
 [[gnu::always_inline]] inline void small_any(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                              std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  if (N <= kLanes<T>)
-    small_strips<T, 1>(a, lda, b, ldb, c, ldc, M, N, K);
-  else if (M <= 2 && N >= 8 * kLanes<T>)  // a vector (or two) times a matrix: 8 FMA chains a row
-    small_strips<T, 8>(a, lda, b, ldb, c, ldc, M, N, K);
-  else
-    small_strips<T, 2>(a, lda, b, ldb, c, ldc, M, N, K);
+  small_any_k<T, false>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+template <class T>
+[[gnu::always_inline]] inline void small_short_k(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
+                                                 std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_any_k<T, true>(a, lda, b, ldb, c, ldc, M, N, K);
 }
 
 template <class T>
@@ -147,7 +197,23 @@ void small_f64_base(const double* a, std::int64_t lda, const double* b, std::int
                     std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
   small_any<double>(a, lda, b, ldb, c, ldc, M, N, K);
 }
+void short_f32_base(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                    std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_short_k<float>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+void short_f64_base(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
+                    std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_short_k<double>(a, lda, b, ldb, c, ldc, M, N, K);
+}
 #ifdef PM_CPU_AVX2_CLONES
+PM_TARGET_AVX2 void short_f32_avx2(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                   std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_short_k<float>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+PM_TARGET_AVX2 void short_f64_avx2(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
+                                   std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_short_k<double>(a, lda, b, ldb, c, ldc, M, N, K);
+}
 PM_TARGET_AVX2 void small_f32_avx2(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                                    std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
   small_any<float>(a, lda, b, ldb, c, ldc, M, N, K);
@@ -161,13 +227,15 @@ PM_TARGET_AVX2 void small_f64_avx2(const double* a, std::int64_t lda, const doub
 struct SmallKernels {
   SmallFn<float> f32 = small_f32_base;
   SmallFn<double> f64 = small_f64_base;
+  SmallFn<float> short_f32 = short_f32_base;  // a k of at most kStripBytes
+  SmallFn<double> short_f64 = short_f64_base;
 };
 
 const SmallKernels& small_kernels() {
   static const SmallKernels chosen = [] {
     SmallKernels k;
 #ifdef PM_CPU_AVX2_CLONES
-    if (has_avx2_fma()) k = {small_f32_avx2, small_f64_avx2};
+    if (has_avx2_fma()) k = {small_f32_avx2, small_f64_avx2, short_f32_avx2, short_f64_avx2};
 #endif
     return k;
   }();
@@ -203,11 +271,12 @@ bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std:
   const T* pa = static_cast<const T*>(a.data) + a.offset;
   const T* pb = static_cast<const T*>(b.data) + b.offset;
   const std::int64_t lda = M > 1 ? a.ld : K, ldb = K > 1 ? b.ld : N;
+  const bool short_k = K * static_cast<std::int64_t>(sizeof(T)) <= kStripBytes;
   auto run = [&](const T* a0, const T* b0, T* c0, std::int64_t m, std::int64_t n) {
     if constexpr (std::is_same_v<T, float>)
-      small_kernels().f32(a0, lda, b0, ldb, c0, ldc, m, n, K);
+      (short_k ? small_kernels().short_f32 : small_kernels().f32)(a0, lda, b0, ldb, c0, ldc, m, n, K);
     else
-      small_kernels().f64(a0, lda, b0, ldb, c0, ldc, m, n, K);
+      (short_k ? small_kernels().short_f64 : small_kernels().f64)(a0, lda, b0, ldb, c0, ldc, m, n, K);
   };
   // Threads take whole register tiles: blocks of 6-row tiles, or of 2-vector column strips where
   // c has more of those; two parts a thread, claimed as they finish.

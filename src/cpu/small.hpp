@@ -47,7 +47,8 @@ constexpr std::int64_t kNarrowBytes = 256;
 constexpr std::int64_t kSmallBBytes = 128 << 10;
 
 // And products with a k of at most kStripBytes (16 floats, 8 doubles) and at most kShortKRows rows:
-// c (as large as b or more) is written once from the tiles, b read once (small.cpp, small_shape).
+// c (as large as b or more) is written once from the tiles, b read once (small.cpp, small_shape),
+// along c's rows in chunks of b's (small.cpp, rows_across).
 constexpr std::int64_t kShortKRows = 64;
 
 // Whether small_gemm takes an M x K x N product of `size`-byte elements, by its shape (it also

@@ -336,7 +336,10 @@ void check_small() {
                          {700, 300, 7}, {3001, 50, 8}, {64, 3000, 5},
                          // past kSmallElements, a narrow b that fits kSmallBBytes: many blocks of
                          // rows, several strips and a padded last one
-                         {3000, 100, 29}, {1500, 300, 20}})
+                         {3000, 100, 29}, {1500, 300, 20},
+                         // a short k (small.cpp, rows_across): several 4 KiB chunks of columns, a
+                         // runt chunk, then the vector and padded-column tails
+                         {7, 16, 2500}, {64, 3, 1100}, {13, 8, 1050}, {2, 5, 1031}})
     for (int pad : {0, 3})
     for (int threads : {1, 3}) {
       const std::int64_t lda = k + pad, ldb = n + pad, ldc = n + 1, off = pad;
@@ -603,6 +606,24 @@ TEST_P(KernelSets, DriverSplitK) {
           EXPECT_LE(run_driver<float>(set().f32, m, k, n, a_col, b_col, threads, rng, 0.0), 1.0)
               << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
         EXPECT_LE(run_driver<double>(set().f64, 30, 4000, 50, a_col, b_col, threads, rng, 0.0), 1.0);
+      }
+}
+
+TEST_P(KernelSets, DriverPipelineFewRowsAndShortK) {
+  // One step per outer block with the table's block sizes (few rows against many kc blocks of a
+  // wide b, or a short k against several nc blocks): make_plan double-buffers the outer block and
+  // the last thread packs the next one while the others compute (Plan::pipeline). Every layout,
+  // 2 and 3 threads, rows that fill and do not fill the tiles, runt blocks.
+  std::mt19937 rng(11);
+  for (int threads : {2, 3})
+    for (bool a_col : {false, true})
+      for (bool b_col : {false, true}) {
+        for (auto [m, k, n] : {std::tuple{16, 1300, 901}, {5, 1027, 333}, {17, 700, 1100}, {64, 40, 30000}})
+          EXPECT_LE(run_driver<float>(set().f32, m, k, n, a_col, b_col, threads, rng, 0.0), 1.0)
+              << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
+        for (auto [m, k, n] : {std::tuple{8, 1100, 500}, {13, 30, 40001}})
+          EXPECT_LE(run_driver<double>(set().f64, m, k, n, a_col, b_col, threads, rng, 0.0), 1.0)
+              << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
       }
 }
 

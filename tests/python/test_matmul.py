@@ -51,6 +51,24 @@ def test_short_k_wide_products(device, rng, m, k, n, dtype):
     check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
+@pytest.mark.parametrize("m,k,n,dtype", [(16, 1300, 901, np.float32), (5, 1027, 333, np.float32),
+                                         (17, 700, 1100, np.float32), (8, 1100, 500, np.float64)])
+@pytest.mark.parametrize("a_layout,b_layout", [("C", "C"), ("F", "C"), ("C", "F"), ("view", "view")])
+def test_few_rows_many_k_blocks(device, rng, m, k, n, dtype, a_layout, b_layout):
+    # Few rows of c against several kc blocks of a wide b: on the CPU one step per B block, which
+    # the packed GEMM double-buffers with one thread packing ahead (gemm_driver.cpp, Plan::pipeline).
+    if dtype == np.float64 and not portmat._ext.find_device(device).supports_float64:
+        pytest.skip("device has no float64")
+
+    def operand(shape, layout):
+        if layout == "view":  # a strided slice: rows longer than the operand, an odd offset
+            return random_matrix(rng, (shape[0] + 2, shape[1] + 5), dtype)[1:shape[0] + 1, 3:shape[1] + 3]
+        return np.asarray(random_matrix(rng, shape, dtype), order=layout)
+
+    a, b = operand((m, k), a_layout), operand((k, n), b_layout)
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
 def test_large_k(device, rng):
     a, b = random_matrix(rng, (33, 4099)), random_matrix(rng, (4099, 35))
     check_matmul(portmat.matmul(a, b, device=device), a, b)
