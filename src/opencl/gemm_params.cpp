@@ -12,6 +12,9 @@ namespace portmat::opencl {
 
 std::string GemmParams::invalid_reason() const {
   if (direct != 0 && direct != 1) return "DIRECT must be 0 or 1";
+  // Checked for both kernels: a value the parser took must be refused whichever kernel runs.
+  if (dbf != 0 && dbf != 1) return "DBF must be 0 or 1";
+  if (maxregs != 0 && (maxregs < 32 || maxregs > 255)) return "MAXREGS must be 0 or 32-255";
   if (direct) {
     if (mwg < 1 || mwg > 32) return "MWG (rows per work-item of the direct kernel) must be 1-32";
     if (mdimc != 1 || ndimc < 1) return "the direct kernel's work-groups are NDIMC x 1 (MDIMC=1)";
@@ -30,9 +33,7 @@ std::string GemmParams::invalid_reason() const {
     return "GVW must divide KWG, MWG, NWG and each work-item's share of a slice";
   if (pada < 0 || padb < 0 || pada % vwm != 0 || padb % vwn != 0)
     return "PADA/PADB must be non-negative multiples of VWM/VWN";
-  if (dbf != 0 && dbf != 1) return "DBF must be 0 or 1";
   if (dbf && kwg % 2 != 0) return "DBF (double-buffered fragments) needs an even KWG";
-  if (maxregs != 0 && (maxregs < 32 || maxregs > 255)) return "MAXREGS must be 0 or 32-255";
   return {};
 }
 
