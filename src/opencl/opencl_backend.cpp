@@ -152,7 +152,7 @@ class OpenClDevice final : public core::Device {
     cl_event started = nullptr;
     cl_event done = enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c, true, 1, 0, 0, 0,
                                  nullptr, 0, nullptr, &started);
-    return started ? wait_and_time_span(started, done) : wait_and_time(done);
+    return wait_and_time_span(started, done);
   }
 
   void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
@@ -374,7 +374,7 @@ class OpenClDevice final : public core::Device {
       cl_event started = nullptr;  // a stack of one may take the padded path (enqueue_gemm)
       const cl_event done = enqueue_gemm(mem_of(a.data), a, mem_of(b.data), b, mem_of(c.data), c, true, count, a_step,
                                          b_step, c_step, nullptr, 0, nullptr, &started);
-      const double t = started ? wait_and_time_span(started, done) : wait_and_time(done);
+      const double t = wait_and_time_span(started, done);
       if (t < 0) return -1.0;
       s += t;
     }
@@ -572,8 +572,10 @@ class OpenClDevice final : public core::Device {
 
   void wait(cl_event ev) { wait_and_time(ev); }
 
-  // Seconds from the start of `first` to the end of `last` (both released), after waiting for last.
+  // Seconds from the start of `first` to the end of `last` (both released), after waiting for last;
+  // a null `first` (enqueue_gemm's `started` when one command did it all) times `last` alone.
   double wait_and_time_span(cl_event first, cl_event last) {
+    if (!first) return wait_and_time(last);
     std::unique_ptr<std::remove_pointer_t<cl_event>, decltype(cl_.ReleaseEvent)> hold_first(first, cl_.ReleaseEvent),
         hold_last(last, cl_.ReleaseEvent);
     cl_check(cl_.WaitForEvents(1, &last), "clWaitForEvents(gemm)", where_);  // in order: first is done too
@@ -594,7 +596,7 @@ class OpenClDevice final : public core::Device {
   // PORTMAT_OPENCL_PAD: 0 never, 1 whenever there are edges (the tests), else the rule below.
   static constexpr double kPadMinMacs = 5e8;  // below, the copies' launches cost more than they save
   bool pad_to_blocks(const GemmParams& p, std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t count) const {
-    if (p.direct || count != 1) return false;
+    if (count != 1) return false;  // (edges, the caller's condition, already exclude the direct kernel)
     const long knob = env_long("PORTMAT_OPENCL_PAD", -1);
     if (knob >= 0) return knob > 0;
     return !shares_memory() && static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kPadMinMacs;
@@ -659,9 +661,9 @@ class OpenClDevice final : public core::Device {
     sweep_padded();
     PadPending held{nullptr, {}};
     held.buffers.reserve(3);
-    ClBuffer *sa = nullptr, *sb = nullptr, *sc = nullptr;
+    ClBuffer *a_pad = nullptr, *b_pad = nullptr, *c_pad = nullptr;
     try {
-      for (auto [buf, bytes] : {std::pair{&sa, bytes_a}, std::pair{&sb, bytes_b}, std::pair{&sc, bytes_c}})
+      for (auto [buf, bytes] : {std::pair{&a_pad, bytes_a}, std::pair{&b_pad, bytes_b}, std::pair{&c_pad, bytes_c}})
         if (bytes) {
           held.buffers.emplace_back(lease(bytes));
           *buf = held.buffers.back().get();
@@ -672,30 +674,21 @@ class OpenClDevice final : public core::Device {
     std::vector<cl_event> evs;  // in queue order; the first waits for `after`
     auto waits = [&] { return evs.empty() ? n_after : 0u; };
     auto list = [&] { return evs.empty() ? after : nullptr; };
-    core::DeviceMatrix pa = a, pb = b, pc = c;
-    cl_mem pam = am, pbm = bm, pcm = cm;
-    if (pad_a) {  // A's storage: M x K rows-first, or K x M when it is column-major
-      const std::int64_t sr = a.col_major ? K : M, sc = a.col_major ? M : K;
-      const std::int64_t pr = a.col_major ? Kp : Mp, pw = a.col_major ? Mp : Kp;
-      evs.push_back(enqueue_copy_2d(q, am, a.offset, a.ld, sr, sc, sa->mem(), 0, pw, pr, pw, es, waits(), list()));
-      pa = {sa, 0, Mp, Kp, pw, a.col_major, a.dtype};
-      pam = sa->mem();
-    }
-    if (pad_b) {  // B's storage: K x N, or N x K when it is column-major
-      const std::int64_t sr = b.col_major ? N : K, sc = b.col_major ? K : N;
-      const std::int64_t pr = b.col_major ? Np : Kp, pw = b.col_major ? Kp : Np;
-      evs.push_back(enqueue_copy_2d(q, bm, b.offset, b.ld, sr, sc, sb->mem(), 0, pw, pr, pw, es, waits(), list()));
-      pb = {sb, 0, Kp, Np, pw, b.col_major, b.dtype};
-      pbm = sb->mem();
-    }
-    if (pad_c) {
-      pc = {sc, 0, Mp, Np, Np, false, c.dtype};
-      pcm = sc->mem();
-    }
+    // An operand (rows x cols, padded to rp x cp) copied into `to`; its storage is rows-first, or
+    // cols-first when it is column-major, and the copy keeps that layout.
+    auto pad = [&](const core::DeviceMatrix& x, cl_mem xm, std::int64_t rp, std::int64_t cp, ClBuffer* to) {
+      const std::int64_t sr = x.col_major ? x.cols : x.rows, sw = x.col_major ? x.rows : x.cols;
+      const std::int64_t pr = x.col_major ? cp : rp, pw = x.col_major ? rp : cp;
+      evs.push_back(enqueue_copy_2d(q, xm, x.offset, x.ld, sr, sw, to->mem(), 0, pw, pr, pw, es, waits(), list()));
+      return core::DeviceMatrix{to, 0, rp, cp, pw, x.col_major, x.dtype};
+    };
+    const core::DeviceMatrix pa = pad_a ? pad(a, am, Mp, Kp, a_pad) : a, pb = pad_b ? pad(b, bm, Kp, Np, b_pad) : b;
+    const core::DeviceMatrix pc = pad_c ? core::DeviceMatrix{c_pad, 0, Mp, Np, Np, false, c.dtype} : c;
+    const cl_mem pam = pad_a ? a_pad->mem() : am, pbm = pad_b ? b_pad->mem() : bm, pcm = pad_c ? c_pad->mem() : cm;
     evs.push_back(enqueue_gemm(pam, pa, pbm, pb, pcm, pc, bases_aligned || (pad_a && pad_b), 1, 0, 0, 0, q, waits(),
                                list(), nullptr, &p));
     if (pad_c)
-      evs.push_back(enqueue_copy_2d(q, sc->mem(), 0, Np, M, N, cm, c.offset, c.ld, M, N, es, 0, nullptr));
+      evs.push_back(enqueue_copy_2d(q, c_pad->mem(), 0, Np, M, N, cm, c.offset, c.ld, M, N, es, 0, nullptr));
     for (std::size_t i = 1; i + 1 < evs.size(); ++i) cl_.ReleaseEvent(evs[i]);
     held.done = evs.back();
     cl_.RetainEvent(held.done);
