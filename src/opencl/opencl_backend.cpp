@@ -514,7 +514,7 @@ class OpenClDevice final : public core::Device {
     if (p.direct && std::max({a.span(), b.span(), c.span()}) > 2147483647u)  // its int indices (gemm_direct.cl)
       p = choose_params({info_.kind, std::string(), info_.compute_units}, a.dtype, M, N, count);
     const bool edges = !p.direct && (M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0);
-    if (edges && !forced && pad_to_blocks(p, M, N, K, count))
+    if (edges && !forced && pad_to_blocks(M, N, K, count))
       if (cl_event ev = enqueue_gemm_padded(p, am, a, bm, b, cm, c, bases_aligned, on ? on : queue_, n_after, after,
                                             started))
         return ev;
@@ -595,7 +595,7 @@ class OpenClDevice final : public core::Device {
   // whose block is copied back: a few passes over memory against the kernel's n^3 work.
   // PORTMAT_OPENCL_PAD: 0 never, 1 whenever there are edges (the tests), else the rule below.
   static constexpr double kPadMinMacs = 5e8;  // below, the copies' launches cost more than they save
-  bool pad_to_blocks(const GemmParams& p, std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t count) const {
+  bool pad_to_blocks(std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t count) const {
     if (count != 1) return false;  // (edges, the caller's condition, already exclude the direct kernel)
     const long knob = env_long("PORTMAT_OPENCL_PAD", -1);
     if (knob >= 0) return knob > 0;
