@@ -5,9 +5,12 @@ off), in one process. Device-resident, medians of RUNS runs of LAUNCHES queued p
 (`_ext.time_gemm`). docs/cuda.md, "Split-K for small results and long k", has the H200's figures
 and the fit of tile_choice.cpp's split costs to them.
 
-  python3 bench/diagnostics/cuda_split_sweep.py
+  python3 bench/diagnostics/cuda_split_sweep.py [--shapes "M,K,N;..."] [--tiles 64x128,64x64c,...]
+
+64x64c is the cluster kernel (split-K in one launch, sm_90; at most 8 slices).
 """
 
+import argparse
 import os
 import statistics
 
@@ -22,7 +25,9 @@ RUNS, LAUNCHES = 11, 10
 SHAPES = [(256, 256, 256), (384, 384, 384), (512, 512, 512), (640, 640, 640), (768, 768, 768), (1024, 1024, 1024),
           (4096, 4096, 64), (64, 4096, 4096), (8192, 256, 256), (65536, 64, 64), (64, 64, 65536),
           (4096, 4096, 16), (64, 16384, 256), (64, 65536, 64), (16, 4096, 4096), (2048, 64, 2048)]  # (M, K, N)
-SLICES = (2, 3, 4, 5, 6, 8, 12, 16, 32, 64, 132)
+SLICES = (2, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64, 132)
+TILES = ("64x128", "128x64", "64x64", "64x64c")
+CLUSTER_MAX = 8  # gemm_tiles.h, kClusterMaxSlices
 WORKSPACE = 32 << 20  # cuda_backend.cpp's kSplitMaxBytes: larger splits fall back
 
 
@@ -39,17 +44,23 @@ def portmat_seconds(dev, m, k, n):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", help='"M,K,N;M,K,N" (default: the built-in list)')
+    ap.add_argument("--tiles", default=",".join(TILES))
+    args = ap.parse_args()
+    shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")] if args.shapes else SHAPES
     dev = next(d.id for d in portmat.devices() if d.backend == "cuda")
-    for m, k, n in SHAPES:
+    for m, k, n in shapes:
         cb = cublas_seconds(m, k, n)
         for v in ("PORTMAT_CUDA_SPLIT_K", "PORTMAT_CUDA_SPLIT_TILE"):
             os.environ.pop(v, None)
         default = portmat_seconds(dev, m, k, n)
         cells, best = [], (default, "model")
-        for tile in ("64x128", "128x64", "64x64"):
+        for tile in args.tiles.split(","):
             os.environ["PORTMAT_CUDA_SPLIT_TILE"] = tile
+            cluster = tile.endswith("c")
             for s in SLICES:
-                if s * 16 > k or 4 * s * m * n > WORKSPACE:
+                if s * 16 > k or (cluster and s > CLUSTER_MAX) or (not cluster and 4 * s * m * n > WORKSPACE):
                     continue
                 os.environ["PORTMAT_CUDA_SPLIT_K"] = str(s)
                 t = portmat_seconds(dev, m, k, n)

@@ -74,6 +74,9 @@ CuApi* load_api() {
       load(lib, "cuGetErrorName", api->GetErrorName);
   api->TensorMapEncodeTiled =
       reinterpret_cast<decltype(api->TensorMapEncodeTiled)>(dlsym(lib, "cuTensorMapEncodeTiled"));
+  api->LaunchKernelEx = reinterpret_cast<decltype(api->LaunchKernelEx)>(dlsym(lib, "cuLaunchKernelEx"));
+  api->OccupancyMaxActiveClusters =
+      reinterpret_cast<decltype(api->OccupancyMaxActiveClusters)>(dlsym(lib, "cuOccupancyMaxActiveClusters"));
   if (!ok) {
     if (!api->EventElapsedTime) reason() = "libcuda.so.1 lacks cuEventElapsedTime";
     delete api;

@@ -57,6 +57,10 @@ struct CuApi {
   // Optional (CUDA 12.0+ drivers): null where the driver lacks it; then the Hopper tensor-core
   // kernels (TMA) are not used and the mma.sync ones run instead.
   decltype(&::cuTensorMapEncodeTiled) TensorMapEncodeTiled;
+  // Optional (CUDA 12.0+ drivers): launches with thread-block clusters (split-K's one-launch
+  // kernels); without it split-K takes its two launches.
+  decltype(&::cuLaunchKernelEx) LaunchKernelEx;
+  decltype(&::cuOccupancyMaxActiveClusters) OccupancyMaxActiveClusters;
 };
 
 // The loaded table, or nullptr when libcuda.so.1 is missing, lacks a symbol, or cuInit fails

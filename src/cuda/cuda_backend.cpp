@@ -106,6 +106,9 @@ struct Pinned {
   }
 };
 
+// The batched kernel a cluster kernel is made from (the same tile and body; split-K's two launches).
+const GemmTile& batched_partner(const GemmTile& t) { return &t == &kF32_64x64c ? kF32_64x64b : t; }
+
 // A float32 tile by the name PORTMAT_CUDA_TILE accepts (gemm_tiles.h lists them).
 const GemmTile* tile_by_name(const std::string& s) {
   for (const NamedTile& t : kF32Tiles)
@@ -566,21 +569,53 @@ class CudaDevice final : public core::Device {
   // 128x256 (the fastest per SM: on its own and on launch()'s hybrid grid from a wave of tiles up;
   // H200 49.6-52 TFLOP/s at n = 2048-8192, gemm_tiles.h), 64x128, 128x64 (both also stream-K)
   // and 64x64 by the waves of each on this GPU's SMs. PORTMAT_CUDA_TILE names one instead.
-  TileChoice choose_tile(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool whole) const {
+  TileChoice choose_tile(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool whole) {
     if (dtype == DType::f64) return {&kF64_64x64, false, 0, 0.0};
     if (dtype == DType::u32) return {&kU32_64x64, false, 0, 0.0};
     if (dtype == DType::u64) return {&kU64_64x64, false, 0, 0.0};
     if (const char* e = knob_text("PORTMAT_CUDA_TILE"))
       if (const GemmTile* t = tile_by_name(e)) return {t, false, 0, 0.0};
-    // PORTMAT_CUDA_SPLIT_K=S (with PORTMAT_CUDA_SPLIT_TILE: 64x128, 128x64 or 64x64; default
-    // 64x128): k split in S slices, whatever the model says (measurements, tests).
+    // PORTMAT_CUDA_SPLIT_K=S (with PORTMAT_CUDA_SPLIT_TILE: 64x128, 128x64, 64x64, or 64x64c, the
+    // cluster kernel (sm_90, at most kClusterMaxSlices slices); default 64x128): k split in S
+    // slices, whatever the model says (measurements, tests).
     if (const long split = knob("PORTMAT_CUDA_SPLIT_K", 0); split > 1) {
       const char* e = knob_text("PORTMAT_CUDA_SPLIT_TILE");
       const std::string name = e ? e : "64x128";
-      const GemmTile* t = name == "128x64" ? &kF32_128x64_fpb : name == "64x64" ? &kF32_64x64b : &kF32_64x128_fpb;
+      const GemmTile* t = name == "128x64"   ? &kF32_128x64_fpb
+                          : name == "64x64"  ? &kF32_64x64b
+                          : name == "64x64c" ? &kF32_64x64c
+                                             : &kF32_64x128_fpb;
       return {t, false, 0, 0.0, split};
     }
-    return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole);
+    if (!clusters()) return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole);
+    return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole,
+                           [this](const GemmTile& t, int slices) { return cluster_room(t, slices); });
+  }
+
+  // Split-K may be one launch of a cluster kernel (sm_90 and later, a driver with cuLaunchKernelEx
+  // and cuOccupancyMaxActiveClusters; PORTMAT_CUDA_CLUSTER=0 keeps the two launches: measurements).
+  bool clusters() const {
+    return cc_major_ >= 9 && cu_.LaunchKernelEx && cu_.OccupancyMaxActiveClusters &&
+           knob("PORTMAT_CUDA_CLUSTER", 1) != 0;
+  }
+
+  // How many clusters of `slices` blocks of cluster kernel t this GPU runs at once (the model's
+  // ClusterRoom): asked of the driver once per kernel and size (0 where it says none or fails).
+  std::int64_t cluster_room(const GemmTile& t, int slices) {
+    int& room = cluster_room_[{&t, slices}];
+    if (room != 0) return room;
+    CUlaunchAttribute cluster{};
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = 1, cluster.value.clusterDim.y = static_cast<unsigned>(slices);
+    cluster.value.clusterDim.z = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = 1, config.gridDimY = static_cast<unsigned>(slices), config.gridDimZ = 1;
+    config.blockDimX = static_cast<unsigned>(t.threads()), config.blockDimY = 1, config.blockDimZ = 1;
+    config.sharedMemBytes = static_cast<unsigned>(t.smem_bytes());
+    config.attrs = &cluster, config.numAttrs = 1;
+    int n = 0;
+    if (cu_.OccupancyMaxActiveClusters(&n, function(t, false, false), &config) != CUDA_SUCCESS || n <= 0) n = -1;
+    return (room = n) > 0 ? room : 0;
   }
 
   // Whether a float32 product runs on the thin kernels (tile_choice.hpp, choose_thin).
@@ -700,7 +735,7 @@ class CudaDevice final : public core::Device {
     const TileChoice choice = accumulate ? TileChoice{&kF32_128x256_fpa, false, 0, 0.0} : planned.tile;
     if (choice.split > 1 && am.dtype == DType::f32 && launch_split(stream, a, am, b, bm, c, ldc, m, n, k, choice))
       return;
-    const GemmTile& t = *choice.tile;
+    const GemmTile& t = batched_partner(*choice.tile);  // a cluster kernel's slices came to one
     GemmArgs args = gemm_args(t, a, am, 0, b, bm, 0, c, ldc, 0, m, n, k);
     const std::int64_t tiles = args.sk_first;
     auto run = [&](const GemmTile& tile, std::int64_t blocks, CUstream on) {
@@ -774,16 +809,42 @@ class CudaDevice final : public core::Device {
   bool launch_split(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
                     const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
                     std::int64_t k, const TileChoice& choice) {
-    const GemmTile& t = *choice.tile;
     const std::int64_t kc = split_depth(k, choice.split);
     const std::int64_t full = k / kc, rest = k - full * kc, parts = full + (rest > 0 ? 1 : 0);
-    const std::size_t part_bytes = static_cast<std::size_t>(m * n) * sizeof(float);
-    if (parts < 2 || part_bytes * parts > static_cast<std::size_t>(kSplitMaxBytes)) return false;
-    const CUdeviceptr w = split_workspace(stream, part_bytes * parts);
+    if (parts < 2) return false;
     const std::int64_t a_step = am.col_major ? kc * am.ld : kc, b_step = bm.col_major ? kc : kc * bm.ld;
     auto what = [&](const char* kernel) {
       return product_text(where_, m, n, k, " split in " + std::to_string(parts) + " with " + kernel);
     };
+    // One launch: clusters of the parts of a tile (1 x parts x 1 blocks) sum them in shared memory
+    // and write c (kernels/gemm_common.cuh, cluster_sum_store). A cluster kernel asked for more
+    // slices than a cluster holds (a knob), or on a GPU without clusters, runs as its batched
+    // partner below.
+    const GemmTile& t = !choice.tile->cluster || (parts <= kClusterMaxSlices && clusters())
+                            ? *choice.tile
+                            : batched_partner(*choice.tile);
+    if (t.cluster) {
+      GemmArgs args = gemm_args(t, a, am, a_step, b, bm, b_step, c, ldc, 0, m, n, kc);
+      args.k_last = static_cast<int>(rest);
+      CUlaunchAttribute cluster{};
+      cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      cluster.value.clusterDim.x = 1, cluster.value.clusterDim.y = static_cast<unsigned>(parts);
+      cluster.value.clusterDim.z = 1;
+      CUlaunchConfig config{};
+      config.gridDimX = static_cast<unsigned>(args.sk_first), config.gridDimY = static_cast<unsigned>(parts);
+      config.gridDimZ = 1;
+      config.blockDimX = static_cast<unsigned>(t.threads()), config.blockDimY = 1, config.blockDimZ = 1;
+      config.sharedMemBytes = static_cast<unsigned>(t.smem_bytes());
+      config.hStream = stream;
+      config.attrs = &cluster, config.numAttrs = 1;
+      void* params[] = {&args};
+      if (const CUresult r = cu_.LaunchKernelEx(&config, function(t, am.col_major, bm.col_major), params, nullptr))
+        cu_check(r, "cuLaunchKernelEx(split-K gemm in clusters)", what(t.name));
+      return true;
+    }
+    const std::size_t part_bytes = static_cast<std::size_t>(m * n) * sizeof(float);
+    if (part_bytes * parts > static_cast<std::size_t>(kSplitMaxBytes)) return false;
+    const CUdeviceptr w = split_workspace(stream, part_bytes * parts);
     GemmArgs args = gemm_args(t, a, am, a_step, b, bm, b_step, w, n, m * n, m, n, kc);
     const std::int64_t tiles = args.sk_first;
     args.k_last = static_cast<int>(rest);
@@ -1243,6 +1304,7 @@ class CudaDevice final : public core::Device {
   std::vector<CUevent> free_events_;
   std::map<std::string, CUfunction> functions_;
   std::map<std::pair<const GemmTile*, int>, CUfunction> tile_functions_;  // function(): tile, layout
+  std::map<std::pair<const GemmTile*, int>, int> cluster_room_;  // cluster_room(): tile, slices; -1 none
   CUfunction thin_functions_[2][5] = {};  // launch_thin: [dots][short side 1, 2, 4, 8, 16]
   bool knobs_ = true;                     // a PORTMAT_CUDA_ variable is set (ready())
   struct PlanKey {

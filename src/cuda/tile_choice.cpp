@@ -16,7 +16,8 @@ struct Candidate {
   const GemmTile* dp;
   const GemmTile* sk;
   double flops_per_sm;
-  const GemmTile* split = nullptr;  // its batched kernel, for split-K
+  const GemmTile* split = nullptr;    // its batched kernel, for split-K
+  const GemmTile* cluster = nullptr;  // its one-launch split-K kernel (sm_90 clusters)
 };
 
 // A stream-K block's cost beyond its share of the work: its pipeline's start (two slabs at its
@@ -39,6 +40,15 @@ constexpr double kSmallShareS = 9.5e-6;
 constexpr double kSplitSumS = 6.0e-6, kSplitSumBytesPerS = 5.0e12;
 constexpr std::int64_t kSplitParts[] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 32, 48, 64, 96, 132,
                                         198, 264, 396};
+// Split-K in one launch (the cluster kernels, sm_90): the p slices of a tile are a cluster whose
+// blocks sum their parts through each other's shared memory, so the second launch and the parts'
+// trip through global memory go; what it costs instead: two cluster barriers and the sum, each
+// block writing its part into shared memory and reading a tile's worth of the cluster's. Fitted
+// on the H200 (session 21, cuda_split_sweep.py; beyond the slices' work at the rates above):
+// 1.8-4.8 us at n = 256-512, so 2.5 us, plus the tile's bytes at 100 GB/s a block. A cluster's
+// blocks run on one GPC (a group of about 16 SMs) at once, so fewer clusters than blocks / p fit
+// on the GPU (ClusterRoom): clusters beyond those run as further waves.
+constexpr double kClusterSumS = 2.5e-6, kClusterSumBytesPerS = 100e9;
 // Sharing must win by this factor: where the model cannot tell them apart (n = 2048: one wave of
 // 128x256 tiles, 0.99x cuBLAS data-parallel, 0.97x shared) the simpler grid stays.
 constexpr double kShareMargin = 1.03;
@@ -48,13 +58,13 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 }  // namespace
 
 TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int sms, bool warp_specialized,
-                           bool whole) {
+                           bool whole, const ClusterRoom& room) {
   const Candidate candidates[] = {
       {warp_specialized ? &kF32_128x256_ws : &kF32_128x256_fp, warp_specialized ? &kF32_128x256_wsk : &kF32_128x256_sk,
        warp_specialized ? 388e9 : 380e9},
       {&kF32_64x128_fp, &kF32_64x128_sk, 265e9, &kF32_64x128_fpb},
       {&kF32_128x64_fp, &kF32_128x64_sk, 260e9, &kF32_128x64_fpb},
-      {&kF32_64x64, nullptr, 170e9, &kF32_64x64b}};
+      {&kF32_64x64, nullptr, 170e9, &kF32_64x64b, &kF32_64x64c}};
   const std::int64_t s = std::max(1, sms);
   const std::int64_t k_tiles = std::max<std::int64_t>(1, ceil_div(k, 16));
   TileChoice best{nullptr, false, 0, 0.0};
@@ -91,6 +101,24 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
         consider(c.split, false, 0,
                  kShareMargin * (static_cast<double>(turns) * slice_s + start_s + kSplitSumS +
                                  4.0 * m * n * (parts + 1) / kSplitSumBytesPerS),
+                 p);
+      }
+    // The same slices as one launch of a cluster kernel (at most kClusterMaxSlices of them): the
+    // slices' work as above, the sum in the cluster's shared memory instead of the second launch.
+    if (room && c.cluster)
+      for (std::int64_t p = 2; p <= kClusterMaxSlices && p <= k_tiles; ++p) {
+        const std::int64_t kc = split_depth(k, p), parts = ceil_div(k, kc);
+        const std::int64_t active = parts < 2 ? 0 : room(*c.cluster, static_cast<int>(parts));
+        if (active <= 0) continue;
+        const double slice_s = 2.0 * t.bm * t.bn * static_cast<double>(kc) / c.flops_per_sm;
+        // Waves of `active` clusters. In each, a grid of at most one block an SM spreads over the
+        // SMs; a larger one is packed, min_blocks blocks on an SM (gemm_tiles.h: why 64x64 is the
+        // only cluster kernel).
+        const std::int64_t waves = ceil_div(tiles, active), blocks = std::min(tiles, active) * parts;
+        const std::int64_t turns = waves * (blocks <= s ? 1 : c.cluster->min_blocks);
+        consider(c.cluster, false, 0,
+                 kShareMargin * (static_cast<double>(turns) * slice_s + start_s + kClusterSumS +
+                                 4.0 * t.bm * t.bn / kClusterSumBytesPerS),
                  p);
       }
     if (!c.sk) continue;

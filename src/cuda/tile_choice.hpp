@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "cuda/kernels/gemm_tiles.h"
 
@@ -43,15 +44,20 @@ struct TileChoice {
   std::int64_t sk_blocks;  // ... this many of them (0: launch()'s own count)
   double estimate_s;     // the model's time, for tests and diagnostics
   // > 1: split k into this many slices, a stack of products of `tile` (a batched kernel) into a
-  // workspace, then their sum into c (cuda_backend.cpp, launch_split).
+  // workspace, then their sum into c (cuda_backend.cpp, launch_split); or, where `tile` is a
+  // cluster kernel, one launch whose clusters sum the slices in shared memory.
   std::int64_t split = 0;
 };
 
 // m x k @ k x n on `sms` multiprocessors; warp_specialized: the sm_90a kernels (_ws, _wsk) run
 // here; whole: the product is alone on the GPU (device-resident), so its blocks may wait on each
 // other (stream-K); the NumPy path's row chunks overlap on two streams and stay data-parallel.
+// room: how many clusters of `slices` blocks of a cluster kernel (GemmTile::cluster) the GPU runs
+// at once (cuOccupancyMaxActiveClusters; 0: none); empty where the GPU has no clusters (before
+// sm_90). With it, split-K may be one launch (TileChoice::tile a cluster kernel).
+using ClusterRoom = std::function<std::int64_t(const GemmTile& tile, int slices)>;
 TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int sms, bool warp_specialized,
-                           bool whole);
+                           bool whole, const ClusterRoom& room = {});
 
 // Thin products (kernels/gemm_thin.cuh): a side of c of at most kThinMax. The product is seen as
 // out (r x s) = L (r x k) . Sh (k x s): L = a (few columns of c) or L = b^T (few rows, out = c^T);

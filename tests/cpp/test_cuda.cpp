@@ -309,10 +309,13 @@ static void check_same_bits_every_run(const std::string& dev, long m, long n, lo
 // one (333 in 3: 112, 112, 109), more slices than 16-deep ones allow (70 in 5: 16 deep, the last 6),
 // edges and unaligned offsets, c with its own leading dimension (check_device_resident); the same
 // bits on every run (the parts are summed in slice order).
+// The cluster kernel (64x64c, one launch: the slices of a tile summed in the cluster's shared
+// memory, sm_90) takes the same cases: up to 8 slices; on a GPU without clusters, or asked for more
+// slices than a cluster holds, it runs as its batched partner (64x64b).
 TEST(CudaGemm, SplitKCorrectAndDeterministic) {
   REQUIRE_CUDA();
   std::mt19937 rng(29);
-  for (const char* t : {"64x128", "128x64", "64x64"}) {
+  for (const char* t : {"64x128", "128x64", "64x64", "64x64c"}) {
     SCOPED_TRACE(t);
     ScopedEnv tile("PORTMAT_CUDA_SPLIT_TILE", t);
     for (const auto& s : {std::array<long, 4>{150, 133, 512, 4}, {64, 70, 333, 3}, {33, 65, 70, 5}, {1, 300, 2000, 8}}) {
@@ -321,6 +324,8 @@ TEST(CudaGemm, SplitKCorrectAndDeterministic) {
     }
   }
   ScopedEnv split("PORTMAT_CUDA_SPLIT_K", "7");
+  check_same_bits_every_run(dev, 200, 96, 3000, rng);
+  ScopedEnv cluster("PORTMAT_CUDA_SPLIT_TILE", "64x64c");
   check_same_bits_every_run(dev, 200, 96, 3000, rng);
 }
 
@@ -551,6 +556,32 @@ TEST(CudaTileChoice, ModelPicksWhatMeasuredBestOnTheH200) {
   }
   // A GPU with few SMs fills with fewer, larger tiles.
   EXPECT_EQ(choose_f32_tile(1024, 1024, 1024, 8, false, true).tile, &portmat::cuda::kF32_128x256_sk);
+}
+
+// Split-K in one launch (the cluster kernels) in the model: with room for clusters (an H200-like
+// GPU: 8 groups of 16 SMs, each SM holding min_blocks blocks), n = 256 runs as one (there the
+// second launch costs more than the work: docs/cuda.md); large products never do; without room,
+// or with none for any size, no cluster kernel is chosen; a cluster never has more slices than
+// kClusterMaxSlices, and more work is never estimated much faster.
+TEST(CudaTileChoice, ClusterKernelsWhereTheyFit) {
+  using portmat::cuda::choose_f32_tile;
+  namespace pc = portmat::cuda;
+  const pc::ClusterRoom h200 = [](const pc::GemmTile& t, int p) -> std::int64_t { return 8 * (16 * t.min_blocks / p); };
+  const pc::ClusterRoom none = [](const pc::GemmTile&, int) -> std::int64_t { return 0; };
+  const auto small = choose_f32_tile(256, 256, 256, 132, true, true, h200);
+  EXPECT_EQ(small.tile->cluster, 1) << small.tile->name;
+  EXPECT_GT(small.split, 1);
+  EXPECT_EQ(choose_f32_tile(4096, 4096, 4096, 132, true, true, h200).tile, &pc::kF32_128x256_wsk);
+  for (long n = 64; n <= 4096; n *= 2)
+    for (long k : {64L, 1000L, 4096L, 65536L}) {
+      const auto with = choose_f32_tile(n, n, k, 132, true, true, h200);
+      if (with.tile->cluster) EXPECT_LE(with.split, pc::kClusterMaxSlices) << n << " " << k;
+      EXPECT_EQ(choose_f32_tile(n, n, k, 132, true, true).tile->cluster, 0) << n << " " << k;
+      EXPECT_EQ(choose_f32_tile(n, n, k, 132, true, true, none).tile->cluster, 0) << n << " " << k;
+      EXPECT_EQ(choose_f32_tile(n, n, k, 132, true, false, h200).tile->cluster, 0) << n << " " << k;
+      EXPECT_LE(with.estimate_s, 1.05 * choose_f32_tile(2 * n, 2 * n, k, 132, true, true, h200).estimate_s)
+          << n << " " << k;
+    }
 }
 
 // ---- precision modes (issue 18): the tensor-core kernels, gemm_tc.cuh ------------------------------

@@ -191,6 +191,12 @@ __global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_rc(GemmArgs p) { gem
 __global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_cr(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, false, false>(batch_member<float>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_cc(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, false, true>(batch_member<float>(p, blockIdx.y)); }
 
+// Split-K in one launch (sm_90 clusters: cluster_sum_store in gemm_common.cuh; traps elsewhere).
+__global__ void PM_BOUNDS(kF32_64x64c) gemm_sm90_f32_64x64c_rr(GemmArgs p) { gemm_body<float, tiles::kF32_64x64c, true, false>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_64x64c) gemm_sm90_f32_64x64c_rc(GemmArgs p) { gemm_body<float, tiles::kF32_64x64c, true, true>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_64x64c) gemm_sm90_f32_64x64c_cr(GemmArgs p) { gemm_body<float, tiles::kF32_64x64c, false, false>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_64x64c) gemm_sm90_f32_64x64c_cc(GemmArgs p) { gemm_body<float, tiles::kF32_64x64c, false, true>(batch_member<float>(p, blockIdx.y)); }
+
 __global__ void PM_BOUNDS(kF64_64x64b) gemm_sm80_f64_64x64b_rr(GemmArgs p) { gemm_body<double, tiles::kF64_64x64b, true, false>(batch_member<double>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kF64_64x64b) gemm_sm80_f64_64x64b_rc(GemmArgs p) { gemm_body<double, tiles::kF64_64x64b, true, true>(batch_member<double>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kF64_64x64b) gemm_sm80_f64_64x64b_cr(GemmArgs p) { gemm_body<double, tiles::kF64_64x64b, false, false>(batch_member<double>(p, blockIdx.y)); }

@@ -23,6 +23,8 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& p) {
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
   static_assert(C.elem_bytes == sizeof(T), "tile table and element type disagree");
   static_assert((SA * sizeof(T)) % 16 == 0 && (SB * sizeof(T)) % 16 == 0, "rows stay 16-byte aligned");
+  static_assert(!C.cluster || C.smem_bytes() >= BM * BN * static_cast<int>(sizeof(T)),
+                "a cluster kernel's shared memory holds its whole tile (cluster_sum_store)");
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* As = reinterpret_cast<T*>(smem_raw);  // [STAGES][BK][SA]
@@ -89,9 +91,11 @@ __device__ __forceinline__ void gemm_body(const GemmArgs& p) {
   }
   cp_async_wait<0>();  // no copy may outlive the block (they are all empty by now)
 
-  store_acc<T, RM, RN, LN>(
-      p, acc, [&](int i) { return m0 + wm0 + (i / 4) * 4 * LM + lm * 4 + i % 4; },
-      n0 + wn0 + ln * 4);
+  auto row_of = [&](int i) { return m0 + wm0 + (i / 4) * 4 * LM + lm * 4 + i % 4; };
+  if constexpr (C.cluster)  // split-K's slices summed in the cluster's shared memory (64x64c)
+    cluster_sum_store<BM, BN, THREADS, RM, RN, LN>(p, acc, row_of, n0 + wn0 + ln * 4, m0, n0, As);
+  else
+    store_acc<T, RM, RN, LN>(p, acc, row_of, n0 + wn0 + ln * 4);
 }
 
 }  // namespace

@@ -179,6 +179,70 @@ __device__ __forceinline__ void store_acc(const GemmArgs& p, const T (&acc)[4 * 
   }
 }
 
+// Split-K in one launch, the epilogue of the cluster kernel (GemmTile::cluster: 64x64c;
+// sm_90 thread-block clusters; cuda_backend.cpp, launch_split). The launch's clusters are 1 x p x 1
+// blocks: the p slices of k (blockIdx.y) of one tile (blockIdx.x), each holding its slice's partial
+// tile in registers. Each block writes its part into its own shared memory as a dense BM x BN
+// tile (`tile`, the pipeline's buffers, free once every warp is past the k loop); after a cluster
+// barrier, the block of rank r sums rows r, r + p, r + 2p, ... of the tile over all p blocks'
+// shared memory (distributed shared memory: mapa, ld.shared::cluster), parts in slice order, and
+// stores them to c; a second barrier keeps every block's shared memory alive until the others
+// have read it. What split_sum (gemm_batched.cuh) does, without the parts' round trip through
+// global memory or a second launch, and with the same additions in the same order: the result is
+// the same on every run. row_of(i): the row of c of acc[i]; col0: this thread's first column
+// (store_acc's contract); m0, n0: the tile's origin.
+template <int BM, int BN, int THREADS, int RM, int RN, int LN, class RowOf>
+__device__ __forceinline__ void cluster_sum_store(const GemmArgs& p, const float (&acc)[4 * RM][4 * RN],
+                                                  RowOf row_of, int col0, int m0, int n0, float* tile) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __syncthreads();  // every warp is done reading the pipeline's buffers
+#pragma unroll
+  for (int i = 0; i < 4 * RM; ++i)
+#pragma unroll
+    for (int r = 0; r < RN; ++r) store4(tile + (row_of(i) - m0) * BN + (col0 - n0) + r * 4 * LN, &acc[i][4 * r]);
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+  unsigned rank, parts;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(parts));
+  unsigned base[kClusterMaxSlices];  // each block's tile in the cluster's shared window
+#pragma unroll
+  for (int q = 0; q < kClusterMaxSlices; ++q)
+    if (q < static_cast<int>(parts))
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(base[q]) : "r"(smem_addr(tile)), "r"(q));
+  constexpr int kVecs = BN / 4;  // float4s per row
+  const int rows = min(BM, p.m - m0), cols = min(BN, p.n - n0);
+  const int mine = rows > static_cast<int>(rank) ? (rows - static_cast<int>(rank) + parts - 1) / parts : 0;
+  float* c = static_cast<float*>(p.c);
+  for (int e = threadIdx.x; e < mine * kVecs; e += THREADS) {
+    const int row = static_cast<int>(rank) + (e / kVecs) * static_cast<int>(parts), col = (e % kVecs) * 4;
+    if (col >= cols) continue;
+    const unsigned off = static_cast<unsigned>((row * BN + col) * sizeof(float));
+    float s[4], v[4];
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(s[0]), "=f"(s[1]), "=f"(s[2]), "=f"(s[3]) : "r"(base[0] + off));
+#pragma unroll
+    for (int q = 1; q < kClusterMaxSlices; ++q) {
+      if (q >= static_cast<int>(parts)) break;
+      asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(base[q] + off));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s[j] += v[j];
+    }
+    float* dst = c + static_cast<long long>(m0 + row) * p.ldc + n0 + col;
+    if (p.c_vec && col + 3 < cols) {
+      store4(dst, s);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (col + j < cols) dst[j] = s[j];
+    }
+  }
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#else
+  __trap();  // the host launches cluster kernels on sm_90 and later only
+#endif
+}
+
 // Copies one bk-deep slab of an operand into shared memory. `ROWS` is the operand's extent along
 // M (for a) or N (for b): the index that is contiguous in shared memory (stride `S` per k).
 // K_MAJOR: the global layout has k contiguous (element (r, k) at g[r * ld + k]); otherwise r is

@@ -188,6 +188,10 @@ struct GemmTile {
   // Warp-specialized kernels (gemm_body_ws, sm_90a): warps that only copy, after the computing
   // ones. 0 elsewhere.
   int producer_warps = 0;
+  // 1: split-K in one launch (64x64c, sm_90 thread-block clusters): the blocks
+  // of a cluster are the slices of k of one tile and sum their partial tiles through each other's
+  // shared memory (gemm_common.cuh, cluster_sum_store), which must hold a whole bm x bn tile.
+  int cluster = 0;
   constexpr int lanes_m() const { return wm / (4 * rm); }
   constexpr int lanes_n() const { return wn / (4 * rn); }
   constexpr int compute_threads() const { return (bm / wm) * (bn / wn) * 32; }
@@ -286,6 +290,17 @@ inline constexpr GemmTile kF32_64x128_fpb{"gemm_sm80_f32_64x128_fpb", 64, 128, 1
 inline constexpr GemmTile kF32_128x64_fpb{"gemm_sm80_f32_128x64_fpb", 128, 64, 16, 64, 32, 2, 2, 4, 4, 3};
 inline constexpr GemmTile kF32_64x64b{"gemm_sm80_f32_64x64b", 64, 64, 16, 32, 32, 2, 1, 4, 4, 4};
 inline constexpr GemmTile kF64_64x64b{"gemm_sm80_f64_64x64b", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
+// Split-K in one launch (sm_90: thread-block clusters of the slices of k, summed through
+// distributed shared memory; cuda_backend.cpp, launch_split): 64x64b with `cluster` set, at most
+// kClusterMaxSlices slices (the portable cluster size). For the smallest products only, where
+// the second launch of split-K costs more than the work (docs/cuda.md). Measured and dropped
+// (H200, session 21, cuda_split_sweep.py): the same for 64x128 and 128x64 (on _fp's body): a cluster's
+// blocks are packed onto few SMs, so from n = 384 up they ran slower than the same slices in two
+// launches ((4096 x 4096) @ (4096 x 64) in 4 slices 117 us against 66; n = 512 in 4 20.0 against
+// 16.5; only n = 1024 in 2 gained, 59 against 61); and 128x256 (its 128 KiB tile took more shared
+// memory than its pipeline: n = 1024 in 2-8 slices 71-110 us).
+inline constexpr int kClusterMaxSlices = 8;
+inline constexpr GemmTile kF32_64x64c{"gemm_sm90_f32_64x64c", 64, 64, 16, 32, 32, 2, 1, 4, 4, 4, 0, 0, 0, 1};
 inline constexpr GemmTile kF32_small{"gemm_sm80_f32_small", 32, 32, 32, 32, 16, 1, 1, 0, 4, 10};
 inline constexpr GemmTile kF64_small{"gemm_sm80_f64_small", 32, 32, 32, 32, 16, 1, 1, 0, 8, 8};
 
