@@ -56,6 +56,10 @@ def _device_spec(device) -> str:
     if isinstance(device, DeviceInfo):
         return device.id
     if isinstance(device, str):
+        try:
+            device.encode("utf-8")  # the core takes UTF-8; a lone surrogate (a mis-decoded name) has none
+        except UnicodeEncodeError:
+            raise ValueError(f"portmat: device {device!r} is not a device name (it is not valid text)") from None
         return device
     if isinstance(device, (list, tuple)):
         raise TypeError("a list of devices is taken by portmat.matmul of NumPy arrays only (one product split "

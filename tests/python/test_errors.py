@@ -66,6 +66,15 @@ def test_bad_device_specs():
         portmat.matmul(a, a, device=3.5)
     with pytest.raises(ValueError, match="no device matches"):
         portmat.set_default_device("opencl:999")
+    # A name that is not text (a lone surrogate, as os.fsdecode gives for undecodable bytes): a
+    # ValueError naming it, wherever a device is taken, not the binding's signature mismatch.
+    for call in (lambda: portmat.matmul(a, a, device="cpu\udc80"),
+                 lambda: portmat.matmul(a, a, device=["cpu:0", "\udc80"]),
+                 lambda: portmat.set_default_device("\udc80"),
+                 lambda: portmat.asarray(a, device="\udc80")):
+        with pytest.raises(ValueError, match="not a device name"):
+            call()
+    assert portmat.matmul(a, a).shape == (2, 2)  # nothing was left set
 
 
 def test_bad_kernel_parameters_raise_and_recover(device, monkeypatch):
