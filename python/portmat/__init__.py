@@ -350,7 +350,7 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", p
     dev = spec
     # Several devices (a list, or "cuda": every CUDA device) split the product in the core, which
     # is given the spec itself; a list's result is ordinary memory (no one device's pinned pool).
-    several = spec == "cuda" or "," in spec
+    several = _ext.names_device_list(spec)
     if direct:
         target = out
     elif dtype not in _POOLED or "," in spec or (a.nbytes < _host_memory.MIN_OPERAND_BYTES and

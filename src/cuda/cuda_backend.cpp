@@ -54,6 +54,20 @@ long env_long(const char* name, long fallback) {
   return (end && *end == '\0') ? v : fallback;
 }
 
+// The NumPy path's chunks (matmul_host, matmul_host_batched) carry about this many bytes: enough
+// tiles to fill the GPU, few enough chunks that per-chunk costs stay small (at n = 4096 on the
+// H200: 11.2 ms with 16 MiB chunks and 16 threads, 13.5 ms with 4 MiB chunks;
+// PORTMAT_CUDA_CHUNK_MB overrides it).
+std::size_t numpy_chunk_bytes() { return static_cast<std::size_t>(std::max(1L, env_long("PORTMAT_CUDA_CHUNK_MB", 16))) << 20; }
+
+// A chunk of rows of a single product: numpy_chunk_bytes of a (or c), a multiple of 128 rows; a
+// small product (8 MiB in all) is one chunk.
+std::int64_t chunk_rows(std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t es) {
+  const std::int64_t bytes = static_cast<std::int64_t>(numpy_chunk_bytes());
+  const std::int64_t rows = std::max<std::int64_t>(128, bytes / (std::max<std::int64_t>({K, N, 1}) * es) / 128 * 128);
+  return (M * K + K * N + M * N) * es <= (8 << 20) || rows >= M ? M : rows;
+}
+
 // Whether any PORTMAT_CUDA_ variable is set (docs/cuda.md, "Knobs"): one pass over the environment.
 // The launch knobs are read on every call, for tests and measurements, but most processes set none;
 // then a launch neither looks each one up (getenv scans the whole environment every time) nor
@@ -395,8 +409,7 @@ class CudaDevice final : public core::Device {
     std::uint64_t bytes = es * static_cast<std::uint64_t>(m * k + k * n + m * n);
     bytes += 2 * static_cast<std::uint64_t>(kSplitMaxBytes) + 2 * kMaxSkBlocks * sizeof(int);
     if (t == DType::f32 && core::current_precision() != Precision::float32 && wgmma_capable()) {
-      const std::int64_t rows = std::min<std::int64_t>(m, std::max<std::int64_t>(128, (std::int64_t(16) << 20) /
-                                                                                      (std::max(k, n) * 4) / 128 * 128));
+      const std::int64_t rows = chunk_rows(m, n, k, 4);
       bytes += 2 * 4 * static_cast<std::uint64_t>((rows + 256) * k + n * k);
     }
     return bytes;
@@ -1388,14 +1401,9 @@ void CudaDevice::matmul_host(const core::HostMatrix& a, const core::HostMatrix& 
   } wg_b_scope{wg_b_};
   wg_b_.whole_src = db->ptr(), wg_b_.whole_k = K, wg_b_.valid = false;
 
-  // Chunking. A chunk of rows carries ~16 MiB of a (or c): enough tiles to fill the GPU, few enough
-  // chunks that per-chunk costs stay small (at n = 4096 on the H200: 11.2 ms with 16 MiB chunks and
-  // 16 threads, 13.5 ms with 4 MiB chunks; PORTMAT_CUDA_CHUNK_MB, PORTMAT_CUDA_THREADS override).
-  const std::size_t chunk_bytes = static_cast<std::size_t>(std::max(1L, env_long("PORTMAT_CUDA_CHUNK_MB", 16))) << 20;
-  const std::int64_t row_bytes = std::max(K, N) * static_cast<std::int64_t>(es);
-  std::int64_t rows_per_chunk = std::max<std::int64_t>(128, (static_cast<std::int64_t>(chunk_bytes) / row_bytes) / 128 * 128);
-  const std::int64_t total_bytes = (M * K + K * N + M * N) * static_cast<std::int64_t>(es);
-  if (total_bytes <= (8 << 20) || rows_per_chunk >= M) rows_per_chunk = M;  // small: one chunk
+  // Chunking (chunk_rows; PORTMAT_CUDA_THREADS sets the host copy threads).
+  const std::size_t chunk_bytes = numpy_chunk_bytes();
+  const std::int64_t rows_per_chunk = chunk_rows(M, N, K, static_cast<std::int64_t>(es));
   const std::int64_t chunks = (M + rows_per_chunk - 1) / rows_per_chunk;
   constexpr int kSlots = 3;  // staging slots per direction: fill one while two are in flight
 
@@ -1657,7 +1665,7 @@ void CudaDevice::matmul_batch_host(const core::HostMatrix& a, std::int64_t a_ste
   const core::DeviceMatrix bm{nullptr, 0, K, N, b.col_major ? K : N, b.col_major, b.dtype};
 
   // Chunks of whole matrices: ~16 MiB of staged operands or results each (PORTMAT_CUDA_CHUNK_MB).
-  const std::size_t chunk_bytes = static_cast<std::size_t>(std::max(1L, env_long("PORTMAT_CUDA_CHUNK_MB", 16))) << 20;
+  const std::size_t chunk_bytes = numpy_chunk_bytes();
   const std::size_t per_in = (sa.stacked ? a_mat : 0) + (sb.stacked ? b_mat : 0);
   const std::int64_t per_chunk = std::max<std::int64_t>(
       1, static_cast<std::int64_t>(chunk_bytes / std::max<std::size_t>({per_in, c_mat, 1})));

@@ -447,6 +447,8 @@ NB_MODULE(_ext, m) {
   m.def("find_device", &portmat::find_device, "spec"_a);
   m.def("device_for", &portmat::device_for, "spec"_a, "m"_a, "n"_a, "k"_a,
         "The device matmul would use for an (m x k) @ (k x n) product");
+  m.def("names_device_list", &portmat::core::names_device_list, "spec"_a,
+        "Whether spec names several devices (a list, or 'cuda': every CUDA device) that split a product");
 #ifdef PORTMAT_WITH_CPU
   m.def("set_num_threads", &portmat::set_num_threads, "n"_a,
         "Threads per matmul on the CPU backend; n <= 0 restores the default");
