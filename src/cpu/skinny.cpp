@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -114,6 +116,59 @@ template <class T, int NS>
   }
 }
 
+// P[s * ldp + x] (+)= sum_{k0 <= k < k1} Sk[k * NS + s] * L[k * ldl + x] for x in [x0, x1), s < NS
+// (NS a multiple of R; with `fresh` P's old values are not read, so it need not be zeroed): tiles of
+// R short rows by C vectors of L's columns in registers over a chunk of kb rows of L, then added
+// onto the partial sums P. Unlike axpy, which loads and stores its accumulators for every 4 rows of
+// L and reads each vector of L once per short row, the accumulators are loaded once per kb rows and
+// a vector of L once per R short rows (from L1 after the first). The tile in use is 4 x 2 (a cache
+// line of floats, 8 accumulators): 8 rows by one vector broadcast an element of a per multiply-add
+// and ran at half the rate (docs/cpu.md); 2 x 4 lost too.
+template <class T, int NS, int R, int C>
+[[gnu::always_inline]] inline void rows_tiles(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
+                                              std::int64_t k1, std::int64_t x0, std::int64_t x1,
+                                              std::int64_t kb, bool fresh, T* P, std::int64_t ldp) {
+  constexpr int V = kLanes<T>;
+  static_assert(NS % R == 0, "whole groups of R short rows");
+  for (std::int64_t k = k0; k < k1; k += kb) {
+    const std::int64_t ke = std::min(k1, k + kb);
+    const bool init = fresh && k == k0;
+    std::int64_t x = x0;
+    for (; x + C * V <= x1; x += C * V)
+#pragma GCC unroll 8
+      for (int g = 0; g < NS; g += R) {
+        T* p = P + g * ldp + x;
+        Vec<T> acc[R][C];
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+          for (int j = 0; j < C; ++j) acc[i][j] = init ? Vec<T>{} : load(p + i * ldp + j * V);
+        for (std::int64_t q = k; q < ke; ++q) {
+          Vec<T> l[C];
+#pragma GCC unroll 8
+          for (int j = 0; j < C; ++j) l[j] = load(L + q * ldl + x + j * V);
+          const T* s = Sk + q * NS + g;
+#pragma GCC unroll 8
+          for (int i = 0; i < R; ++i) {
+            const T si = s[i];
+#pragma GCC unroll 8
+            for (int j = 0; j < C; ++j) acc[i][j] += si * l[j];
+          }
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+          for (int j = 0; j < C; ++j) store(p + i * ldp + j * V, acc[i][j]);
+      }
+    for (; x < x1; ++x)
+      for (int i = 0; i < NS; ++i) {
+        T sum = init ? T(0) : P[i * ldp + x];
+        for (std::int64_t q = k; q < ke; ++q) sum += Sk[q * NS + i] * L[q * ldl + x];
+        P[i * ldp + x] = sum;
+      }
+  }
+}
+
 // The entry points the loader picks a clone of. NS, the padded count of short rows, is one of
 // 1, 2, 4 or 8 (axpy only) so that every accumulator array has a compile-time size. The switches stay in
 // the cloned functions themselves (always-inline helpers, no lambdas: a lambda is a function of
@@ -139,6 +194,17 @@ template <class T>
   }
 }
 
+template <class T>
+[[gnu::always_inline]] inline void rows_any(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
+                                            std::int64_t k1, std::int64_t x0, std::int64_t x1, std::int64_t kb,
+                                            bool fresh, int NS, T* P, std::int64_t ldp) {
+  switch (NS) {
+    case 8: return rows_tiles<T, 8, 4, 2>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+    case 12: return rows_tiles<T, 12, 4, 2>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+    default: return rows_tiles<T, 16, 4, 2>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+  }
+}
+
 // The entry points, one per dtype, kernel and target: the templates above inlined into each.
 void dots_f32_base(const float* L, std::int64_t ldl, const float* S, std::int64_t K, std::int64_t r0,
                    std::int64_t r1, int ns, int NS, float* out, std::int64_t ors, std::int64_t oss) {
@@ -155,6 +221,14 @@ void axpy_f32_base(const float* L, std::int64_t ldl, const float* Sk, std::int64
 void axpy_f64_base(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0, std::int64_t k1,
                    std::int64_t W, int NS, double* acc) {
   axpy_any<double>(L, ldl, Sk, k0, k1, W, NS, acc);
+}
+void rows_f32_base(const float* L, std::int64_t ldl, const float* Sk, std::int64_t k0, std::int64_t k1,
+                   std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS, float* P, std::int64_t ldp) {
+  rows_any<float>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+}
+void rows_f64_base(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0, std::int64_t k1,
+                   std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS, double* P, std::int64_t ldp) {
+  rows_any<double>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
 }
 #ifdef PM_CPU_AVX2_CLONES
 PM_TARGET_AVX2 void dots_f32_avx2(const float* L, std::int64_t ldl, const float* S, std::int64_t K, std::int64_t r0,
@@ -173,6 +247,16 @@ PM_TARGET_AVX2 void axpy_f64_avx2(const double* L, std::int64_t ldl, const doubl
                                   std::int64_t W, int NS, double* acc) {
   axpy_any<double>(L, ldl, Sk, k0, k1, W, NS, acc);
 }
+PM_TARGET_AVX2 void rows_f32_avx2(const float* L, std::int64_t ldl, const float* Sk, std::int64_t k0,
+                                  std::int64_t k1, std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS,
+                                  float* P, std::int64_t ldp) {
+  rows_any<float>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+}
+PM_TARGET_AVX2 void rows_f64_avx2(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0,
+                                  std::int64_t k1, std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS,
+                                  double* P, std::int64_t ldp) {
+  rows_any<double>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+}
 #endif
 
 template <class T>
@@ -180,12 +264,17 @@ using DotsFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int
                         std::int64_t, std::int64_t);
 template <class T>
 using AxpyFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int64_t, std::int64_t, int, T*);
+template <class T>
+using RowsFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                        std::int64_t, bool, int, T*, std::int64_t);
 
 struct SkinnyKernels {
   DotsFn<float> dots_f32 = dots_f32_base;
   DotsFn<double> dots_f64 = dots_f64_base;
   AxpyFn<float> axpy_f32 = axpy_f32_base;
   AxpyFn<double> axpy_f64 = axpy_f64_base;
+  RowsFn<float> rows_f32 = rows_f32_base;
+  RowsFn<double> rows_f64 = rows_f64_base;
 };
 
 // The variants for this CPU, chosen once.
@@ -193,7 +282,7 @@ const SkinnyKernels& skinny_kernels() {
   static const SkinnyKernels chosen = [] {
     SkinnyKernels k;
 #ifdef PM_CPU_AVX2_CLONES
-    if (has_avx2_fma()) k = {dots_f32_avx2, dots_f64_avx2, axpy_f32_avx2, axpy_f64_avx2};
+    if (has_avx2_fma()) k = {dots_f32_avx2, dots_f64_avx2, axpy_f32_avx2, axpy_f64_avx2, rows_f32_avx2, rows_f64_avx2};
 #endif
     return k;
   }();
@@ -217,6 +306,15 @@ void axpy_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std
     skinny_kernels().axpy_f64(L, ldl, Sk, k0, k1, W, NS, acc);
 }
 
+template <class T>
+void rows_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std::int64_t k1, std::int64_t x0,
+                 std::int64_t x1, std::int64_t kb, bool fresh, int NS, T* P, std::int64_t ldp) {
+  if constexpr (std::is_same_v<T, float>)
+    skinny_kernels().rows_f32(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+  else
+    skinny_kernels().rows_f64(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+}
+
 // Bytes of the long operand per thread when a dot-product kernel splits K (skinny_gemm).
 constexpr std::int64_t kDotsSplitBytes = 1 << 20;
 
@@ -238,12 +336,105 @@ T at(const core::HostMatrix& m, std::int64_t i, std::int64_t j) {
   return m.col_major ? p[j * m.ld + i] : p[i * m.ld + j];
 }
 
+// PORTMAT_CPU_ROWS=0 sends 5-16 rows back to axpy (5-8) and the packed GEMM (9-16), for A/B
+// measurements (read once per process).
+bool rows_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("PORTMAT_CPU_ROWS");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+// rows_tiles' chunk of L's rows. Where L's rows are a multiple of 4 KiB apart (N = 4096 floats), a
+// chunk's rows at one column all fall in one L1 set, and past its 8 ways the tiles' later passes
+// over them (the next groups of short rows, the line's other half) missed: 2-core machine, 8 x 4096
+// @ 4096 x 4096, 3.0 / 4.4 / 5.3 ms with chunks of 8 / 12 / 16 rows, 16 rows 5.3 / 9.1 / 10.6 ms.
+constexpr std::int64_t kRowsChunk = 8;
+// A thread's partial sums are at most this many bytes (NS rows of a column block): they stay in L2
+// beside the chunks of L streaming through (128 KiB-512 KiB measured alike).
+constexpr std::int64_t kRowsPartBytes = 256 << 10;
+// The partial sums cost a pass over use * NS + M elements per column of L (each thread's written,
+// all of them read and added into c) besides L's K: rows_tiles is taken where K is at least this
+// many times that, so that the pass costs at most an eighth of L's. (16 x 64 @ 64 x 16384, whose
+// K is short of it, took 0.73 ms on rows_tiles against 0.41 packed.)
+constexpr std::int64_t kRowsKPerPass = 8;
+// Scratch (a's panel and the partial sums) up to this size is kept for the caller's next call.
+constexpr std::size_t kRowsKeepBytes = 4 << 20;
+
+int rows_ns(std::int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : 16; }
+
+// Threads for c = a @ b with few rows: enough work for each (kMinFlopsPerThread) or, since these
+// products stream b, enough of it (kMinStreamBytesPerThread); no more than asked.
+int rows_threads(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t elem, int threads) {
+  const double flops = 2.0 * M * N * K;
+  const double long_bytes = static_cast<double>(N) * static_cast<double>(K) * static_cast<double>(elem);
+  return static_cast<int>(std::max<double>(
+      1, std::min<double>(threads, std::max(flops / kMinFlopsPerThread, long_bytes / kMinStreamBytesPerThread))));
+}
+
+// 5-16 rows of a against a row-major b: a's panel (K x NS, k-major, rows past M zero), then
+// rows_tiles on each thread's share of K, column block by column block, into partial sums of its
+// own, added up into c at the end.
+template <class T>
+void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads) {
+  const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+  const int NS = rows_ns(M);
+  const int use = rows_threads(M, K, N, sizeof(T), threads);
+  // Rows of the partial sums a cache line more apart than N: at N = 4096 floats they would be 16 KiB
+  // apart, in one L1 set with the chunk's rows of L.
+  const std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t ldp = (N + line - 1) / line * line + line;
+  const std::size_t s_elems = static_cast<std::size_t>((NS * K + line - 1) / line * line);
+  const std::size_t need = s_elems + static_cast<std::size_t>(use * NS * ldp) + static_cast<std::size_t>(line);
+  thread_local std::unique_ptr<T[]> kept;
+  thread_local std::size_t kept_elems = 0;
+  std::unique_ptr<T[]> once;
+  T* buf;
+  if (need * sizeof(T) <= kRowsKeepBytes) {
+    if (kept_elems < need) kept.reset(new T[need]), kept_elems = need;
+    buf = kept.get();
+  } else {
+    once.reset(new T[need]);
+    buf = once.get();
+  }
+  // On a cache line, so that a tile's two vectors of a row of P are one line.
+  T* S = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(buf) + 63) & ~std::uintptr_t(63));
+  T* partial = S + s_elems;
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t s = 0; s < NS; ++s) S[k * NS + s] = s < M ? at<T>(a, s, k) : T(0);
+  const std::int64_t V = kLanes<T>;
+  const std::int64_t nb = std::max<std::int64_t>(2 * V, kRowsPartBytes / (NS * static_cast<std::int64_t>(sizeof(T))) / (2 * V) * (2 * V));
+  const T* L = static_cast<const T*>(b.data) + b.offset;
+  const std::int64_t share = (K + use - 1) / use;
+  run_parts(use, use, [&](std::int64_t p) {
+    const std::int64_t k0 = std::min(K, p * share), k1 = std::min(K, k0 + share);
+    T* P = partial + p * NS * ldp;
+    if (k0 == k1) {  // no rows of L left for this part (a K of fewer rows than threads)
+      for (int s = 0; s < NS; ++s) std::fill(P + s * ldp, P + s * ldp + N, T(0));
+      return;
+    }
+    for (std::int64_t x0 = 0; x0 < N; x0 += nb)
+      rows_kernel<T>(L, b.ld, S, k0, k1, x0, std::min(N, x0 + nb), kRowsChunk, true, NS, P, ldp);
+  });
+  for (std::int64_t s = 0; s < M; ++s) add_parts(partial + s * ldp, NS * ldp, use, N, c + s * ldc, 1);
+}
+
 }  // namespace
+
+bool rows_path(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t elem, int threads) {
+  if (M <= kSkinnyMax || N <= kSkinnyMax || M > kSkinnyRowsMax || !rows_enabled()) return false;
+  return K >= kRowsKPerPass * (rows_threads(M, K, N, elem, threads) * rows_ns(M) + M);
+}
 
 template <class T>
 bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc,
                  int threads) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+  if (!b.col_major && rows_path(M, K, N, sizeof(T), threads)) {
+    rows_gemm<T>(a, b, c, ldc, threads);
+    return true;
+  }
   bool few_rows;
   if (M <= kSkinnyMax || N <= kSkinnyMax) {
     // Few rows, unless there are few columns too and only that view gives the dots kernel (the
