@@ -124,7 +124,40 @@ template <class T, int NS>
 // a vector of L once per R short rows (from L1 after the first). The tile in use is 4 x 2 (a cache
 // line of floats, 8 accumulators): 8 rows by one vector broadcast an element of a per multiply-add
 // and ran at half the rate (docs/cpu.md); 2 x 4 lost too.
+// One column tile of rows_tiles: short rows [0, NS) in groups of R, C vectors of columns at x, over
+// L's rows [k, ke).
 template <class T, int NS, int R, int C>
+[[gnu::always_inline]] inline void rows_tile(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k,
+                                             std::int64_t ke, std::int64_t x, bool init, T* P, std::int64_t ldp) {
+  constexpr int V = kLanes<T>;
+#pragma GCC unroll 8
+  for (int g = 0; g < NS; g += R) {
+    T* p = P + g * ldp + x;
+    Vec<T> acc[R][C];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < C; ++j) acc[i][j] = init ? Vec<T>{} : load(p + i * ldp + j * V);
+    for (std::int64_t q = k; q < ke; ++q) {
+      Vec<T> l[C];
+#pragma GCC unroll 8
+      for (int j = 0; j < C; ++j) l[j] = load(L + q * ldl + x + j * V);
+      const T* s = Sk + q * NS + g;
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const T si = s[i];
+#pragma GCC unroll 8
+        for (int j = 0; j < C; ++j) acc[i][j] += si * l[j];
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < C; ++j) store(p + i * ldp + j * V, acc[i][j]);
+  }
+}
+
+template <class T, int NS, int R>
 [[gnu::always_inline]] inline void rows_tiles(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
                                               std::int64_t k1, std::int64_t x0, std::int64_t x1,
                                               std::int64_t kb, bool fresh, T* P, std::int64_t ldp) {
@@ -134,32 +167,8 @@ template <class T, int NS, int R, int C>
     const std::int64_t ke = std::min(k1, k + kb);
     const bool init = fresh && k == k0;
     std::int64_t x = x0;
-    for (; x + C * V <= x1; x += C * V)
-#pragma GCC unroll 8
-      for (int g = 0; g < NS; g += R) {
-        T* p = P + g * ldp + x;
-        Vec<T> acc[R][C];
-#pragma GCC unroll 8
-        for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-          for (int j = 0; j < C; ++j) acc[i][j] = init ? Vec<T>{} : load(p + i * ldp + j * V);
-        for (std::int64_t q = k; q < ke; ++q) {
-          Vec<T> l[C];
-#pragma GCC unroll 8
-          for (int j = 0; j < C; ++j) l[j] = load(L + q * ldl + x + j * V);
-          const T* s = Sk + q * NS + g;
-#pragma GCC unroll 8
-          for (int i = 0; i < R; ++i) {
-            const T si = s[i];
-#pragma GCC unroll 8
-            for (int j = 0; j < C; ++j) acc[i][j] += si * l[j];
-          }
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < R; ++i)
-#pragma GCC unroll 8
-          for (int j = 0; j < C; ++j) store(p + i * ldp + j * V, acc[i][j]);
-      }
+    for (; x + 2 * V <= x1; x += 2 * V) rows_tile<T, NS, R, 2>(L, ldl, Sk, k, ke, x, init, P, ldp);
+    for (; x + V <= x1; x += V) rows_tile<T, NS, R, 1>(L, ldl, Sk, k, ke, x, init, P, ldp);
     for (; x < x1; ++x)
       for (int i = 0; i < NS; ++i) {
         T sum = init ? T(0) : P[i * ldp + x];
@@ -199,9 +208,9 @@ template <class T>
                                             std::int64_t k1, std::int64_t x0, std::int64_t x1, std::int64_t kb,
                                             bool fresh, int NS, T* P, std::int64_t ldp) {
   switch (NS) {
-    case 8: return rows_tiles<T, 8, 4, 2>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
-    case 12: return rows_tiles<T, 12, 4, 2>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
-    default: return rows_tiles<T, 16, 4, 2>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+    case 8: return rows_tiles<T, 8, 4>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+    case 12: return rows_tiles<T, 12, 4>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+    default: return rows_tiles<T, 16, 4>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
   }
 }
 
@@ -359,8 +368,25 @@ constexpr std::int64_t kRowsPartBytes = 256 << 10;
 // many times that, so that the pass costs at most an eighth of L's. (16 x 64 @ 64 x 16384, whose
 // K is short of it, took 0.73 ms on rows_tiles against 0.41 packed.)
 constexpr std::int64_t kRowsKPerPass = 8;
+// ... and column blocks are taken (by rows_path) from K = 2 chunks on (K <= 16 with at most 64 rows
+// is small.cpp's), for a b of at least 1 KiB rows: the tiles' last columns (under a vector) are
+// scalar code.
+constexpr std::int64_t kRowsMinK = 2 * kRowsChunk;
+constexpr std::int64_t kRowsMinWidthBytes = 1024;
 // Scratch (a's panel and the partial sums) up to this size is kept for the caller's next call.
 constexpr std::size_t kRowsKeepBytes = 4 << 20;
+
+// K split (partial sums over the whole width, added up) where K is long enough for that pass
+// (kRowsKPerPass), else column blocks. PORTMAT_CPU_ROWS_SPLIT=k / n forces one (experiments).
+bool rows_split_k(std::int64_t M, std::int64_t K, int NS, int use) {
+  static const char mode = [] {
+    const char* e = std::getenv("PORTMAT_CPU_ROWS_SPLIT");
+    return e ? e[0] : 'a';
+  }();
+  if (mode == 'k') return true;
+  if (mode == 'n') return false;
+  return use > 1 && K >= kRowsKPerPass * (use * NS + M);
+}
 
 int rows_ns(std::int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : 16; }
 
@@ -386,7 +412,8 @@ void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::
   const std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
   const std::int64_t ldp = (N + line - 1) / line * line + line;
   const std::size_t s_elems = static_cast<std::size_t>((NS * K + line - 1) / line * line);
-  const std::size_t need = s_elems + static_cast<std::size_t>(use * NS * ldp) + static_cast<std::size_t>(line);
+  const bool split_k = rows_split_k(M, K, NS, use);
+  const std::size_t need = s_elems + static_cast<std::size_t>(split_k ? use * NS * ldp : 0) + static_cast<std::size_t>(line);
   thread_local std::unique_ptr<T[]> kept;
   thread_local std::size_t kept_elems = 0;
   std::unique_ptr<T[]> once;
@@ -406,6 +433,24 @@ void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::
   const std::int64_t V = kLanes<T>;
   const std::int64_t nb = std::max<std::int64_t>(2 * V, kRowsPartBytes / (NS * static_cast<std::int64_t>(sizeof(T))) / (2 * V) * (2 * V));
   const T* L = static_cast<const T*>(b.data) + b.offset;
+  if (!split_k) {
+    // Threads take blocks of columns, each over all of K, into a partial sum of its own (in its L2)
+    // copied into c when done: no partial sums to add up, b's rows read in shorter stretches.
+    const std::int64_t w = std::min(nb, std::max<std::int64_t>(2 * V, (N + 2 * use - 1) / (2 * use) / (2 * V) * (2 * V)));
+    const std::int64_t parts = (N + w - 1) / w;
+    const std::int64_t ldw = w + line;
+    run_parts(parts, use, [&](std::int64_t p) {
+      thread_local std::unique_ptr<T[]> mine;
+      thread_local std::size_t mine_elems = 0;
+      const std::size_t want = static_cast<std::size_t>(NS * ldw + line);
+      if (mine_elems < want) mine.reset(new T[want]), mine_elems = want;
+      T* P = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(mine.get()) + 63) & ~std::uintptr_t(63));
+      const std::int64_t x0 = p * w, x1 = std::min(N, x0 + w);
+      rows_kernel<T>(L + x0, b.ld, S, 0, K, 0, x1 - x0, kRowsChunk, true, NS, P, ldw);
+      for (std::int64_t s = 0; s < M; ++s) std::memcpy(c + s * ldc + x0, P + s * ldw, static_cast<std::size_t>(x1 - x0) * sizeof(T));
+    });
+    return;
+  }
   const std::int64_t share = (K + use - 1) / use;
   run_parts(use, use, [&](std::int64_t p) {
     const std::int64_t k0 = std::min(K, p * share), k1 = std::min(K, k0 + share);
@@ -423,8 +468,8 @@ void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::
 }  // namespace
 
 bool rows_path(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t elem, int threads) {
-  if (M <= kSkinnyMax || N <= kSkinnyMax || M > kSkinnyRowsMax || !rows_enabled()) return false;
-  return K >= kRowsKPerPass * (rows_threads(M, K, N, elem, threads) * rows_ns(M) + M);
+  if (M <= kSkinnyMax || M > kSkinnyRowsMax || !rows_enabled()) return false;
+  return N * static_cast<std::int64_t>(elem) >= kRowsMinWidthBytes && K >= kRowsMinK;
 }
 
 template <class T>

@@ -72,12 +72,13 @@ def test_few_rows_many_k_blocks(device, rng, m, k, n, dtype, a_layout, b_layout)
 @pytest.mark.parametrize("m,k,n,dtype", [(5, 1000, 4099, np.float32), (9, 777, 300, np.float32),
                                          (12, 2048, 33, np.float32), (16, 1500, 1000, np.float32),
                                          (13, 900, 2500, np.float64), (8, 4096, 517, np.float64),
-                                         (16, 600, 2063, np.float64)])
+                                         (16, 600, 2063, np.float64), (16, 40, 3001, np.float32),
+                                         (7, 24, 5003, np.float64), (11, 100, 271, np.float32)])
 @pytest.mark.parametrize("a_layout,b_layout", [("C", "C"), ("F", "C"), ("view", "view"), ("C", "F")])
-def test_few_rows_long_k(device, rng, m, k, n, dtype, a_layout, b_layout):
-    # 5-16 rows of a against a row-major b with a long K: on the CPU skinny.cpp's rows_tiles
-    # (register tiles of 4 rows over chunks of b's rows, threads splitting K); b column-major
-    # goes elsewhere and is checked alike.
+def test_few_rows_wide_b(device, rng, m, k, n, dtype, a_layout, b_layout):
+    # 5-16 rows of a against a wide row-major b: on the CPU skinny.cpp's rows_tiles (register
+    # tiles of 4 rows over chunks of b's rows, threads splitting K or, for a shorter K, taking
+    # blocks of columns); b column-major goes elsewhere and is checked alike.
     if dtype == np.float64 and not portmat._ext.find_device(device).supports_float64:
         pytest.skip("device has no float64")
 
