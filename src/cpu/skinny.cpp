@@ -360,33 +360,17 @@ bool rows_enabled() {
 // over them (the next groups of short rows, the line's other half) missed: 2-core machine, 8 x 4096
 // @ 4096 x 4096, 3.0 / 4.4 / 5.3 ms with chunks of 8 / 12 / 16 rows, 16 rows 5.3 / 9.1 / 10.6 ms.
 constexpr std::int64_t kRowsChunk = 8;
-// A thread's partial sums are at most this many bytes (NS rows of a column block): they stay in L2
-// beside the chunks of L streaming through (128 KiB-512 KiB measured alike).
-constexpr std::int64_t kRowsPartBytes = 256 << 10;
-// The partial sums cost a pass over use * NS + M elements per column of L (each thread's written,
-// all of them read and added into c) besides L's K: rows_tiles is taken where K is at least this
-// many times that, so that the pass costs at most an eighth of L's. (16 x 64 @ 64 x 16384, whose
-// K is short of it, took 0.73 ms on rows_tiles against 0.41 packed.)
-constexpr std::int64_t kRowsKPerPass = 8;
-// ... and column blocks are taken (by rows_path) from K = 2 chunks on (K <= 16 with at most 64 rows
-// is small.cpp's), for a b of at least 1 KiB rows: the tiles' last columns (under a vector) are
-// scalar code.
+// A thread's block of columns: at most this many bytes of sums (NS rows of it), which stay in L2
+// beside the chunks of b streaming through. 2-core machine, ms, column blocks of at most 32 / 64 /
+// 128 KiB of sums (each thread one half of c where that fits): 8 x 4096 @ 4096 x 4096 2.7 / 2.4-2.9
+// / 2.5, 16 rows 5.8-5.9 / 5.3-6.1 / 4.5-4.6, 12 rows 4.2-4.3 / 5.0 / 3.5.
+constexpr std::int64_t kRowsPartBytes = 128 << 10;
+// Taken (rows_path) from K = 2 chunks on (K <= 16 with at most 64 rows is small.cpp's), for a b of
+// at least 1 KiB rows: the last columns (under a vector) are scalar code.
 constexpr std::int64_t kRowsMinK = 2 * kRowsChunk;
 constexpr std::int64_t kRowsMinWidthBytes = 1024;
-// Scratch (a's panel and the partial sums) up to this size is kept for the caller's next call.
+// a's panel up to this size is kept for the caller's next call.
 constexpr std::size_t kRowsKeepBytes = 4 << 20;
-
-// K split (partial sums over the whole width, added up) where K is long enough for that pass
-// (kRowsKPerPass), else column blocks. PORTMAT_CPU_ROWS_SPLIT=k / n forces one (experiments).
-bool rows_split_k(std::int64_t M, std::int64_t K, int NS, int use) {
-  static const char mode = [] {
-    const char* e = std::getenv("PORTMAT_CPU_ROWS_SPLIT");
-    return e ? e[0] : 'a';
-  }();
-  if (mode == 'k') return true;
-  if (mode == 'n') return false;
-  return use > 1 && K >= kRowsKPerPass * (use * NS + M);
-}
 
 int rows_ns(std::int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : 16; }
 
@@ -399,21 +383,24 @@ int rows_threads(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t ele
       1, std::min<double>(threads, std::max(flops / kMinFlopsPerThread, long_bytes / kMinStreamBytesPerThread))));
 }
 
-// 5-16 rows of a against a row-major b: a's panel (K x NS, k-major, rows past M zero), then
-// rows_tiles on each thread's share of K, column block by column block, into partial sums of its
-// own, added up into c at the end.
+// T* p rounded up to a cache line.
+template <class T>
+T* line_aligned(T* p) {
+  return reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~std::uintptr_t(63));
+}
+
+// 5-16 rows of a against a row-major b: a's panel (K x NS, k-major, rows past M zero), then threads
+// take blocks of c's columns (one each where kRowsPartBytes allows), each summed over all of K by
+// rows_tiles into a buffer of its own in L2 (rows one line longer than the block and 64-byte
+// aligned, so that a tile's two vectors are one line and its rows do not share b's L1 set), then
+// copied into c.
 template <class T>
 void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
   const int NS = rows_ns(M);
   const int use = rows_threads(M, K, N, sizeof(T), threads);
-  // Rows of the partial sums a cache line more apart than N: at N = 4096 floats they would be 16 KiB
-  // apart, in one L1 set with the chunk's rows of L.
   const std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
-  const std::int64_t ldp = (N + line - 1) / line * line + line;
-  const std::size_t s_elems = static_cast<std::size_t>((NS * K + line - 1) / line * line);
-  const bool split_k = rows_split_k(M, K, NS, use);
-  const std::size_t need = s_elems + static_cast<std::size_t>(split_k ? use * NS * ldp : 0) + static_cast<std::size_t>(line);
+  const std::size_t need = static_cast<std::size_t>(NS * K + line);
   thread_local std::unique_ptr<T[]> kept;
   thread_local std::size_t kept_elems = 0;
   std::unique_ptr<T[]> once;
@@ -425,49 +412,30 @@ void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::
     once.reset(new T[need]);
     buf = once.get();
   }
-  // On a cache line, so that a tile's two vectors of a row of P are one line.
-  T* S = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(buf) + 63) & ~std::uintptr_t(63));
-  T* partial = S + s_elems;
+  T* S = line_aligned(buf);
   for (std::int64_t k = 0; k < K; ++k)
     for (std::int64_t s = 0; s < NS; ++s) S[k * NS + s] = s < M ? at<T>(a, s, k) : T(0);
-  const std::int64_t V = kLanes<T>;
-  const std::int64_t nb = std::max<std::int64_t>(2 * V, kRowsPartBytes / (NS * static_cast<std::int64_t>(sizeof(T))) / (2 * V) * (2 * V));
+  const std::int64_t tile = 2 * kLanes<T>;
+  const std::int64_t w_max = std::max<std::int64_t>(tile, kRowsPartBytes / (NS * static_cast<std::int64_t>(sizeof(T))) / tile * tile);
+  const std::int64_t w = std::min(w_max, ((N + use - 1) / use + tile - 1) / tile * tile);
+  const std::int64_t parts = (N + w - 1) / w, ldw = w + line;
   const T* L = static_cast<const T*>(b.data) + b.offset;
-  if (!split_k) {
-    // Threads take blocks of columns, each over all of K, into a partial sum of its own (in its L2)
-    // copied into c when done: no partial sums to add up, b's rows read in shorter stretches.
-    const std::int64_t w = std::min(nb, std::max<std::int64_t>(2 * V, (N + 2 * use - 1) / (2 * use) / (2 * V) * (2 * V)));
-    const std::int64_t parts = (N + w - 1) / w;
-    const std::int64_t ldw = w + line;
-    run_parts(parts, use, [&](std::int64_t p) {
-      thread_local std::unique_ptr<T[]> mine;
-      thread_local std::size_t mine_elems = 0;
-      const std::size_t want = static_cast<std::size_t>(NS * ldw + line);
-      if (mine_elems < want) mine.reset(new T[want]), mine_elems = want;
-      T* P = reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(mine.get()) + 63) & ~std::uintptr_t(63));
-      const std::int64_t x0 = p * w, x1 = std::min(N, x0 + w);
-      rows_kernel<T>(L + x0, b.ld, S, 0, K, 0, x1 - x0, kRowsChunk, true, NS, P, ldw);
-      for (std::int64_t s = 0; s < M; ++s) std::memcpy(c + s * ldc + x0, P + s * ldw, static_cast<std::size_t>(x1 - x0) * sizeof(T));
-    });
-    return;
-  }
-  const std::int64_t share = (K + use - 1) / use;
-  run_parts(use, use, [&](std::int64_t p) {
-    const std::int64_t k0 = std::min(K, p * share), k1 = std::min(K, k0 + share);
-    T* P = partial + p * NS * ldp;
-    if (k0 == k1) {  // no rows of L left for this part (a K of fewer rows than threads)
-      for (int s = 0; s < NS; ++s) std::fill(P + s * ldp, P + s * ldp + N, T(0));
-      return;
-    }
-    for (std::int64_t x0 = 0; x0 < N; x0 += nb)
-      rows_kernel<T>(L, b.ld, S, k0, k1, x0, std::min(N, x0 + nb), kRowsChunk, true, NS, P, ldp);
+  run_parts(parts, use, [&](std::int64_t p) {
+    thread_local std::unique_ptr<T[]> mine;
+    thread_local std::size_t mine_elems = 0;
+    const std::size_t want = static_cast<std::size_t>(NS * ldw + line);
+    if (mine_elems < want) mine.reset(new T[want]), mine_elems = want;
+    T* P = line_aligned(mine.get());
+    const std::int64_t x0 = p * w, x1 = std::min(N, x0 + w);
+    rows_kernel<T>(L + x0, b.ld, S, 0, K, 0, x1 - x0, kRowsChunk, true, NS, P, ldw);
+    for (std::int64_t s = 0; s < M; ++s)
+      std::memcpy(c + s * ldc + x0, P + s * ldw, static_cast<std::size_t>(x1 - x0) * sizeof(T));
   });
-  for (std::int64_t s = 0; s < M; ++s) add_parts(partial + s * ldp, NS * ldp, use, N, c + s * ldc, 1);
 }
 
 }  // namespace
 
-bool rows_path(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t elem, int threads) {
+bool rows_path(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t elem) {
   if (M <= kSkinnyMax || M > kSkinnyRowsMax || !rows_enabled()) return false;
   return N * static_cast<std::int64_t>(elem) >= kRowsMinWidthBytes && K >= kRowsMinK;
 }
@@ -476,7 +444,7 @@ template <class T>
 bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc,
                  int threads) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
-  if (!b.col_major && rows_path(M, K, N, sizeof(T), threads)) {
+  if (!b.col_major && rows_path(M, K, N, sizeof(T))) {
     rows_gemm<T>(a, b, c, ldc, threads);
     return true;
   }

@@ -307,7 +307,7 @@ void check_skinny() {
           const bool axpy_only = m > portmat::cpu::kSkinnyMax && n > portmat::cpu::kSkinnyMax;
           const bool taken = !axpy_only || (m <= portmat::cpu::kSkinnyAxpyMax && !b_col) ||
                              (n <= portmat::cpu::kSkinnyAxpyMax && a_col) ||
-                             (!b_col && portmat::cpu::rows_path(m, k, n, sizeof(T), threads));
+                             (!b_col && portmat::cpu::rows_path(m, k, n, sizeof(T)));
           if (m > portmat::cpu::kSkinnyMax && m <= portmat::cpu::kSkinnyRowsMax && k >= 17 &&
               n * sizeof(T) >= 1024)
             ASSERT_EQ(taken, !b_col) << m << "x" << k << "x" << n << ": rows_tiles takes these";
