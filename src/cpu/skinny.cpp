@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -114,6 +116,68 @@ template <class T, int NS>
   }
 }
 
+// P[s * ldp + x] (+)= sum_{k0 <= k < k1} Sk[k * NS + s] * L[k * ldl + x] for x in [x0, x1), s < NS
+// (NS a multiple of R; with `fresh` P's old values are not read, so it need not be zeroed): tiles of
+// R short rows by C vectors of L's columns in registers over a chunk of kb rows of L, then added
+// onto the partial sums P. Unlike axpy, which loads and stores its accumulators for every 4 rows of
+// L and reads each vector of L once per short row, the accumulators are loaded once per kb rows and
+// a vector of L once per R short rows (from L1 after the first). The tile in use is 4 x 2 (a cache
+// line of floats, 8 accumulators): 8 rows by one vector broadcast an element of a per multiply-add
+// and ran at half the rate (docs/cpu.md); 2 x 4 lost too.
+// One column tile of rows_tiles: short rows [0, NS) in groups of R, C vectors of columns at x, over
+// L's rows [k, ke).
+template <class T, int NS, int R, int C>
+[[gnu::always_inline]] inline void rows_tile(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k,
+                                             std::int64_t ke, std::int64_t x, bool init, T* P, std::int64_t ldp) {
+  constexpr int V = kLanes<T>;
+#pragma GCC unroll 8
+  for (int g = 0; g < NS; g += R) {
+    T* p = P + g * ldp + x;
+    Vec<T> acc[R][C];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < C; ++j) acc[i][j] = init ? Vec<T>{} : load(p + i * ldp + j * V);
+    for (std::int64_t q = k; q < ke; ++q) {
+      Vec<T> l[C];
+#pragma GCC unroll 8
+      for (int j = 0; j < C; ++j) l[j] = load(L + q * ldl + x + j * V);
+      const T* s = Sk + q * NS + g;
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const T si = s[i];
+#pragma GCC unroll 8
+        for (int j = 0; j < C; ++j) acc[i][j] += si * l[j];
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < C; ++j) store(p + i * ldp + j * V, acc[i][j]);
+  }
+}
+
+template <class T, int NS, int R>
+[[gnu::always_inline]] inline void rows_tiles(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
+                                              std::int64_t k1, std::int64_t x0, std::int64_t x1,
+                                              std::int64_t kb, bool fresh, T* P, std::int64_t ldp) {
+  constexpr int V = kLanes<T>;
+  static_assert(NS % R == 0, "whole groups of R short rows");
+  for (std::int64_t k = k0; k < k1; k += kb) {
+    const std::int64_t ke = std::min(k1, k + kb);
+    const bool init = fresh && k == k0;
+    std::int64_t x = x0;
+    for (; x + 2 * V <= x1; x += 2 * V) rows_tile<T, NS, R, 2>(L, ldl, Sk, k, ke, x, init, P, ldp);
+    for (; x + V <= x1; x += V) rows_tile<T, NS, R, 1>(L, ldl, Sk, k, ke, x, init, P, ldp);
+    for (; x < x1; ++x)
+      for (int i = 0; i < NS; ++i) {
+        T sum = init ? T(0) : P[i * ldp + x];
+        for (std::int64_t q = k; q < ke; ++q) sum += Sk[q * NS + i] * L[q * ldl + x];
+        P[i * ldp + x] = sum;
+      }
+  }
+}
+
 // The entry points the loader picks a clone of. NS, the padded count of short rows, is one of
 // 1, 2, 4 or 8 (axpy only) so that every accumulator array has a compile-time size. The switches stay in
 // the cloned functions themselves (always-inline helpers, no lambdas: a lambda is a function of
@@ -139,6 +203,17 @@ template <class T>
   }
 }
 
+template <class T>
+[[gnu::always_inline]] inline void rows_any(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
+                                            std::int64_t k1, std::int64_t x0, std::int64_t x1, std::int64_t kb,
+                                            bool fresh, int NS, T* P, std::int64_t ldp) {
+  switch (NS) {
+    case 8: return rows_tiles<T, 8, 4>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+    case 12: return rows_tiles<T, 12, 4>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+    default: return rows_tiles<T, 16, 4>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+  }
+}
+
 // The entry points, one per dtype, kernel and target: the templates above inlined into each.
 void dots_f32_base(const float* L, std::int64_t ldl, const float* S, std::int64_t K, std::int64_t r0,
                    std::int64_t r1, int ns, int NS, float* out, std::int64_t ors, std::int64_t oss) {
@@ -155,6 +230,14 @@ void axpy_f32_base(const float* L, std::int64_t ldl, const float* Sk, std::int64
 void axpy_f64_base(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0, std::int64_t k1,
                    std::int64_t W, int NS, double* acc) {
   axpy_any<double>(L, ldl, Sk, k0, k1, W, NS, acc);
+}
+void rows_f32_base(const float* L, std::int64_t ldl, const float* Sk, std::int64_t k0, std::int64_t k1,
+                   std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS, float* P, std::int64_t ldp) {
+  rows_any<float>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+}
+void rows_f64_base(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0, std::int64_t k1,
+                   std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS, double* P, std::int64_t ldp) {
+  rows_any<double>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
 }
 #ifdef PM_CPU_AVX2_CLONES
 PM_TARGET_AVX2 void dots_f32_avx2(const float* L, std::int64_t ldl, const float* S, std::int64_t K, std::int64_t r0,
@@ -173,6 +256,16 @@ PM_TARGET_AVX2 void axpy_f64_avx2(const double* L, std::int64_t ldl, const doubl
                                   std::int64_t W, int NS, double* acc) {
   axpy_any<double>(L, ldl, Sk, k0, k1, W, NS, acc);
 }
+PM_TARGET_AVX2 void rows_f32_avx2(const float* L, std::int64_t ldl, const float* Sk, std::int64_t k0,
+                                  std::int64_t k1, std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS,
+                                  float* P, std::int64_t ldp) {
+  rows_any<float>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+}
+PM_TARGET_AVX2 void rows_f64_avx2(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0,
+                                  std::int64_t k1, std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS,
+                                  double* P, std::int64_t ldp) {
+  rows_any<double>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+}
 #endif
 
 template <class T>
@@ -180,12 +273,17 @@ using DotsFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int
                         std::int64_t, std::int64_t);
 template <class T>
 using AxpyFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int64_t, std::int64_t, int, T*);
+template <class T>
+using RowsFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                        std::int64_t, bool, int, T*, std::int64_t);
 
 struct SkinnyKernels {
   DotsFn<float> dots_f32 = dots_f32_base;
   DotsFn<double> dots_f64 = dots_f64_base;
   AxpyFn<float> axpy_f32 = axpy_f32_base;
   AxpyFn<double> axpy_f64 = axpy_f64_base;
+  RowsFn<float> rows_f32 = rows_f32_base;
+  RowsFn<double> rows_f64 = rows_f64_base;
 };
 
 // The variants for this CPU, chosen once.
@@ -193,7 +291,7 @@ const SkinnyKernels& skinny_kernels() {
   static const SkinnyKernels chosen = [] {
     SkinnyKernels k;
 #ifdef PM_CPU_AVX2_CLONES
-    if (has_avx2_fma()) k = {dots_f32_avx2, dots_f64_avx2, axpy_f32_avx2, axpy_f64_avx2};
+    if (has_avx2_fma()) k = {dots_f32_avx2, dots_f64_avx2, axpy_f32_avx2, axpy_f64_avx2, rows_f32_avx2, rows_f64_avx2};
 #endif
     return k;
   }();
@@ -217,6 +315,15 @@ void axpy_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std
     skinny_kernels().axpy_f64(L, ldl, Sk, k0, k1, W, NS, acc);
 }
 
+template <class T>
+void rows_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std::int64_t k1, std::int64_t x0,
+                 std::int64_t x1, std::int64_t kb, bool fresh, int NS, T* P, std::int64_t ldp) {
+  if constexpr (std::is_same_v<T, float>)
+    skinny_kernels().rows_f32(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+  else
+    skinny_kernels().rows_f64(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+}
+
 // Bytes of the long operand per thread when a dot-product kernel splits K (skinny_gemm).
 constexpr std::int64_t kDotsSplitBytes = 1 << 20;
 
@@ -238,12 +345,109 @@ T at(const core::HostMatrix& m, std::int64_t i, std::int64_t j) {
   return m.col_major ? p[j * m.ld + i] : p[i * m.ld + j];
 }
 
+// PORTMAT_CPU_ROWS=0 sends 5-16 rows back to axpy (5-8) and the packed GEMM (9-16), for A/B
+// measurements (read once per process).
+bool rows_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("PORTMAT_CPU_ROWS");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
+// rows_tiles' chunk of L's rows. Where L's rows are a multiple of 4 KiB apart (N = 4096 floats), a
+// chunk's rows at one column all fall in one L1 set, and past its 8 ways the tiles' later passes
+// over them (the next groups of short rows, the line's other half) missed: 2-core machine, 8 x 4096
+// @ 4096 x 4096, 3.0 / 4.4 / 5.3 ms with chunks of 8 / 12 / 16 rows, 16 rows 5.3 / 9.1 / 10.6 ms.
+constexpr std::int64_t kRowsChunk = 8;
+// A thread's block of columns: at most this many bytes of sums (NS rows of it), which stay in L2
+// beside the chunks of b streaming through. 2-core machine, ms, column blocks of at most 32 / 64 /
+// 128 KiB of sums (each thread one half of c where that fits): 8 x 4096 @ 4096 x 4096 2.7 / 2.4-2.9
+// / 2.5, 16 rows 5.8-5.9 / 5.3-6.1 / 4.5-4.6, 12 rows 4.2-4.3 / 5.0 / 3.5.
+constexpr std::int64_t kRowsPartBytes = 128 << 10;
+// Taken (rows_path) from K = 2 chunks on (K <= 16 with at most 64 rows is small.cpp's), for a b of
+// at least 1 KiB rows: the last columns (under a vector) are scalar code.
+constexpr std::int64_t kRowsMinK = 2 * kRowsChunk;
+constexpr std::int64_t kRowsMinWidthBytes = 1024;
+// a's panel up to this size is kept for the caller's next call.
+constexpr std::size_t kRowsKeepBytes = 4 << 20;
+
+int rows_ns(std::int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : 16; }
+
+// Threads for c = a @ b with few rows: enough work for each (kMinFlopsPerThread) or, since these
+// products stream b, enough of it (kMinStreamBytesPerThread); no more than asked.
+int rows_threads(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t elem, int threads) {
+  const double flops = 2.0 * M * N * K;
+  const double long_bytes = static_cast<double>(N) * static_cast<double>(K) * static_cast<double>(elem);
+  return static_cast<int>(std::max<double>(
+      1, std::min<double>(threads, std::max(flops / kMinFlopsPerThread, long_bytes / kMinStreamBytesPerThread))));
+}
+
+// T* p rounded up to a cache line.
+template <class T>
+T* line_aligned(T* p) {
+  return reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~std::uintptr_t(63));
+}
+
+// 5-16 rows of a against a row-major b: a's panel (K x NS, k-major, rows past M zero), then threads
+// take blocks of c's columns (one each where kRowsPartBytes allows), each summed over all of K by
+// rows_tiles into a buffer of its own in L2 (rows one line longer than the block and 64-byte
+// aligned, so that a tile's two vectors are one line and its rows do not share b's L1 set), then
+// copied into c.
+template <class T>
+void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads) {
+  const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+  const int NS = rows_ns(M);
+  const int use = rows_threads(M, K, N, sizeof(T), threads);
+  const std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
+  const std::size_t need = static_cast<std::size_t>(NS * K + line);
+  thread_local std::unique_ptr<T[]> kept;
+  thread_local std::size_t kept_elems = 0;
+  std::unique_ptr<T[]> once;
+  T* buf;
+  if (need * sizeof(T) <= kRowsKeepBytes) {
+    if (kept_elems < need) kept.reset(new T[need]), kept_elems = need;
+    buf = kept.get();
+  } else {
+    once.reset(new T[need]);
+    buf = once.get();
+  }
+  T* S = line_aligned(buf);
+  for (std::int64_t k = 0; k < K; ++k)
+    for (std::int64_t s = 0; s < NS; ++s) S[k * NS + s] = s < M ? at<T>(a, s, k) : T(0);
+  const std::int64_t tile = 2 * kLanes<T>;
+  const std::int64_t w_max = std::max<std::int64_t>(tile, kRowsPartBytes / (NS * static_cast<std::int64_t>(sizeof(T))) / tile * tile);
+  const std::int64_t w = std::min(w_max, ((N + use - 1) / use + tile - 1) / tile * tile);
+  const std::int64_t parts = (N + w - 1) / w, ldw = w + line;
+  const T* L = static_cast<const T*>(b.data) + b.offset;
+  run_parts(parts, use, [&](std::int64_t p) {
+    thread_local std::unique_ptr<T[]> mine;
+    thread_local std::size_t mine_elems = 0;
+    const std::size_t want = static_cast<std::size_t>(NS * ldw + line);
+    if (mine_elems < want) mine.reset(new T[want]), mine_elems = want;
+    T* P = line_aligned(mine.get());
+    const std::int64_t x0 = p * w, x1 = std::min(N, x0 + w);
+    rows_kernel<T>(L + x0, b.ld, S, 0, K, 0, x1 - x0, kRowsChunk, true, NS, P, ldw);
+    for (std::int64_t s = 0; s < M; ++s)
+      std::memcpy(c + s * ldc + x0, P + s * ldw, static_cast<std::size_t>(x1 - x0) * sizeof(T));
+  });
+}
+
 }  // namespace
+
+bool rows_path(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t elem) {
+  if (M <= kSkinnyMax || M > kSkinnyRowsMax || !rows_enabled()) return false;
+  return N * static_cast<std::int64_t>(elem) >= kRowsMinWidthBytes && K >= kRowsMinK;
+}
 
 template <class T>
 bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc,
                  int threads) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
+  if (!b.col_major && rows_path(M, K, N, sizeof(T))) {
+    rows_gemm<T>(a, b, c, ldc, threads);
+    return true;
+  }
   bool few_rows;
   if (M <= kSkinnyMax || N <= kSkinnyMax) {
     // Few rows, unless there are few columns too and only that view gives the dots kernel (the

@@ -33,6 +33,16 @@ constexpr std::int64_t kSkinnyMax = 4;
 // 1024 x 16384 0.82x -> 0.95x, 6 rows at par (1.35-1.48x both); at 12 and 16 rows axpy lost
 // (16 x 4096 @ 4096 x 4096: 0.69x against 0.91x).
 constexpr std::int64_t kSkinnyAxpyMax = 8;
+// ... but 5 to this many rows against a row-major b of at least 1 KiB rows and K >= 16 take
+// rows_tiles (skinny.cpp, rows_path) instead of axpy or the packed GEMM: register tiles of 4 rows
+// by 16 floats over chunks of 8 rows of b read in place, each thread a block of c's columns.
+// 2-core machine, float32, NumPy / axpy or packed / rows_tiles (ms): 8 x 4096 @ 4096 x 4096
+// 4.2-4.5 / 4.9-5.1 / 2.5-2.6, 16 rows 5.7-6.1 / 7.0-7.6 / 4.5-4.8; 8 x 64 @ 64 x 65536 0.8 / 1.7-2.1
+// / 0.55-0.73. Up to 64 rows it lost (64 x 16384 @ 16384 x 256 9.2 against 4.3 packed).
+constexpr std::int64_t kSkinnyRowsMax = 16;
+
+// Whether skinny_gemm takes an M x K x N product with a row-major b on rows_tiles.
+bool rows_path(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t elem);
 
 // c (row-major, ldc) = a @ b when M or N is at most kSkinnyMax and the long operand's layout suits
 // a kernel (always, for dense operands); returns false, touching nothing, otherwise.

@@ -270,7 +270,8 @@ void check_driver_integers(GemmConfig<T> cfg, bool narrow) {
 }
 
 // The skinny path (skinny.hpp) on every layout case: few rows with b row- or column-major, few
-// columns with a row- or column-major (5-8 of them: taken only by the axpy kernel's layouts); padded leading dimensions, offsets, 1-3 threads, a result
+// columns with a row- or column-major (5-8 of them: taken only by the axpy kernel's layouts; 5-16
+// rows of a long K against a row-major b: rows_tiles); padded leading dimensions, offsets, 1-3 threads, a result
 // with padding that must stay untouched.
 template <class T>
 void check_skinny() {
@@ -281,7 +282,14 @@ void check_skinny() {
                          // a long K and fewer row pieces than threads: the threads split K
                          {1, 600001, 1}, {3, 200003, 1}, {1, 200001, 2},
                          // 5-8 rows or columns: only where the layout gives the axpy kernel
-                         {5, 300, 700}, {8, 1000, 33}, {7, 64, 1025}, {300, 70, 6}, {1025, 33, 8}, {6, 9, 6}})
+                         {5, 300, 700}, {8, 1000, 33}, {7, 64, 1025}, {300, 70, 6}, {1025, 33, 8}, {6, 9, 6},
+                         // 5-16 rows against a row-major b at least 1 KiB wide: rows_tiles (every
+                         // group of 4 rows full and partial, columns past the last whole tile and
+                         // vector, several column blocks, K split unevenly between threads)
+                         {5, 400, 21}, {9, 700, 37}, {12, 1000, 16}, {13, 1501, 531}, {16, 803, 1000},
+                         {16, 900, 4133}, {11, 650, 5000}, {8, 999, 267}, {14, 777, 270},
+                         // ... and a shorter K: threads take blocks of columns
+                         {16, 40, 3000}, {7, 20, 5003}, {13, 100, 700}, {6, 17, 263}})
     for (bool a_col : {false, true})
       for (bool b_col : {false, true})
         for (int threads : {1, 3}) {
@@ -298,7 +306,11 @@ void check_skinny() {
           portmat::core::HostMatrix hb{b.data(), off, k, n, ldb, b_col, dtype_of<T>()};
           const bool axpy_only = m > portmat::cpu::kSkinnyMax && n > portmat::cpu::kSkinnyMax;
           const bool taken = !axpy_only || (m <= portmat::cpu::kSkinnyAxpyMax && !b_col) ||
-                             (n <= portmat::cpu::kSkinnyAxpyMax && a_col);
+                             (n <= portmat::cpu::kSkinnyAxpyMax && a_col) ||
+                             (!b_col && portmat::cpu::rows_path(m, k, n, sizeof(T)));
+          if (m > portmat::cpu::kSkinnyMax && m <= portmat::cpu::kSkinnyRowsMax && k >= 17 &&
+              n * sizeof(T) >= 1024)
+            ASSERT_EQ(taken, !b_col) << m << "x" << k << "x" << n << ": rows_tiles takes these";
           if (!taken) {
             ASSERT_FALSE(portmat::cpu::skinny_gemm<T>(ha, hb, c.data(), ldc, threads))
                 << m << "x" << k << "x" << n << " a_col=" << a_col << " b_col=" << b_col;

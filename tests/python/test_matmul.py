@@ -69,6 +69,28 @@ def test_few_rows_many_k_blocks(device, rng, m, k, n, dtype, a_layout, b_layout)
     check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
+@pytest.mark.parametrize("m,k,n,dtype", [(5, 1000, 4099, np.float32), (9, 777, 300, np.float32),
+                                         (12, 2048, 33, np.float32), (16, 1500, 1000, np.float32),
+                                         (13, 900, 2500, np.float64), (8, 4096, 517, np.float64),
+                                         (16, 600, 2063, np.float64), (16, 40, 3001, np.float32),
+                                         (7, 24, 5003, np.float64), (11, 100, 271, np.float32)])
+@pytest.mark.parametrize("a_layout,b_layout", [("C", "C"), ("F", "C"), ("view", "view"), ("C", "F")])
+def test_few_rows_wide_b(device, rng, m, k, n, dtype, a_layout, b_layout):
+    # 5-16 rows of a against a wide row-major b: on the CPU skinny.cpp's rows_tiles (register
+    # tiles of 4 rows over chunks of b's rows, threads splitting K or, for a shorter K, taking
+    # blocks of columns); b column-major goes elsewhere and is checked alike.
+    if dtype == np.float64 and not portmat._ext.find_device(device).supports_float64:
+        pytest.skip("device has no float64")
+
+    def operand(shape, layout):
+        if layout == "view":
+            return random_matrix(rng, (shape[0] + 3, shape[1] + 7), dtype)[2:shape[0] + 2, 5:shape[1] + 5]
+        return np.asarray(random_matrix(rng, shape, dtype), order=layout)
+
+    a, b = operand((m, k), a_layout), operand((k, n), b_layout)
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
 def test_large_k(device, rng):
     a, b = random_matrix(rng, (33, 4099)), random_matrix(rng, (4099, 35))
     check_matmul(portmat.matmul(a, b, device=device), a, b)
