@@ -616,7 +616,7 @@ class CudaDevice final : public core::Device {
   // ClusterRoom): asked of the driver once per kernel and size (0 where it says none or fails).
   std::int64_t cluster_room(const GemmTile& t, int slices) {
     int& room = cluster_room_[{&t, slices}];
-    if (room != 0) return room;
+    if (room != 0) return std::max(room, 0);  // asked before (-1: none)
     CUlaunchAttribute cluster{};
     cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
     cluster.value.clusterDim.x = 1, cluster.value.clusterDim.y = static_cast<unsigned>(slices);
