@@ -125,10 +125,7 @@ struct Plan {
 constexpr std::int64_t kPipelineBytes = 16 << 20;
 // PORTMAT_CPU_PIPELINE=0 turns Plan::pipeline off (for A/B measurements; read once per process).
 bool pipeline_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("PORTMAT_CPU_PIPELINE");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = !switched_off("PORTMAT_CPU_PIPELINE");
   return on;
 }
 
@@ -732,5 +729,10 @@ template void pack_b_panels<std::uint64_t, 4>(const core::HostMatrix&, std::int6
 PM_COMPLEX_PACKERS(Complex64)
 PM_COMPLEX_PACKERS(Complex128)
 #undef PM_COMPLEX_PACKERS
+
+bool switched_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e && e[0] == '0';
+}
 
 }  // namespace portmat::cpu

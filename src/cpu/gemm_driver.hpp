@@ -73,6 +73,10 @@ constexpr double kMinFlopsPerThread = 4e6;
 // 0.81-0.92x NumPy on one thread, 1.16-1.24x on two).
 constexpr double kMinStreamBytesPerThread = 128 << 10;
 
+// Whether an A/B switch of the CPU paths (PORTMAT_CPU_PIPELINE, PORTMAT_CPU_ROWS: measurements)
+// is set to 0: its value starts with '0'. Callers read it once per process.
+bool switched_off(const char* name);
+
 // c = a @ b (a: M x K, b: K x N, both row- or column-major; c row-major, M, N, K > 0) on up to
 // `threads` threads of the shared pool: fewer for small products, and on the calling thread
 // alone (without queueing for the pool) when one is enough.

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -348,10 +347,7 @@ T at(const core::HostMatrix& m, std::int64_t i, std::int64_t j) {
 // PORTMAT_CPU_ROWS=0 sends 5-16 rows back to axpy (5-8) and the packed GEMM (9-16), for A/B
 // measurements (read once per process).
 bool rows_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("PORTMAT_CPU_ROWS");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = !switched_off("PORTMAT_CPU_ROWS");
   return on;
 }
 
@@ -374,11 +370,9 @@ constexpr std::size_t kRowsKeepBytes = 4 << 20;
 
 int rows_ns(std::int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : 16; }
 
-// Threads for c = a @ b with few rows: enough work for each (kMinFlopsPerThread) or, since these
-// products stream b, enough of it (kMinStreamBytesPerThread); no more than asked.
-int rows_threads(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t elem, int threads) {
-  const double flops = 2.0 * M * N * K;
-  const double long_bytes = static_cast<double>(N) * static_cast<double>(K) * static_cast<double>(elem);
+// Threads for a product that streams its long operand (long_bytes of it): enough work for each
+// (kMinFlopsPerThread) or enough of that operand (kMinStreamBytesPerThread); no more than asked.
+int streaming_threads(double flops, double long_bytes, int threads) {
   return static_cast<int>(std::max<double>(
       1, std::min<double>(threads, std::max(flops / kMinFlopsPerThread, long_bytes / kMinStreamBytesPerThread))));
 }
@@ -398,7 +392,7 @@ template <class T>
 void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads) {
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
   const int NS = rows_ns(M);
-  const int use = rows_threads(M, K, N, sizeof(T), threads);
+  const int use = streaming_threads(2.0 * M * N * K, static_cast<double>(N) * K * sizeof(T), threads);
   const std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
   const std::size_t need = static_cast<std::size_t>(NS * K + line);
   thread_local std::unique_ptr<T[]> kept;
@@ -492,12 +486,8 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
   const T* Sp = in_place ? static_cast<const T*>(short_op.data) + short_op.offset : S.data();
   // Output strides: along the long dimension, and along the short one.
   const std::int64_t o_long = few_rows ? 1 : ldc, o_short = few_rows ? ldc : 1;
-  // Threads: enough work for each (kMinFlopsPerThread) or, since these products stream their long
-  // operand, enough of it (kMinStreamBytesPerThread); no more than asked.
-  const double flops = 2.0 * M * N * K;
-  const double long_bytes = static_cast<double>(few_rows ? N : M) * static_cast<double>(K) * sizeof(T);
-  const int use = static_cast<int>(std::max<double>(
-      1, std::min<double>(threads, std::max(flops / kMinFlopsPerThread, long_bytes / kMinStreamBytesPerThread))));
+  const int use =
+      streaming_threads(2.0 * M * N * K, static_cast<double>(few_rows ? N : M) * static_cast<double>(K) * sizeof(T), threads);
   if (use_dots) {  // pieces of 64 rows of L
     const std::int64_t piece = 64, pieces = (span + piece - 1) / piece;
     // Fewer pieces than threads and a long K (a dot product of two long vectors; a few long rows
