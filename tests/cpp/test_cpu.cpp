@@ -285,10 +285,10 @@ void check_skinny() {
                          {5, 300, 700}, {8, 1000, 33}, {7, 64, 1025}, {300, 70, 6}, {1025, 33, 8}, {6, 9, 6},
                          // 5-16 rows against a row-major b at least 1 KiB wide: rows_tiles (every
                          // group of 4 rows full and partial, columns past the last whole tile and
-                         // vector, several column blocks, K split unevenly between threads)
+                         // vector, several column blocks between the threads)
                          {5, 400, 21}, {9, 700, 37}, {12, 1000, 16}, {13, 1501, 531}, {16, 803, 1000},
                          {16, 900, 4133}, {11, 650, 5000}, {8, 999, 267}, {14, 777, 270},
-                         // ... and a shorter K: threads take blocks of columns
+                         // ... and a shorter K
                          {16, 40, 3000}, {7, 20, 5003}, {13, 100, 700}, {6, 17, 263}})
     for (bool a_col : {false, true})
       for (bool b_col : {false, true})

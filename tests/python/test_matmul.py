@@ -51,6 +51,14 @@ def test_short_k_wide_products(device, rng, m, k, n, dtype):
     check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
+def laid_out(rng, shape, layout, dtype):
+    """A random operand of `shape`: C- or F-ordered, or ("view") a strided slice of a larger matrix,
+    its rows longer than the operand and its first element at an odd offset."""
+    if layout == "view":
+        return random_matrix(rng, (shape[0] + 2, shape[1] + 5), dtype)[1:shape[0] + 1, 3:shape[1] + 3]
+    return np.asarray(random_matrix(rng, shape, dtype), order=layout)
+
+
 @pytest.mark.parametrize("m,k,n,dtype", [(16, 1300, 901, np.float32), (5, 1027, 333, np.float32),
                                          (17, 700, 1100, np.float32), (8, 1100, 500, np.float64)])
 @pytest.mark.parametrize("a_layout,b_layout", [("C", "C"), ("F", "C"), ("C", "F"), ("view", "view")])
@@ -59,13 +67,7 @@ def test_few_rows_many_k_blocks(device, rng, m, k, n, dtype, a_layout, b_layout)
     # the packed GEMM double-buffers with one thread packing ahead (gemm_driver.cpp, Plan::pipeline).
     if dtype == np.float64 and not portmat._ext.find_device(device).supports_float64:
         pytest.skip("device has no float64")
-
-    def operand(shape, layout):
-        if layout == "view":  # a strided slice: rows longer than the operand, an odd offset
-            return random_matrix(rng, (shape[0] + 2, shape[1] + 5), dtype)[1:shape[0] + 1, 3:shape[1] + 3]
-        return np.asarray(random_matrix(rng, shape, dtype), order=layout)
-
-    a, b = operand((m, k), a_layout), operand((k, n), b_layout)
+    a, b = laid_out(rng, (m, k), a_layout, dtype), laid_out(rng, (k, n), b_layout, dtype)
     check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
@@ -77,17 +79,11 @@ def test_few_rows_many_k_blocks(device, rng, m, k, n, dtype, a_layout, b_layout)
 @pytest.mark.parametrize("a_layout,b_layout", [("C", "C"), ("F", "C"), ("view", "view"), ("C", "F")])
 def test_few_rows_wide_b(device, rng, m, k, n, dtype, a_layout, b_layout):
     # 5-16 rows of a against a wide row-major b: on the CPU skinny.cpp's rows_tiles (register
-    # tiles of 4 rows over chunks of b's rows, threads splitting K or, for a shorter K, taking
-    # blocks of columns); b column-major goes elsewhere and is checked alike.
+    # tiles of 4 rows over chunks of b's rows, each thread a block of c's columns over all of K);
+    # b column-major goes elsewhere and is checked alike.
     if dtype == np.float64 and not portmat._ext.find_device(device).supports_float64:
         pytest.skip("device has no float64")
-
-    def operand(shape, layout):
-        if layout == "view":
-            return random_matrix(rng, (shape[0] + 3, shape[1] + 7), dtype)[2:shape[0] + 2, 5:shape[1] + 5]
-        return np.asarray(random_matrix(rng, shape, dtype), order=layout)
-
-    a, b = operand((m, k), a_layout), operand((k, n), b_layout)
+    a, b = laid_out(rng, (m, k), a_layout, dtype), laid_out(rng, (k, n), b_layout, dtype)
     check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
