@@ -51,32 +51,6 @@ void share(std::int64_t count, int n, int i, std::int64_t& begin, std::int64_t& 
   end = begin + base + (i < extra ? 1 : 0);
 }
 
-// Grow-only scratch for packed panels, reused across calls: a fresh allocation per call would
-// page-fault megabytes every time. Large buffers are 2 MiB aligned and advised to use huge pages
-// (fewer TLB misses when the kernel walks a big packed B block).
-class Scratch {
- public:
-  ~Scratch() { std::free(p_); }
-  void* get(std::size_t bytes) {
-    if (bytes <= bytes_) return p_;
-    std::free(p_);
-    p_ = nullptr, bytes_ = 0;
-    const std::size_t align = bytes >= (std::size_t(4) << 20) ? (std::size_t(2) << 20) : 64;
-    bytes = static_cast<std::size_t>(round_up(static_cast<std::int64_t>(bytes), align));
-    p_ = std::aligned_alloc(align, bytes);
-    if (!p_) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    if (align > 64) madvise(p_, bytes, MADV_HUGEPAGE);
-#endif
-    bytes_ = bytes;
-    return p_;
-  }
-
- private:
-  void* p_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
 // The calling thread's scratch for single-threaded plans (gemm on one thread, split_k's parts).
 Scratch& thread_scratch() {
   thread_local Scratch scratch;
@@ -729,6 +703,23 @@ template void pack_b_panels<std::uint64_t, 4>(const core::HostMatrix&, std::int6
 PM_COMPLEX_PACKERS(Complex64)
 PM_COMPLEX_PACKERS(Complex128)
 #undef PM_COMPLEX_PACKERS
+
+Scratch::~Scratch() { std::free(p_); }
+
+void* Scratch::get(std::size_t bytes) {
+  if (bytes <= bytes_) return p_;
+  std::free(p_);
+  p_ = nullptr, bytes_ = 0;
+  const std::size_t align = bytes >= (std::size_t(4) << 20) ? (std::size_t(2) << 20) : 64;
+  bytes = static_cast<std::size_t>(round_up(static_cast<std::int64_t>(bytes), align));
+  p_ = std::aligned_alloc(align, bytes);
+  if (!p_) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  if (align > 64) madvise(p_, bytes, MADV_HUGEPAGE);
+#endif
+  bytes_ = bytes;
+  return p_;
+}
 
 bool switched_off(const char* name) {
   const char* e = std::getenv(name);

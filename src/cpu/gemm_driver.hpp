@@ -15,6 +15,7 @@
 // counters step by step, so a descheduled thread delays no one (details in gemm_driver.cpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/backend.hpp"
@@ -72,6 +73,22 @@ constexpr double kMinFlopsPerThread = 4e6;
 // reads its half from its own core's L2 (a 256 x 256 float32 matrix times a vector, 2-core machine:
 // 0.81-0.92x NumPy on one thread, 1.16-1.24x on two).
 constexpr double kMinStreamBytesPerThread = 128 << 10;
+
+// Grow-only scratch for packed panels, reused across calls: a fresh allocation per call would
+// page-fault megabytes every time. 64-byte (cache-line) aligned; large buffers are 2 MiB aligned
+// and advised to use huge pages (fewer TLB misses when the kernel walks a big packed B block).
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch();
+  void* get(std::size_t bytes);  // at least `bytes`, the same block while it is large enough
+
+ private:
+  void* p_ = nullptr;
+  std::size_t bytes_ = 0;
+};
 
 // Whether an A/B switch of the CPU paths (PORTMAT_CPU_PIPELINE, PORTMAT_CPU_ROWS: measurements)
 // is set to 0: its value starts with '0'. Callers read it once per process.

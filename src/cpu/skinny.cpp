@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <memory>
 #include <mutex>
 #include <type_traits>
 #include <vector>
@@ -377,12 +376,6 @@ int streaming_threads(double flops, double long_bytes, int threads) {
       1, std::min<double>(threads, std::max(flops / kMinFlopsPerThread, long_bytes / kMinStreamBytesPerThread))));
 }
 
-// T* p rounded up to a cache line.
-template <class T>
-T* line_aligned(T* p) {
-  return reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~std::uintptr_t(63));
-}
-
 // 5-16 rows of a against a row-major b: a's panel (K x NS, k-major, rows past M zero), then threads
 // take blocks of c's columns (one each where kRowsPartBytes allows), each summed over all of K by
 // rows_tiles into a buffer of its own in L2 (rows one line longer than the block and 64-byte
@@ -394,19 +387,10 @@ void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::
   const int NS = rows_ns(M);
   const int use = streaming_threads(2.0 * M * N * K, static_cast<double>(N) * K * sizeof(T), threads);
   const std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
-  const std::size_t need = static_cast<std::size_t>(NS * K + line);
-  thread_local std::unique_ptr<T[]> kept;
-  thread_local std::size_t kept_elems = 0;
-  std::unique_ptr<T[]> once;
-  T* buf;
-  if (need * sizeof(T) <= kRowsKeepBytes) {
-    if (kept_elems < need) kept.reset(new T[need]), kept_elems = need;
-    buf = kept.get();
-  } else {
-    once.reset(new T[need]);
-    buf = once.get();
-  }
-  T* S = line_aligned(buf);
+  const std::size_t panel_bytes = static_cast<std::size_t>(NS * K) * sizeof(T);
+  thread_local Scratch kept;  // a's panel, kept for the next call up to kRowsKeepBytes
+  Scratch once;
+  T* S = static_cast<T*>((panel_bytes <= kRowsKeepBytes ? kept : once).get(panel_bytes));
   for (std::int64_t k = 0; k < K; ++k)
     for (std::int64_t s = 0; s < NS; ++s) S[k * NS + s] = s < M ? at<T>(a, s, k) : T(0);
   const std::int64_t tile = 2 * kLanes<T>;
@@ -415,11 +399,8 @@ void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::
   const std::int64_t parts = (N + w - 1) / w, ldw = w + line;
   const T* L = static_cast<const T*>(b.data) + b.offset;
   run_parts(parts, use, [&](std::int64_t p) {
-    thread_local std::unique_ptr<T[]> mine;
-    thread_local std::size_t mine_elems = 0;
-    const std::size_t want = static_cast<std::size_t>(NS * ldw + line);
-    if (mine_elems < want) mine.reset(new T[want]), mine_elems = want;
-    T* P = line_aligned(mine.get());
+    thread_local Scratch sums;
+    T* P = static_cast<T*>(sums.get(static_cast<std::size_t>(NS * ldw) * sizeof(T)));
     const std::int64_t x0 = p * w, x1 = std::min(N, x0 + w);
     rows_kernel<T>(L + x0, b.ld, S, 0, K, 0, x1 - x0, kRowsChunk, true, NS, P, ldw);
     for (std::int64_t s = 0; s < M; ++s)
