@@ -4,7 +4,8 @@ OpenCL reaches GPUs and CPUs nobody here has measured. The shipped parameters ar
 per vendor and kind (``src/opencl/gemm_params.cpp``); a device that is not in it gets generic
 guesses. This command measures instead: starting from the parameters the device runs with now, it
 changes one group of tunables at a time (the block tile, the work-group shape, the slice depth,
-the vector widths, the padding, double-buffered fragments, NVIDIA's register cap, and on CPUs the direct kernel's rows and work-group width), keeps
+the vector widths, the padding, double-buffered fragments, NVIDIA's register cap, and on CPUs the
+direct kernel's tile, work-group and vector width, in both its forms), keeps
 what is faster, verifies every candidate against a float64 reference first, and stores the winner
 for the device and its driver in ``opencl-tuning.txt`` in portmat's cache directory
 (``src/opencl/tuning_store.hpp`` has the format). Every later product on that device, in any
@@ -41,8 +42,12 @@ def _text(p: dict) -> str:
 
 # gemm.cl's generic CPU parameters (gemm_params.cpp): where a device ships with the direct kernel,
 # gemm.cl's search starts here.
-GENERIC = dict(MWG=64, NWG=64, KWG=16, MDIMC=8, NDIMC=8, VWM=4, VWN=4, PADA=4, PADB=0, GVW=4, DIRECT=0)
-DIRECT = dict(DIRECT=1, MWG=8, MDIMC=1, NDIMC=32)
+GENERIC = dict(MWG=64, NWG=64, KWG=16, MDIMC=8, NDIMC=8, VWM=4, VWN=4, PADA=4, PADB=0, GVW=4, DIRECT=0,
+               VECW=1, NVEC=1)
+# gemm_direct.cl's two forms (CPU runtimes): its own vectors (VECW > 1; the width the device ships
+# with, else 8) and the runtime vectorizing across work-items (VECW = 1).
+VECTOR_FORM = dict(DIRECT=1, NVEC=2, MWG=6, MDIMC=8, NDIMC=8)
+SCALAR_FORM = dict(DIRECT=1, VECW=1, NVEC=1, MWG=8, MDIMC=1, NDIMC=32)
 
 
 def _searches(shipped: dict, cpu: bool, nvidia: bool = False) -> list[tuple[dict, list[list[dict]]]]:
@@ -67,8 +72,17 @@ def _searches(shipped: dict, cpu: bool, nvidia: bool = False) -> list[tuple[dict
         gemm.append([dict(MAXREGS=r) for r in (0, 128)])
     searches = [({**shipped, **GENERIC} if shipped.get("DIRECT") else dict(shipped), gemm)]
     if cpu:
-        direct = [[dict(MWG=r) for r in (4, 6, 8, 10, 12, 16)], [dict(NDIMC=w) for w in (8, 16, 32, 64, 128)]]
-        searches.append((dict(shipped) if shipped.get("DIRECT") else {**shipped, **DIRECT}, direct))
+        # The vector form: the register tile (rows x vectors: 12-16 accumulators fit AVX2's 16
+        # registers), the work-group (its rows share B's columns in cache), the vector width.
+        vector = [
+            [dict(MWG=r, NVEC=v) for r, v in ((6, 2), (4, 2), (8, 2), (4, 3), (3, 4), (8, 1), (12, 1), (4, 4))],
+            [dict(MDIMC=m, NDIMC=n) for m, n in ((8, 8), (4, 4), (16, 16), (8, 32), (32, 8), (4, 16))],
+            [dict(VECW=w) for w in (4, 8, 16)],
+        ]
+        width = shipped.get("VECW", 1) if shipped.get("DIRECT") and shipped.get("VECW", 1) > 1 else 8
+        searches.append(({**shipped, **VECTOR_FORM, "VECW": width}, vector))
+        scalar = [[dict(MWG=r) for r in (4, 6, 8, 10, 12, 16)], [dict(NDIMC=w) for w in (8, 16, 32, 64, 128)]]
+        searches.append(({**shipped, **SCALAR_FORM}, scalar))
     return searches
 
 

@@ -5,6 +5,7 @@
 // memory.
 #include "opencl/gemm_params.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -15,9 +16,15 @@ std::string GemmParams::invalid_reason() const {
   // Checked for both kernels: a value the parser took must be refused whichever kernel runs.
   if (dbf != 0 && dbf != 1) return "DBF must be 0 or 1";
   if (maxregs != 0 && (maxregs < 32 || maxregs > 255)) return "MAXREGS must be 0 or 32-255";
+  if (vecw != 1 && vecw != 2 && vecw != 4 && vecw != 8 && vecw != 16) return "VECW must be 1, 2, 4, 8 or 16";
+  if (nvec < 1 || nvec > 8) return "NVEC must be 1-8";
   if (direct) {
     if (mwg < 1 || mwg > 32) return "MWG (rows per work-item of the direct kernel) must be 1-32";
-    if (mdimc != 1 || ndimc < 1) return "the direct kernel's work-groups are NDIMC x 1 (MDIMC=1)";
+    if (vecw == 1 && nvec != 1) return "NVEC needs VECW > 1 (the direct kernel's vector form)";
+    if (vecw == 1 && (mdimc != 1 || ndimc < 1))
+      return "the direct kernel's work-groups are NDIMC x 1 (MDIMC=1) when the runtime vectorizes (VECW=1)";
+    if (mdimc < 1 || ndimc < 1 || mdimc * ndimc > 1024) return "work-groups of 1-1024 work-items (MDIMC x NDIMC)";
+    if (vecw > 1 && mwg * nvec * vecw > 512) return "MWG*NVEC*VECW (a work-item's tile) must be at most 512";
     return {};
   }
   auto pow2 = [](int v) { return v == 2 || v == 4 || v == 8; };
@@ -50,7 +57,8 @@ constexpr Field kFields[] = {{"MWG", &GemmParams::mwg},     {"NWG", &GemmParams:
                              {"VWN", &GemmParams::vwn},     {"PADA", &GemmParams::pada},
                              {"PADB", &GemmParams::padb},   {"GVW", &GemmParams::gvw},
                              {"DIRECT", &GemmParams::direct}, {"DBF", &GemmParams::dbf},
-                             {"MAXREGS", &GemmParams::maxregs}};
+                             {"MAXREGS", &GemmParams::maxregs}, {"VECW", &GemmParams::vecw},
+                             {"NVEC", &GemmParams::nvec}};
 }  // namespace
 
 std::string GemmParams::defines() const {
@@ -99,19 +107,23 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
     // Run-time tuning's result for this device, driver and element size (tuning_store.hpp): the
     // tuner measured it at one size, and it is valid for every shape (edges are handled).
     p = *tuned;
-  } else if (dev.kind == DeviceKind::cpu && dev.vendor.find("Intel(R) Corporation") != std::string::npos) {
-    // Intel's runtime says "Intel(R) Corporation"; PoCL on an Intel CPU says "GenuineIntel" (the
-    // H200 machine's host), and PoCL does not vectorize the direct kernel.
-    // Intel's OpenCL CPU runtime packs neighbouring work-items into SIMD lanes: the direct kernel
-    // (gemm_direct.cl), 8 rows per work-item, work-groups of 32. 2-core AMD EPYC (Zen 3),
-    // 2026-12-02, n = 1024 float32 kernel-only (bench/diagnostics/tune_opencl.py's sweep and a
-    // prototype over rows 4-16 and widths 16-128): 15.8 GFLOP/s with gemm.cl's CPU parameters
-    // (none of its 16 candidates above 18); the direct kernel 57 at 8 x 32, 42-56 at 8 x 16-128,
-    // 27-29 at 4 rows, 15-19 at 16 (accumulators spill).
+  } else if (dev.kind == DeviceKind::cpu && dev.direct_ok) {
+    // CPU runtimes: the direct kernel's vector form (gemm_direct.cl, VECW > 1): a work-item keeps
+    // 6 rows x 2 vectors of the device's preferred width (12 accumulators: AVX2's 16 registers,
+    // or half of AVX-512's 32) in work-groups of 8 x 8. 2-core AMD EPYC (Zen 3), 2026-12-03,
+    // float32 kernel-only, bench/diagnostics/tune_opencl.py: PoCL 74-83 GFLOP/s at n = 1024, 44-49
+    // at 2048, 42 at 4096, against 4-5 for gemm.cl's 64x64 blocks (barriers split PoCL's
+    // work-item loops); Intel's runtime 96 at 1024 and 52 at 2048 against 57 and 37 for the
+    // scalar form it had (VECW = 1: the runtime packing neighbouring work-items into SIMD lanes).
+    // One work-item a row of 8 x 8 groups (MDIMC = 1) ran 80 at 1024 but 14 at 2048 on PoCL: the
+    // group's rows share B's columns in cache.
+    const int elem = static_cast<int>(dtype_size(dtype));
     p.direct = 1;
-    p.mwg = 8;
-    p.ndimc = 32;
-    p.mdimc = 1;
+    p.vecw = std::clamp(dev.vector_bytes / elem, 2, 16);
+    while (p.vecw & (p.vecw - 1)) --p.vecw;  // a power of two
+    p.nvec = 2;
+    p.mwg = 6;
+    p.mdimc = p.ndimc = 8;
   } else if (small_stack) {
     // A stack of small matrices: a 32x32 block of 8x8 work-items of 4x4 per matrix (a 64- or
     // 128-wide block would compute mostly padding), the stack filling the device.
@@ -119,7 +131,8 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
     p.mdimc = p.ndimc = 8;
     p.pada = 0;
   } else if (dev.kind == DeviceKind::cpu) {
-    // CPU OpenCL (PoCL): work-groups become loops; 64x64 blocks of 8x8 keep the tile in cache.
+    // CPU OpenCL, a product too large for the direct kernel: work-groups become loops; 64x64
+    // blocks of 8x8 keep the tile in cache.
     p.mwg = p.nwg = 64;
     p.mdimc = p.ndimc = 8;
   } else if (dev.vendor.find("NVIDIA") != std::string::npos && dtype_size(dtype) == 4) {

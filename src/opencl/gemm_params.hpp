@@ -16,9 +16,12 @@ struct GemmParams {
   int vwm = 4, vwn = 4;                // local-memory vector widths
   int pada = 4, padb = 0;              // local row padding
   int gvw = 4;  // global load vector width, used when a problem has no edges and aligned rows
-  // 1: kernels/gemm_direct.cl instead (CPU runtimes that vectorize across work-items): MWG rows of
-  // C per work-item, work-groups NDIMC wide and MDIMC (1) high; the other fields are unused.
+  // 1: kernels/gemm_direct.cl instead (CPU runtimes; no local memory): MWG rows of C per
+  // work-item, work-groups NDIMC wide and MDIMC high. VECW = 1: one column per work-item, the
+  // runtime vectorizing across work-items (MDIMC = 1); VECW > 1: NVEC vectors of VECW columns per
+  // work-item, in the kernel's own vector types. Each kernel ignores the other's fields.
   int direct = 0;
+  int vecw = 1, nvec = 1;
   // 1: double-buffered fragments (gemm.cl's DBF): the next k step's local reads overlap this one's
   // multiply-adds, across slice ends too. Needs an even KWG.
   int dbf = 0;
@@ -28,6 +31,8 @@ struct GemmParams {
   int maxregs = 0;
 
   int threads() const { return mdimc * ndimc; }
+  // Columns of C per work-item of the direct kernel.
+  int direct_cols() const { return vecw > 1 ? vecw * nvec : 1; }
   // Bytes of local memory the kernel declares (two slices of A and of B; none for the direct one).
   std::size_t local_bytes(std::size_t elem) const {
     return direct ? 0 : 2 * static_cast<std::size_t>(kwg) * ((mwg + pada) + (nwg + padb)) * elem;
@@ -42,6 +47,8 @@ struct DeviceTraits {
   DeviceKind kind = DeviceKind::other;
   std::string vendor;
   int compute_units = 1;
+  int vector_bytes = 32;  // the device's preferred float vector (CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT x 4)
+  bool direct_ok = true;  // false: gemm.cl only (a product too large for gemm_direct.cl's int indices)
 };
 
 // Parameters for an (m x k) @ (k x n) product of `dtype` on a device with these traits: `tuned`

@@ -106,6 +106,7 @@ class OpenClDevice final : public core::Device {
     info_.memory_bytes = device_value<cl_ulong>(cl, dev, CL_DEVICE_GLOBAL_MEM_SIZE);
     info_.host_unified = device_value<cl_bool>(cl, dev, CL_DEVICE_HOST_UNIFIED_MEMORY) == CL_TRUE;
     info_.compute_units = static_cast<int>(device_value<cl_uint>(cl, dev, CL_DEVICE_MAX_COMPUTE_UNITS));
+    vector_bytes_ = 4 * static_cast<int>(device_value<cl_uint>(cl, dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT));
     info_.supports_f64 = device_value<cl_device_fp_config>(cl, dev, CL_DEVICE_DOUBLE_FP_CONFIG) != 0;
     max_alloc_ = device_value<cl_ulong>(cl, dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
     local_mem_ = device_value<cl_ulong>(cl, dev, CL_DEVICE_LOCAL_MEM_SIZE);
@@ -484,7 +485,7 @@ class OpenClDevice final : public core::Device {
   // defaults, or what `portmat tune` stored for this device and driver (tuning_store.hpp).
   GemmParams params_for(DType dtype, std::int64_t M, std::int64_t N, std::int64_t count) {
     const std::optional<GemmParams> tuned = tuned_->get(dtype_size(dtype));
-    return choose_params({info_.kind, info_.vendor, info_.compute_units}, dtype, static_cast<long>(M),
+    return choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_}, dtype, static_cast<long>(M),
                          static_cast<long>(N), static_cast<long>(count), tuned ? &*tuned : nullptr);
   }
 
@@ -512,7 +513,8 @@ class OpenClDevice final : public core::Device {
                  K = static_cast<cl_int>(a.cols);
     GemmParams p = forced ? *forced : params_for(a.dtype, M, N, count);
     if (p.direct && std::max({a.span(), b.span(), c.span()}) > 2147483647u)  // its int indices (gemm_direct.cl)
-      p = choose_params({info_.kind, std::string(), info_.compute_units}, a.dtype, M, N, count);
+      p = choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_, /*direct_ok=*/false}, a.dtype,
+                        M, N, count);
     const bool edges = !p.direct && (M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0);
     if (edges && !forced && pad_to_blocks(M, N, K, count))
       if (cl_event ev = enqueue_gemm_padded(p, am, a, bm, b, cm, c, bases_aligned, on ? on : queue_, n_after, after,
@@ -544,11 +546,15 @@ class OpenClDevice final : public core::Device {
       cl_check(cl_.SetKernelArg(k, i, sizes[i], args[i]), "clSetKernelArg(gemm)", where_);
     const std::size_t local[3] = {static_cast<std::size_t>(p.ndimc),
                                   static_cast<std::size_t>(p.mdimc), 1};
-    // gemm.cl: a work-group per NWG x MWG block; gemm_direct.cl: a work-item per column and MWG rows.
+    // gemm.cl: a work-group per NWG x MWG block; gemm_direct.cl: a work-item per direct_cols()
+    // columns and MWG rows, in whole work-groups.
+    auto whole = [](std::int64_t items, int group) {
+      return static_cast<std::size_t>((items + group - 1) / group) * static_cast<std::size_t>(group);
+    };
     const std::size_t global[3] = {
-        p.direct ? static_cast<std::size_t>((N + p.ndimc - 1) / p.ndimc) * p.ndimc
+        p.direct ? whole((N + p.direct_cols() - 1) / p.direct_cols(), p.ndimc)
                  : static_cast<std::size_t>((N + p.nwg - 1) / p.nwg) * p.ndimc,
-        p.direct ? static_cast<std::size_t>((M + p.mwg - 1) / p.mwg)
+        p.direct ? whole((M + p.mwg - 1) / p.mwg, p.mdimc)
                  : static_cast<std::size_t>((M + p.mwg - 1) / p.mwg) * p.mdimc,
         static_cast<std::size_t>(count)};
     cl_event ev = nullptr;
@@ -1225,6 +1231,7 @@ class OpenClDevice final : public core::Device {
   std::string where_;
   std::unique_ptr<TunedParams> tuned_;  // what `portmat tune` stored (constructor)
   std::size_t max_alloc_ = 0, local_mem_ = 0, max_work_group_ = 0;
+  int vector_bytes_ = 32;  // the preferred float vector (CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT x 4)
 
   std::mutex mu_;  // one command stream per device: guards everything below
   cl_context context_ = nullptr;

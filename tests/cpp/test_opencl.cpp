@@ -43,26 +43,43 @@ TEST(OpenClParams, DefaultsAreValidAndBadOnesAreNamed) {
   EXPECT_NE(portmat::opencl::parse_params("DBF=2", {}).invalid_reason().find("DBF"), std::string::npos);
 }
 
-// The direct kernel (gemm_direct.cl) goes to Intel's CPU runtime only: PoCL, which names an Intel
-// CPU's vendor "GenuineIntel", does not vectorize it (5.9 against 57 GFLOP/s), and GPUs keep
-// gemm.cl. Its parameters are valid, every dtype, and DIRECT=1 with gemm.cl's fields is refused.
-TEST(OpenClParams, DirectKernelForIntelsCpuRuntimeOnly) {
+// CPU runtimes (Intel's, and PoCL, which names an Intel CPU's vendor "GenuineIntel") run the direct
+// kernel (gemm_direct.cl) in its vector form, vectors of the device's preferred width; GPUs keep
+// gemm.cl, and so does a product too large for the direct kernel's int indices. Its parameters are
+// valid for every dtype, and the combinations of the two forms that do not exist are refused.
+TEST(OpenClParams, DirectKernelForCpuRuntimes) {
   using portmat::opencl::DeviceTraits;
+  using portmat::opencl::parse_params;
   const DeviceTraits intel{portmat::DeviceKind::cpu, "Intel(R) Corporation", 2};
-  const DeviceTraits pocl_on_intel{portmat::DeviceKind::cpu, "GenuineIntel", 16};
+  const DeviceTraits pocl_avx512{portmat::DeviceKind::cpu, "GenuineIntel", 16, 64};
+  const DeviceTraits pocl_neon{portmat::DeviceKind::cpu, "ARM", 4, 16};
+  const DeviceTraits too_large{portmat::DeviceKind::cpu, "GenuineIntel", 16, 64, /*direct_ok=*/false};
   const DeviceTraits intel_gpu{portmat::DeviceKind::gpu, "Intel(R) Corporation", 96};
   for (auto d : {DType::f32, DType::f64, DType::u32, DType::u64})
     for (long n : {1L, 31L, 1024L}) {
-      const auto p = portmat::opencl::choose_params(intel, d, n, n, n == 31 ? 100 : 1);
-      EXPECT_EQ(p.direct, 1);
-      EXPECT_EQ(p.invalid_reason(), "");
-      EXPECT_EQ(p.local_bytes(8), 0u);
-      EXPECT_EQ(portmat::opencl::choose_params(pocl_on_intel, d, n, n).direct, 0);
+      const int elem = static_cast<int>(portmat::dtype_size(d));
+      for (const DeviceTraits& t : {intel, pocl_avx512, pocl_neon}) {
+        const auto p = portmat::opencl::choose_params(t, d, n, n, n == 31 ? 100 : 1);
+        EXPECT_EQ(p.direct, 1);
+        EXPECT_EQ(p.vecw, std::max(2, t.vector_bytes / elem)) << t.vendor;
+        EXPECT_EQ(p.invalid_reason(), "");
+        EXPECT_EQ(p.local_bytes(8), 0u);
+      }
+      EXPECT_EQ(portmat::opencl::choose_params(too_large, d, n, n).direct, 0);
+      EXPECT_EQ(portmat::opencl::choose_params(too_large, d, n, n).invalid_reason(), "");
       EXPECT_EQ(portmat::opencl::choose_params(intel_gpu, d, n, n).direct, 0);
     }
-  EXPECT_NE(portmat::opencl::parse_params("DIRECT=1", {}).invalid_reason(), "");  // MDIMC=16: not a direct shape
-  EXPECT_NE(portmat::opencl::parse_params("DIRECT=2", {}).invalid_reason(), "");
-  EXPECT_EQ(portmat::opencl::parse_params("DIRECT=1,MWG=8,MDIMC=1,NDIMC=32", {}).invalid_reason(), "");
+  EXPECT_NE(parse_params("DIRECT=1", {}).invalid_reason(), "");  // MDIMC=16 with VECW=1: not a direct shape
+  EXPECT_NE(parse_params("DIRECT=2", {}).invalid_reason(), "");
+  EXPECT_EQ(parse_params("DIRECT=1,MWG=8,MDIMC=1,NDIMC=32", {}).invalid_reason(), "");  // the scalar form
+  EXPECT_EQ(parse_params("DIRECT=1,VECW=8,NVEC=2,MWG=6,MDIMC=8,NDIMC=8", {}).invalid_reason(), "");
+  EXPECT_NE(parse_params("DIRECT=1,VECW=3,MDIMC=1", {}).invalid_reason().find("VECW"), std::string::npos);
+  EXPECT_NE(parse_params("DIRECT=1,NVEC=2,MWG=8,MDIMC=1", {}).invalid_reason().find("NVEC"), std::string::npos);
+  EXPECT_NE(parse_params("DIRECT=1,VECW=16,NVEC=8,MWG=8", {}).invalid_reason(), "");  // a tile of 1024
+  // gemm.cl ignores the direct kernel's fields (so an override of DIRECT=0 over them works), as the
+  // direct kernel ignores gemm.cl's; values no kernel takes are refused for both.
+  EXPECT_EQ(parse_params("VECW=8,NVEC=2", {}).invalid_reason(), "");
+  EXPECT_NE(parse_params("VECW=5", {}).invalid_reason().find("VECW"), std::string::npos);
 }
 
 class OpenClDevice : public ::testing::TestWithParam<std::string> {};

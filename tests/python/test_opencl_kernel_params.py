@@ -1,4 +1,4 @@
-"""gemm.cl under parameter sets the shipped tables do not give this machine's devices, among them
+"""gemm.cl and gemm_direct.cl under parameter sets the shipped tables do not give this machine's devices, among them
 double-buffered fragments (DBF=1, where the next k step's local reads and the next slice's barrier
 are reordered): `portmat tune` may choose any of them on another device, so each must be right at
 edges (K not a multiple of the slice, K shorter than one slice), in both layouts, without edges
@@ -20,6 +20,11 @@ NVIDIA = {d.id for d in DEVICES if d.backend == "opencl" and "NVIDIA" in d.vendo
 VARIANTS = [
     "DIRECT=0,MWG=128,NWG=128,KWG=8,MDIMC=16,NDIMC=16,VWM=4,VWN=4,PADA=0,PADB=0,GVW=4,DBF=1",
     "DIRECT=0,MWG=32,NWG=64,KWG=2,MDIMC=8,NDIMC=8,VWM=2,VWN=4,PADA=2,PADB=4,GVW=1,DBF=1",
+    # gemm_direct.cl (CPU runtimes): its scalar form (the runtime vectorizes across work-items), and
+    # its vector form with tiles and groups that leave edges everywhere, float32 and float64 widths.
+    "DIRECT=1,VECW=1,NVEC=1,MWG=8,MDIMC=1,NDIMC=32",
+    "DIRECT=1,VECW=4,NVEC=3,MWG=5,MDIMC=2,NDIMC=4",
+    "DIRECT=1,VECW=16,NVEC=1,MWG=3,MDIMC=4,NDIMC=4",
     # NVIDIA's register cap (the kernel without reqd_work_group_size): NVIDIA's driver only.
     "DIRECT=0,MWG=128,NWG=128,KWG=8,MDIMC=16,NDIMC=16,VWM=4,VWN=4,PADA=0,PADB=0,GVW=4,MAXREGS=128",
 ]

@@ -1,16 +1,23 @@
-// gemm_direct.cl: C = A * B for CPU OpenCL runtimes that vectorize across work-items (Intel's
-// OpenCL CPU runtime), with the arguments, dtypes, layouts and stacks of gemm.cl.
+// gemm_direct.cl: C = A * B for CPU OpenCL runtimes, with the arguments, dtypes, layouts and stacks
+// of gemm.cl, and no local memory or barriers.
 //
 // gemm.cl stages slices of A and B in local memory behind barriers: on a GPU that is the point,
 // on a CPU runtime local memory is ordinary memory and every barrier splits the work-group's loop.
-// Here there is neither. Work-item (j, i) computes column j of C over MWG rows from i * MWG; the
-// work-items of a work-group (the host makes it NDIMC wide along dimension 0, one high) take
-// consecutive columns, so a runtime that packs neighbouring work-items into SIMD lanes loads B's
-// row segment as one vector and broadcasts each element of A to every lane, keeping MWG vector
-// accumulators. Any M, N, K (rows past M and columns past N are skipped).
+// Here there is neither. Two forms, by who vectorizes:
+// - VECW = 1, the runtime (Intel's OpenCL CPU runtime): work-item (j, i) computes column j of C over
+//   MWG rows from i * MWG; the work-items of a work-group (NDIMC wide along dimension 0, one high)
+//   take consecutive columns, so a runtime that packs neighbouring work-items into SIMD lanes loads
+//   B's row segment as one vector and broadcasts each element of A to every lane, keeping MWG
+//   vector accumulators. PoCL does not vectorize it (5.9 GFLOP/s at n = 1024 against 57 on
+//   Intel's, same machine).
+// - VECW > 1, the kernel itself (PoCL): work-item (j, i) computes an MWG x (NVEC * VECW) tile of C
+//   in OpenCL vector types, NVEC vectors of B's row per k against each of MWG broadcast elements
+//   of A: the register tile of a CPU GEMM's micro-kernel. Work-groups are NDIMC x MDIMC tiles, so
+//   that the work-items a runtime runs one after another share A's rows (along dimension 0) and,
+//   across the group's rows, B's columns in cache.
+// Any M, N, K (rows past M and columns past N are skipped).
 //
-// Chosen per device by gemm_params.cpp (DIRECT=1): Intel's CPU runtime. PoCL does not vectorize
-// it (5.9 GFLOP/s at n = 1024 against 57 on Intel's, same machine), and keeps gemm.cl.
+// Chosen per device by gemm_params.cpp (DIRECT=1).
 
 // ---- tunables -----------------------------------------------------------------------------------
 #ifndef REAL_KIND
@@ -18,6 +25,13 @@
 #endif
 #ifndef MWG
 #define MWG 8  // rows of C per work-item: the vector accumulators each keeps
+#endif
+#ifndef VECW
+#define VECW 1  // 1: the runtime vectorizes across work-items; 2, 4, 8 or 16: each work-item's columns
+                // as vectors of VECW (see above)
+#endif
+#ifndef NVEC
+#define NVEC 1  // with VECW > 1: vectors of C's columns per work-item (its tile is MWG x NVEC*VECW)
 #endif
 #ifndef A_COL_MAJOR
 #define A_COL_MAJOR 0  // 1: A(i,k) at A[k*lda + i] (a transposed view)
@@ -57,6 +71,73 @@ typedef REAL real;
 #define B_AT(k, j) b[(k) * ldb + (j)]
 #endif
 
+#if VECW > 1
+#if VECW != 2 && VECW != 4 && VECW != 8 && VECW != 16
+#error "VECW must be 1, 2, 4, 8 or 16"
+#endif
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+#define REALV CAT(REAL, VECW)  // e.g. float8
+#define VLOADV CAT(vload, VECW)
+#define VSTOREV CAT(vstore, VECW)
+#define TILE_N (NVEC * VECW)  // columns of C per work-item
+#define UNROLL _Pragma("unroll")  // the tile's loops unrolled, so that acc stays in registers
+
+__kernel void gemm(const int M, const int N, const int K,
+                   __global const real* A, const long a_offset, const int lda,
+                   __global const real* B, const long b_offset, const int ldb,
+                   __global real* C, const long c_offset, const int ldc,
+                   const long a_stride, const long b_stride, const long c_stride) {
+  const int j0 = get_global_id(0) * TILE_N;
+  const int i0 = get_global_id(1) * MWG;
+  if (j0 >= N || i0 >= M) return;
+  const long batch = get_global_id(2);
+  __global const real* a = A + (a_offset + batch * a_stride);  // this product's matrices
+  __global const real* b = B + (b_offset + batch * b_stride);
+  __global real* c = C + (c_offset + batch * c_stride);
+  REALV acc[MWG][NVEC];
+  UNROLL for (int r = 0; r < MWG; ++r)
+    UNROLL for (int v = 0; v < NVEC; ++v) acc[r][v] = (REALV)(0);
+  if (i0 + MWG <= M && j0 + TILE_N <= N) {  // a whole tile
+    for (int k = 0; k < K; ++k) {
+      REALV bv[NVEC];
+#if B_COL_MAJOR
+      real row[TILE_N];  // B's row segment is strided: gathered
+      UNROLL for (int x = 0; x < TILE_N; ++x) row[x] = B_AT(k, j0 + x);
+      UNROLL for (int v = 0; v < NVEC; ++v) bv[v] = VLOADV(v, row);
+#else
+      UNROLL for (int v = 0; v < NVEC; ++v) bv[v] = VLOADV(v, b + (k * ldb + j0));
+#endif
+      UNROLL for (int r = 0; r < MWG; ++r) {
+        const REALV av = (REALV)(A_AT(i0 + r, k));
+        UNROLL for (int v = 0; v < NVEC; ++v) acc[r][v] = MADD(av, bv[v], acc[r][v]);
+      }
+    }
+    UNROLL for (int r = 0; r < MWG; ++r)
+      UNROLL for (int v = 0; v < NVEC; ++v) VSTOREV(acc[r][v], v, c + ((i0 + r) * ldc + j0));
+  } else {  // the last rows or columns: missing elements read as 0, stores guarded
+    const int rows = min(MWG, M - i0), cols = min(TILE_N, N - j0);
+    for (int k = 0; k < K; ++k) {
+      real row[TILE_N];
+      UNROLL for (int x = 0; x < TILE_N; ++x) row[x] = x < cols ? B_AT(k, j0 + x) : (real)0;
+      REALV bv[NVEC];
+      UNROLL for (int v = 0; v < NVEC; ++v) bv[v] = VLOADV(v, row);
+      UNROLL for (int r = 0; r < MWG; ++r) {
+        const REALV av = (REALV)(r < rows ? A_AT(i0 + r, k) : (real)0);
+        UNROLL for (int v = 0; v < NVEC; ++v) acc[r][v] = MADD(av, bv[v], acc[r][v]);
+      }
+    }
+    UNROLL for (int r = 0; r < MWG; ++r) {  // acc's indices constant: no loop to rows
+      if (r >= rows) break;
+      real row[TILE_N];
+      UNROLL for (int v = 0; v < NVEC; ++v) VSTOREV(acc[r][v], v, row);
+      for (int x = 0; x < cols; ++x) c[(i0 + r) * ldc + j0 + x] = row[x];
+    }
+  }
+}
+
+#else  // VECW == 1
+
 __kernel void gemm(const int M, const int N, const int K,
                    __global const real* A, const long a_offset, const int lda,
                    __global const real* B, const long b_offset, const int ldb,
@@ -88,3 +169,5 @@ __kernel void gemm(const int M, const int N, const int K,
       if (r < rows) c[(i0 + r) * ldc + j] = acc[r];
   }
 }
+
+#endif  // VECW
