@@ -167,8 +167,9 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
     }
   }
   if (p.direct || (tuned && !small_stack)) {
-    // The direct kernel: one for every dtype (the lanes hold half as many doubles, the rows
-    // stay). Tuned parameters were tuned for their element size.
+    // The direct kernel: its vector width chosen above per element size (the scalar form: the
+    // lanes hold half as many doubles, the rows stay). Tuned parameters were tuned for their
+    // element size.
   } else if (dtype_size(dtype) == 8 && p.mwg > 32) {  // float64, and uint64 alike
     p.mwg = p.nwg = 64;
     if (dev.kind != DeviceKind::cpu) p.mdimc = p.ndimc = 16;  // 4x4 doubles per work-item

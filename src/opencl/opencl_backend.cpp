@@ -34,7 +34,7 @@
 
 namespace portmat::kernels {
 extern const char gemm_cl[];         // kernels/gemm.cl, embedded by CMake (cmake/Embed.cmake)
-extern const char gemm_direct_cl[];  // kernels/gemm_direct.cl (CPU runtimes that vectorize work-items)
+extern const char gemm_direct_cl[];  // kernels/gemm_direct.cl (CPU runtimes: no local memory, no barriers)
 extern const char casts_cl[];        // kernels/casts.cl: dtype casts and complex b's real form
 }
 
