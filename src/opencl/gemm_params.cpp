@@ -109,7 +109,7 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
     p = *tuned;
   } else if (dev.kind == DeviceKind::cpu && dev.direct_ok) {
     // CPU runtimes: the direct kernel's vector form (gemm_direct.cl, VECW > 1): a work-item keeps
-    // 6 rows x 2 vectors of the device's preferred width (12 accumulators: AVX2's 16 registers,
+    // 6 rows x 2 vectors of the device's SIMD width (12 accumulators: AVX2's 16 registers,
     // or half of AVX-512's 32) in work-groups of 8 x 8. 2-core AMD EPYC (Zen 3), 2026-12-03,
     // float32 kernel-only, bench/diagnostics/tune_opencl.py: PoCL 74-83 GFLOP/s at n = 1024, 44-49
     // at 2048, 42 at 4096, against 4-5 for gemm.cl's 64x64 blocks (barriers split PoCL's

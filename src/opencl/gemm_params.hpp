@@ -47,7 +47,7 @@ struct DeviceTraits {
   DeviceKind kind = DeviceKind::other;
   std::string vendor;
   int compute_units = 1;
-  int vector_bytes = 32;  // the device's preferred float vector (CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT x 4)
+  int vector_bytes = 32;  // the device's float vector, in bytes (its native SIMD width x 4)
   bool direct_ok = true;  // false: gemm.cl only (a product too large for gemm_direct.cl's int indices)
 };
 

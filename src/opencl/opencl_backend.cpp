@@ -106,7 +106,10 @@ class OpenClDevice final : public core::Device {
     info_.memory_bytes = device_value<cl_ulong>(cl, dev, CL_DEVICE_GLOBAL_MEM_SIZE);
     info_.host_unified = device_value<cl_bool>(cl, dev, CL_DEVICE_HOST_UNIFIED_MEMORY) == CL_TRUE;
     info_.compute_units = static_cast<int>(device_value<cl_uint>(cl, dev, CL_DEVICE_MAX_COMPUTE_UNITS));
-    vector_bytes_ = 4 * static_cast<int>(device_value<cl_uint>(cl, dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT));
+    // The SIMD width: the native one (Intel's CPU runtime, which vectorizes across work-items, calls 1
+    // its preferred width and 8 its native one on AVX2; PoCL says 8 for both).
+    vector_bytes_ = 4 * static_cast<int>(std::max(device_value<cl_uint>(cl, dev, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT),
+                                                  device_value<cl_uint>(cl, dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT)));
     info_.supports_f64 = device_value<cl_device_fp_config>(cl, dev, CL_DEVICE_DOUBLE_FP_CONFIG) != 0;
     max_alloc_ = device_value<cl_ulong>(cl, dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
     local_mem_ = device_value<cl_ulong>(cl, dev, CL_DEVICE_LOCAL_MEM_SIZE);
@@ -1231,7 +1234,7 @@ class OpenClDevice final : public core::Device {
   std::string where_;
   std::unique_ptr<TunedParams> tuned_;  // what `portmat tune` stored (constructor)
   std::size_t max_alloc_ = 0, local_mem_ = 0, max_work_group_ = 0;
-  int vector_bytes_ = 32;  // the preferred float vector (CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT x 4)
+  int vector_bytes_ = 32;  // the float vector's bytes (CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT x 4)
 
   std::mutex mu_;  // one command stream per device: guards everything below
   cl_context context_ = nullptr;

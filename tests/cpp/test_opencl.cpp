@@ -44,7 +44,7 @@ TEST(OpenClParams, DefaultsAreValidAndBadOnesAreNamed) {
 }
 
 // CPU runtimes (Intel's, and PoCL, which names an Intel CPU's vendor "GenuineIntel") run the direct
-// kernel (gemm_direct.cl) in its vector form, vectors of the device's preferred width; GPUs keep
+// kernel (gemm_direct.cl) in its vector form, vectors of the device's SIMD width; GPUs keep
 // gemm.cl, and so does a product too large for the direct kernel's int indices. Its parameters are
 // valid for every dtype, and the combinations of the two forms that do not exist are refused.
 TEST(OpenClParams, DirectKernelForCpuRuntimes) {
