@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 
 #include "cpu/thread_pool.hpp"
 
@@ -103,6 +104,18 @@ bool pipeline_enabled() {
   return on;
 }
 
+// Single-threaded plans prefetch the next B block's source up to this size (run_thread): the
+// parts of split_k (64 x 16384 @ 16384 x 256: 256 x 256 blocks) and of split_n; a block bigger
+// than L2 would only evict the blocks in use. 2-core machine, 12-20 alternating rounds of 15
+// calls, paired medians: 64 x 16384 @ 16384 x 256 1.12x (quartiles 1.00-1.19) as fast, 64 x 64
+// @ 64 x 65536 (split_n) 1.09x (1.00-1.12). PORTMAT_CPU_PREFETCH_B=0 turns it off (for A/B
+// measurements, read once per process).
+constexpr std::int64_t kPrefetchBBytes = 256 << 10;
+bool prefetch_b_enabled() {
+  static const bool on = !switched_off("PORTMAT_CPU_PREFETCH_B");
+  return on;
+}
+
 constexpr std::int64_t kMaxBlockGrowth = 16;
 constexpr std::int64_t kMaxTinyMBBytes = 8 << 20;
 constexpr std::int64_t kTinyMPanels = 8;
@@ -110,7 +123,7 @@ constexpr std::int64_t kTinyMPanels = 8;
 // The plan for c = a @ b.
 template <class T>
 Plan make_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
-               int max_threads, double min_flops_per_thread) {
+               int max_threads, double min_flops_per_thread, bool widen_tiny_m = true) {
   const std::int64_t m = a.rows, n = b.cols, k = a.cols;
   Plan p{};
   p.m = m, p.n = n, p.k = k;
@@ -129,7 +142,7 @@ Plan make_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::
   // host (A outer, nc 256) 8 x 4096 @ 4096 x 4096 took 128 steps of a 512 x 256 B block, each a
   // wait for 16 threads: 0.39x NumPy; with B blocks of 4096 columns 1.08x (16 rows 0.41x -> 0.60x).
   const std::int64_t tiny_m_nc = kMaxTinyMBBytes / (p.kc * static_cast<std::int64_t>(sizeof(T)));
-  const std::int64_t nc_max = ceil_div(m, cfg.mr) <= kTinyMPanels
+  const std::int64_t nc_max = widen_tiny_m && ceil_div(m, cfg.mr) <= kTinyMPanels
                                   ? std::max(cfg.nc * grow, std::min(cfg.nc * kMaxBlockGrowth, tiny_m_nc))
                                   : cfg.nc * grow;
   p.jc_blocks = ceil_div(n, nc_max);
@@ -351,10 +364,30 @@ void run_thread(void* ctx, int tid) {
         kPhaseSpinUs);
     const T* a_block = a_outer ? outer_pack : inner_pack;
     const T* b_block = a_outer ? inner_pack : outer_pack;
+    // A plan on one thread (split_k's and split_n's parts) reads the source of the next step's
+    // B block into its cache while it computes this step, a share before each micro-tile, so that
+    // packing it reads cache, not memory: packing and multiply-adds overlap on the thread. Only
+    // a block of at most kPrefetchBBytes, which fits L2 beside the packed blocks in use.
+    const T* pf_base = nullptr;
+    std::int64_t pf_next = 0, pf_total = 0, pf_line_count = 1, pf_per_tile = 0;
+    if (p.threads == 1 && s + 1 < p.steps() && prefetch_b_enabled()) {
+      const Step nx = step_of(p, mr, nr, sizeof(T), s + 1);
+      if ((a_outer || nx.ii == 0) && nx.kc * nx.nc * static_cast<std::int64_t>(sizeof(T)) <= kPrefetchBBytes) {
+        constexpr std::int64_t line = 64 / sizeof(T);
+        const core::HostMatrix& b = *job.b;
+        // Its rows (columns for a column-major b), each a stretch of whole lines.
+        pf_base = static_cast<const T*>(b.data) + b.offset + (b.col_major ? nx.jc * b.ld + nx.pc : nx.pc * b.ld + nx.jc);
+        pf_line_count = ceil_div(b.col_major ? nx.kc : nx.nc, line) + 1;
+        pf_total = (b.col_major ? nx.nc : nx.kc) * pf_line_count;
+        pf_per_tile = ceil_div(pf_total, std::max<std::int64_t>(1, st.outer_panels * st.inner_panels));
+      }
+    }
     claim_all(job.c_phase[s], st.items(), tid, p.threads, progress, [&](std::int64_t item) {
       const std::int64_t o = item / st.chunks, i0 = (item % st.chunks) * st.chunk_panels;
       const std::int64_t i1 = std::min(st.inner_panels, i0 + st.chunk_panels);
       for (std::int64_t i = i0; i < i1; ++i) {
+        for (const std::int64_t end = std::min(pf_total, pf_next + pf_per_tile); pf_next < end; ++pf_next)
+          __builtin_prefetch(pf_base + (pf_next / pf_line_count) * job.b->ld + (pf_next % pf_line_count) * (64 / sizeof(T)), 0, 2);
         const std::int64_t r = a_outer ? o : i, q = a_outer ? i : o;  // A panel, B panel
         const int m_tile = static_cast<int>(std::min<std::int64_t>(mr, mc - r * mr));
         const int n_tile = static_cast<int>(std::min<std::int64_t>(nr, nc - q * nr));
@@ -592,6 +625,69 @@ PackFn<T> complex_b_packer(int nr) {
 template PackFn<float> complex_b_packer<float>(int);
 template PackFn<double> complex_b_packer<double>(int);
 
+// Whether a multi-threaded plan runs better as split_n: few rows of c (one A block of at most
+// kSplitNMaxPanels micro-panels), a short K (one kc block) and a wide b. The blocked plan packs
+// B blocks of up to nc x 16 columns (4 MiB at 64 x 64 @ 64 x 65536), every thread at once, into
+// L3, then every thread computes on them: the memory idle while they compute, the cores' FMAs
+// while they pack (25% of that product in the B packer, perf). Split along N, each thread runs
+// a single-threaded plan on column chunks of its own, A outer with B blocks of kSplitNBlockBytes
+// that stay in its L2: one thread packs while the other computes, and the kernel reads B from
+// L2, not L3. The cost model: a B block computed by at most kSplitNMaxPanels A micro-panels
+// takes about as long to pack as to compute, so overlapping the two is worth a thread's waits.
+constexpr std::int64_t kSplitNMaxPanels = 16;
+constexpr std::int64_t kSplitNBlockBytes = 256 << 10;
+// PORTMAT_CPU_SPLIT_N=0 turns split_n off (for A/B measurements; read once per process).
+bool split_n_enabled() {
+  static const bool on = !switched_off("PORTMAT_CPU_SPLIT_N");
+  return on;
+}
+template <class T>
+bool split_n_wins(const GemmConfig<T>& cfg, const Plan& p) {
+  if (!split_n_enabled() || p.threads < 2 || p.pc_blocks != 1 || p.ic_blocks != 1) return false;
+  if (ceil_div(p.m, cfg.mr) > kSplitNMaxPanels) return false;
+  // At least four L2 blocks a thread, so that the threads' chunks balance.
+  const std::int64_t block_cols = kSplitNBlockBytes / (p.kc * static_cast<std::int64_t>(sizeof(T)));
+  return p.n >= 4 * p.threads * block_cols;
+}
+
+template <class T>
+struct SplitN {
+  GemmConfig<T> cfg;  // A outer, blocks for one thread's L2
+  const core::HostMatrix* a;
+  const core::HostMatrix* b;
+  T* c;
+  std::int64_t ldc, n, chunk, chunks;
+  std::atomic<std::int64_t> next{0};
+};
+
+template <class T>
+void split_n(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
+             std::int64_t ldc, const Plan& plan, ThreadPool& pool) {
+  SplitN<T> job{cfg, &a, &b, c, ldc, plan.n, 0, 0};
+  // A outer: the A block (every row, one kc block) packed once per chunk and each A micro-panel
+  // kept in L1 while the kernel walks a B block in L2, writing c along its rows.
+  job.cfg.a_outer = true;
+  job.cfg.mc = round_up(plan.m, cfg.mr);
+  job.cfg.kc = plan.kc;
+  job.cfg.nc = std::max<std::int64_t>(
+      cfg.nr, kSplitNBlockBytes / (plan.kc * static_cast<std::int64_t>(sizeof(T))) / cfg.nr * cfg.nr);
+  // Chunks of whole blocks, about four a thread (a late thread holds the others up by one).
+  job.chunk = round_up(ceil_div(plan.n, 4 * plan.threads), job.cfg.nc);
+  job.chunks = ceil_div(plan.n, job.chunk);
+  pool.run(plan.threads, [](void* ctx, int) {
+    auto& j = *static_cast<SplitN<T>*>(ctx);
+    Scratch& scratch = thread_scratch();
+    for (std::int64_t x; (x = j.next.fetch_add(1, std::memory_order_relaxed)) < j.chunks;) {
+      const std::int64_t j0 = x * j.chunk, n = std::min(j.chunk, j.n - j0);
+      core::HostMatrix b = *j.b;  // columns [j0, j0 + n) of b and c
+      b.cols = n;
+      b.offset += static_cast<std::size_t>(b.col_major ? j0 * b.ld : j0);
+      // Its own block sizes: not widened for few rows (make_plan), which would leave L2.
+      run_plan(j.cfg, *j.a, b, j.c + j0, j.ldc, make_plan(j.cfg, *j.a, b, 1, 0.0, false), scratch, nullptr);
+    }
+  }, &job);
+}
+
 template <class T>
 void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
           std::int64_t ldc, int threads, double min_flops_per_thread) {
@@ -604,8 +700,22 @@ void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostM
   static Scratch shared;  // guarded by the pool's lock
   std::lock_guard<std::mutex> lock(pool.lock());
   if (split_k_wins(plan, sizeof(T))) return split_k(cfg, a, b, c, ldc, plan.threads, pool);
+  if (split_n_wins(cfg, plan)) return split_n(cfg, a, b, c, ldc, plan, pool);
   run_plan(cfg, a, b, c, ldc, plan, shared, &pool);
 }
+
+template <class T>
+std::string gemm_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
+                      int threads, double min_flops_per_thread) {
+  const Plan plan = make_plan(cfg, a, b, threads, min_flops_per_thread);
+  return plan.threads > 1 && split_k_wins(plan, sizeof(T)) ? "split_k"
+         : plan.threads > 1 && split_n_wins(cfg, plan)    ? "split_n"
+                                                          : "blocked";
+}
+template std::string gemm_plan<float>(const GemmConfig<float>&, const core::HostMatrix&, const core::HostMatrix&,
+                                      int, double);
+template std::string gemm_plan<double>(const GemmConfig<double>&, const core::HostMatrix&,
+                                       const core::HostMatrix&, int, double);
 
 template void gemm<float>(const GemmConfig<float>&, const core::HostMatrix&,
                           const core::HostMatrix&, float*, std::int64_t, int, double);

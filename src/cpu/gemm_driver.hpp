@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/backend.hpp"
 #include "cpu/kernels/ukernel.hpp"
@@ -100,5 +101,10 @@ bool switched_off(const char* name);
 template <class T>
 void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
           T* c, std::int64_t ldc, int threads, double min_flops_per_thread = kMinFlopsPerThread);
+
+// The plan gemm() would run for these operands, for tests: "blocked", "split_k" or "split_n".
+template <class T>
+std::string gemm_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
+                      int threads, double min_flops_per_thread = kMinFlopsPerThread);
 
 }  // namespace portmat::cpu

@@ -69,12 +69,33 @@ void pack_a_avx512_f32(const core::HostMatrix& a, std::int64_t i0, std::int64_t 
     pack_a_avx512_f32_14(origin, a.ld, a.col_major, rows, k, dst);
   }
 }
+// PackFn for the AVX2 6-row float32 panels: whole panels of a row-major a through the AVX2
+// transposing packer, a column-major a and a partial last panel through the portable one.
+void pack_a_avx2_f32(const core::HostMatrix& a, std::int64_t i0, std::int64_t m, std::int64_t p0,
+                     std::int64_t k, float* dst) {
+  if (a.col_major) return pack_a_panels<float, 6>(a, i0, m, p0, k, dst);
+  const float* src = static_cast<const float*>(a.data) + a.offset;
+  for (std::int64_t r = 0; r < m; r += 6, dst += 6 * k) {
+    if (m - r >= 6)
+      pack_a_avx2_f32_6(src + (i0 + r) * a.ld + p0, a.ld, k, dst);
+    else
+      pack_a_panels<float, 6>(a, i0 + r, m - r, p0, k, dst);
+  }
+}
 // The same packer for uint32 panels: it only moves 32-bit lanes, whatever they hold.
 void pack_a_avx512_u32(const core::HostMatrix& a, std::int64_t i0, std::int64_t m,
                        std::int64_t p0, std::int64_t k, std::uint32_t* dst) {
   pack_a_avx512_f32(a, i0, m, p0, k, reinterpret_cast<float*>(dst));
 }
 #endif
+
+// PORTMAT_CPU_PACK_A=0: the portable A packer instead of an ISA's own (for A/B measurements; read
+// once per process).
+template <class F>
+F pack_a_switch(F isa, F portable) {
+  static const bool off = switched_off("PORTMAT_CPU_PACK_A");
+  return off ? portable : isa;
+}
 
 // Integer products for every set: the portable scalar kernels (x86 sets replace them below).
 void set_scalar_integers(KernelSet& s) {
@@ -154,7 +175,7 @@ std::vector<KernelSet> detect() {
     KernelSet s;
     s.isa = "avx2";
     s.f32 = {"gemm_avx2_f32_6x16", 6, 16, 6 * 24, 256, 4096, gemm_avx2_f32_6x16,
-             pack_a_panels<float, 6>, pack_b_panels<float, 16>};
+             pack_a_switch(pack_a_avx2_f32, pack_a_panels<float, 6>), pack_b_panels<float, 16>};
     s.f64 = {"gemm_avx2_f64_6x8", 6, 8, 6 * 12, 256, 4096, gemm_avx2_f64_6x8,
              pack_a_panels<double, 6>, pack_b_panels<double, 8>};
     set_avx2_integers(s);

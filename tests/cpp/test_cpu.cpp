@@ -189,7 +189,7 @@ void check_pack_b_complex(const GemmConfig<T>& cfg) {
 template <class T>
 double run_driver(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t k, std::int64_t n,
                   bool a_col, bool b_col, int threads, std::mt19937& rng,
-                  double min_flops_per_thread = portmat::cpu::kMinFlopsPerThread) {
+                  double min_flops_per_thread = portmat::cpu::kMinFlopsPerThread, const char* plan = nullptr) {
   // Leading dimensions larger than the matrices and a non-zero offset, as slices have.
   const std::int64_t lda = (a_col ? m : k) + 3, ldb = (b_col ? k : n) + 1, ldc = n + 2;
   const std::int64_t off = 5;
@@ -198,6 +198,10 @@ double run_driver(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t k, std:
   std::vector<T> c(m * ldc, T(NAN));  // every entry of the result must be written
   portmat::core::HostMatrix ha{a.data(), off, m, k, lda, a_col, dtype_of<T>()};
   portmat::core::HostMatrix hb{b.data(), off, k, n, ldb, b_col, dtype_of<T>()};
+  if (plan) {  // the plan the caller means to test (a wrong one would test another path)
+    const std::string got = portmat::cpu::gemm_plan(cfg, ha, hb, threads, min_flops_per_thread);
+    EXPECT_EQ(got, plan) << m << "x" << k << "x" << n << " a_col=" << a_col << " b_col=" << b_col << " ldb=" << ldb;
+  }
   portmat::cpu::gemm(cfg, ha, hb, c.data(), ldc, threads, min_flops_per_thread);
   MatrixView va{a.data() + off, m, k, a_col ? 1 : lda, a_col ? lda : 1, dtype_of<T>()};
   MatrixView vb{b.data() + off, k, n, b_col ? 1 : ldb, b_col ? ldb : 1, dtype_of<T>()};
@@ -620,6 +624,23 @@ TEST_P(KernelSets, DriverSplitK) {
         EXPECT_LE(run_driver<double>(set().f64, 30, 4000, 50, a_col, b_col, threads, rng, 0.0), 1.0);
       }
 }
+
+template <class T>
+void check_driver_split_n(const GemmConfig<T>& table) {
+  SCOPED_TRACE(table.kernel);
+  std::mt19937 rng(17);
+  // Few rows, one kc block of K and a wide b: threads take column chunks, each a single-threaded
+  // plan with B blocks in its L2 (split_n). Every layout, 2 and 3 threads, rows and columns off
+  // the tiles and chunks, K below kc (where a set's kc is shorter, any plan, checked alike).
+  for (bool a_col : {false, true})
+    for (bool b_col : {false, true})
+      for (auto [m, k, n, threads] : {std::tuple{40, 250, 3500, 2}, {13, 200, 4001, 3}})
+        EXPECT_LE(run_driver<T>(table, m, k, n, a_col, b_col, threads, rng, 0.0, table.kc >= k ? "split_n" : nullptr),
+                  1.0)
+            << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
+}
+TEST_P(KernelSets, DriverSplitNFloat32) { check_driver_split_n(set().f32); }
+TEST_P(KernelSets, DriverSplitNFloat64) { check_driver_split_n(set().f64); }
 
 TEST_P(KernelSets, DriverPipelineFewRowsAndShortK) {
   // One step per outer block with the table's block sizes (few rows against many kc blocks of a

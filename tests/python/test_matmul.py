@@ -87,6 +87,18 @@ def test_few_rows_wide_b(device, rng, m, k, n, dtype, a_layout, b_layout):
     check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
+@pytest.mark.parametrize("m,k,n,dtype", [(64, 64, 16384, np.float32), (30, 200, 9001, np.float32),
+                                         (64, 100, 8191, np.float64)])
+@pytest.mark.parametrize("a_layout,b_layout", [("C", "C"), ("F", "F"), ("view", "view")])
+def test_few_rows_short_k_very_wide_b(device, rng, m, k, n, dtype, a_layout, b_layout):
+    # Few rows, a K under one kc block and a very wide b: on the CPU each thread takes chunks of
+    # c's columns with B blocks in its own L2 (gemm_driver.cpp, split_n).
+    if dtype == np.float64 and not portmat._ext.find_device(device).supports_float64:
+        pytest.skip("device has no float64")
+    a, b = laid_out(rng, (m, k), a_layout, dtype), laid_out(rng, (k, n), b_layout, dtype)
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
 def test_large_k(device, rng):
     a, b = random_matrix(rng, (33, 4099)), random_matrix(rng, (4099, 35))
     check_matmul(portmat.matmul(a, b, device=device), a, b)

@@ -79,6 +79,10 @@ void gemm_avx2_u64_6x8(std::int64_t k, const std::uint64_t* a, const std::uint64
 void gemm_avx2_u64n_6x8(std::int64_t k, const std::uint64_t* a, const std::uint64_t* b,
                         std::uint64_t* c, std::int64_t ldc, int m, int n, bool accumulate);
 
+// Packs one whole A micro-panel of 6 rows and k columns of a row-major a (row i at a + i*lda) into
+// dst, k-major as the AVX2 6-row kernels read it.
+void pack_a_avx2_f32_6(const float* a, std::int64_t lda, std::int64_t k, float* dst);
+
 // Packs one A micro-panel of 14 rows (rows <= 14 of them real, the rest zero-padded) and k
 // columns starting at `a` (row-major: row i at a + i*lda; col_major: column p at a + p*lda) into
 // dst, k-major as the 14-row kernels read it (ukernel contract above).
