@@ -5,7 +5,7 @@ per vendor and kind (``src/opencl/gemm_params.cpp``); a device that is not in it
 guesses. This command measures instead: starting from the parameters the device runs with now, it
 changes one group of tunables at a time (the block tile, the work-group shape, the slice depth,
 the vector widths, the padding, double-buffered fragments, NVIDIA's register cap, and on CPUs the
-direct kernel's tile, work-group and vector width, in both its forms), keeps
+direct kernel's tile, work-group, vector width and packing, in both its forms), keeps
 what is faster, verifies every candidate against a float64 reference first, and stores the winner
 for the device and its driver in ``opencl-tuning.txt`` in portmat's cache directory
 (``src/opencl/tuning_store.hpp`` has the format). Every later product on that device, in any
@@ -78,6 +78,7 @@ def _searches(shipped: dict, cpu: bool, nvidia: bool = False) -> list[tuple[dict
             [dict(MWG=r, NVEC=v) for r, v in ((6, 2), (4, 2), (8, 2), (4, 3), (3, 4), (8, 1), (12, 1), (4, 4))],
             [dict(MDIMC=m, NDIMC=n) for m, n in ((8, 8), (4, 4), (16, 16), (8, 32), (32, 8), (4, 16))],
             [dict(VECW=w) for w in (4, 8, 16)],
+            [dict(PACK=k) for k in (1, 0)],  # operands in panels first (by the size rule), or read in place
         ]
         width = shipped.get("VECW", 1) if shipped.get("DIRECT") and shipped.get("VECW", 1) > 1 else 8
         searches.append(({**shipped, **VECTOR_FORM, "VECW": width}, vector))

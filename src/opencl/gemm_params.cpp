@@ -18,6 +18,7 @@ std::string GemmParams::invalid_reason() const {
   if (maxregs != 0 && (maxregs < 32 || maxregs > 255)) return "MAXREGS must be 0 or 32-255";
   if (vecw != 1 && vecw != 2 && vecw != 4 && vecw != 8 && vecw != 16) return "VECW must be 1, 2, 4, 8 or 16";
   if (nvec < 1 || nvec > 8) return "NVEC must be 1-8";
+  if (pack < 0 || pack > 2) return "PACK must be 0, 1 or 2";
   if (direct) {
     if (mwg < 1 || mwg > 32) return "MWG (rows per work-item of the direct kernel) must be 1-32";
     if (vecw == 1 && nvec != 1) return "NVEC needs VECW > 1 (the direct kernel's vector form)";
@@ -58,7 +59,7 @@ constexpr Field kFields[] = {{"MWG", &GemmParams::mwg},     {"NWG", &GemmParams:
                              {"PADB", &GemmParams::padb},   {"GVW", &GemmParams::gvw},
                              {"DIRECT", &GemmParams::direct}, {"DBF", &GemmParams::dbf},
                              {"MAXREGS", &GemmParams::maxregs}, {"VECW", &GemmParams::vecw},
-                             {"NVEC", &GemmParams::nvec}};
+                             {"NVEC", &GemmParams::nvec}, {"PACK", &GemmParams::pack}};
 }  // namespace
 
 std::string GemmParams::defines() const {

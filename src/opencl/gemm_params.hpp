@@ -22,6 +22,9 @@ struct GemmParams {
   // work-item, in the kernel's own vector types. Each kernel ignores the other's fields.
   int direct = 0;
   int vecw = 1, nvec = 1;
+  // The vector form's operands copied into panels first (opencl_backend.cpp, pack_direct): 0 never,
+  // 1 when the product is large enough, 2 always.
+  int pack = 1;
   // 1: double-buffered fragments (gemm.cl's DBF): the next k step's local reads overlap this one's
   // multiply-adds, across slice ends too. Needs an even KWG.
   int dbf = 0;

@@ -434,7 +434,10 @@ class OpenClDevice final : public core::Device {
   }
 
   // ---- kernels -----------------------------------------------------------------------------------
-  cl_kernel kernel_for(const GemmParams& p, bool a_col, bool b_col, bool edges, int gvw, DType dtype) {
+  // `packed`: gemm_direct.cl's program with PACKED=1, whose gemm reads the panels its pack_a and
+  // pack_b write; `name` picks one of the three.
+  cl_kernel kernel_for(const GemmParams& p, bool a_col, bool b_col, bool edges, int gvw, DType dtype,
+                       bool packed = false, const char* name = "gemm") {
     if (auto why = p.invalid_reason(); !why.empty())
       throw std::invalid_argument(std::string(std::getenv("PORTMAT_OPENCL_PARAMS") ? "PORTMAT_OPENCL_PARAMS: " : "") +
                                   "OpenCL gemm parameters " + p.str() + ": " + why);
@@ -455,20 +458,24 @@ class OpenClDevice final : public core::Device {
                                 (a_col ? "1" : "0") + " -DB_COL_MAJOR=" + (b_col ? "1" : "0") +
                                 " -DEDGES=" + (edges ? "1" : "0") + " -DGVW=" + std::to_string(gvw) +
                                 (p.maxregs && !p.direct ? " -cl-nv-maxrregcount=" + std::to_string(p.maxregs) : "") +
-                                extra_build_options();
-    auto it = kernels_.find(options);
+                                (packed ? " -DPACKED=1" : "") + extra_build_options();
+    auto it = kernels_.find(options + ":" + name);
     if (it != kernels_.end()) return it->second;
     // Driver compilers (PoCL's LLVM) recurse deeply: never on the caller's stack, which may be a
     // small thread's.
     cl_program prog = core::on_big_stack(
         [&] { return build_program(cl_, context_, dev_, where_, p.direct ? kernels::gemm_direct_cl : kernels::gemm_cl,
                                    options); });
-    cl_int err = CL_SUCCESS;
-    cl_kernel k = cl_.CreateKernel(prog, "gemm", &err);
-    cl_.ReleaseProgram(prog);  // the kernel keeps it alive
-    cl_check(err, "clCreateKernel(gemm)", where_);
-    kernels_.emplace(options, k);
-    return k;
+    std::unique_ptr<std::remove_pointer_t<cl_program>, decltype(cl_.ReleaseProgram)> hold(prog, cl_.ReleaseProgram);
+    static constexpr const char* kNames[] = {"gemm", "pack_a", "pack_b"};
+    for (std::size_t i = 0; i < (packed ? 3u : 1u); ++i) {
+      const char* kn = kNames[i];
+      cl_int err = CL_SUCCESS;
+      cl_kernel k = cl_.CreateKernel(prog, kn, &err);  // each kernel keeps the program alive
+      cl_check(err, (std::string("clCreateKernel(") + kn + ")").c_str(), where_);
+      kernels_.emplace(options + ":" + kn, k);
+    }
+    return kernels_.at(options + ":" + name);
   }
 
   // A kernel of casts.cl (the program built once per device, on a big stack as the gemm programs are).
@@ -518,6 +525,9 @@ class OpenClDevice final : public core::Device {
     if (p.direct && std::max({a.span(), b.span(), c.span()}) > 2147483647u)  // its int indices (gemm_direct.cl)
       p = choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_, /*direct_ok=*/false}, a.dtype,
                         M, N, count);
+    if (p.direct && p.vecw > 1 && count == 1 && !forced && pack_direct(p, M, N, K))
+      if (cl_event ev = enqueue_gemm_packed(p, am, a, bm, b, cm, c, on ? on : queue_, n_after, after, started))
+        return ev;
     const bool edges = !p.direct && (M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0);
     if (edges && !forced && pad_to_blocks(M, N, K, count))
       if (cl_event ev = enqueue_gemm_padded(p, am, a, bm, b, cm, c, bases_aligned, on ? on : queue_, n_after, after,
@@ -654,6 +664,87 @@ class OpenClDevice final : public core::Device {
   }
 
   // c = a @ b through padded copies (see pad_to_blocks); nullptr where the copies cannot be made.
+  // ---- packed panels for the direct kernel on CPU runtimes ---------------------------------------
+  // gemm_direct.cl's vector form reads B down a column strip (one cache line a row, a page every
+  // few rows) and A along MWG rows one leading dimension apart (at n = 4096 in one L1 set), so
+  // from n = 2048 on PoCL it ran 42-49 GFLOP/s against 74-83 at 1024. Copied first into panels
+  // (pack_a: MWG rows k-major; pack_b: TILE_N columns k-major, edges zero-filled), each work-item
+  // reads two contiguous streams and no edge code. The copies read and write each operand once:
+  // worth it from kPackMinMacs multiply-adds and a K of at least kPackMinK. PACK: 0 never, 1 the
+  // rule, 2 always (the tests).
+  static constexpr double kPackMinMacs = 1e8;
+  static constexpr std::int64_t kPackMinK = 128;
+  static bool pack_direct(const GemmParams& p, std::int64_t M, std::int64_t N, std::int64_t K) {
+    if (p.pack == 2) return true;
+    return p.pack == 1 && K >= kPackMinK && static_cast<double>(M) * N * K >= kPackMinMacs;
+  }
+
+  cl_event enqueue_gemm_packed(const GemmParams& p, cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
+                               const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c,
+                               cl_command_queue q, cl_uint n_after, const cl_event* after, cl_event* started) {
+    const std::int64_t M = a.rows, N = b.cols, K = a.cols, tile_n = p.direct_cols();
+    const std::int64_t row_panels = (M + p.mwg - 1) / p.mwg, col_panels = (N + tile_n - 1) / tile_n;
+    const std::size_t es = dtype_size(a.dtype);
+    const std::size_t bytes_a = static_cast<std::size_t>(row_panels * p.mwg * K) * es,
+                      bytes_b = static_cast<std::size_t>(col_panels * tile_n * K) * es;
+    if (c.col_major || bytes_a + bytes_b > info_.memory_bytes / 8 ||
+        std::max<std::int64_t>(row_panels * p.mwg, col_panels * tile_n) * K > 2147483647)
+      return nullptr;
+    sweep_padded();
+    PadPending held{nullptr, {}};
+    try {
+      held.buffers.emplace_back(lease(bytes_a));
+      held.buffers.emplace_back(lease(bytes_b));
+    } catch (const OutOfDeviceMemory&) {
+      return nullptr;  // the leases go back to the pool
+    }
+    const cl_mem pa = held.buffers[0]->mem(), pb = held.buffers[1]->mem();
+    const cl_int Mi = static_cast<cl_int>(M), Ni = static_cast<cl_int>(N), Ki = static_cast<cl_int>(K);
+    const cl_int lda = static_cast<cl_int>(a.ld), ldb = static_cast<cl_int>(b.ld), ldc = static_cast<cl_int>(c.ld);
+    const cl_long a_off = static_cast<cl_long>(a.offset), b_off = static_cast<cl_long>(b.offset),
+                  c_off = static_cast<cl_long>(c.offset), zero = 0;
+    auto kernel = [&](const char* name) {
+      return kernel_for(p, a.col_major, b.col_major, false, 1, a.dtype, /*packed=*/true, name);
+    };
+    auto launch = [&](cl_kernel k, const char* what, std::initializer_list<std::pair<const void*, std::size_t>> args,
+                      std::size_t g0, std::size_t g1, std::size_t l0, std::size_t l1, cl_uint waits,
+                      const cl_event* list) {
+      cl_uint i = 0;
+      for (const auto& [ptr, size] : args) cl_check(cl_.SetKernelArg(k, i++, size, ptr), "clSetKernelArg(pack)", where_);
+      const std::size_t global[3] = {g0, g1, 1}, local[3] = {l0, l1, 1};
+      cl_event ev = nullptr;
+      cl_check(cl_.EnqueueNDRangeKernel(q, k, 3, nullptr, global, local, waits, list, &ev), what, where_);
+      return ev;
+    };
+    auto whole = [](std::int64_t items, int group) {
+      return static_cast<std::size_t>((items + group - 1) / group) * static_cast<std::size_t>(group);
+    };
+    // The packers: a work-item per k and panel, groups of 64 along k (no barriers: any size works).
+    cl_event ev_a = launch(kernel("pack_a"), "clEnqueueNDRangeKernel(pack_a)",
+                           {{&Mi, sizeof Mi}, {&Ki, sizeof Ki}, {&am, sizeof am}, {&a_off, sizeof a_off},
+                            {&lda, sizeof lda}, {&pa, sizeof pa}},
+                           whole(K, 64), static_cast<std::size_t>(row_panels), 64, 1, n_after, after);
+    cl_event ev_b = launch(kernel("pack_b"), "clEnqueueNDRangeKernel(pack_b)",
+                           {{&Ni, sizeof Ni}, {&Ki, sizeof Ki}, {&bm, sizeof bm}, {&b_off, sizeof b_off},
+                            {&ldb, sizeof ldb}, {&pb, sizeof pb}},
+                           whole(K, 64), static_cast<std::size_t>(col_panels), 64, 1, 0, nullptr);
+    cl_event ev = launch(kernel("gemm"), "clEnqueueNDRangeKernel(gemm)",
+                         {{&Mi, sizeof Mi}, {&Ni, sizeof Ni}, {&Ki, sizeof Ki}, {&pa, sizeof pa}, {&zero, sizeof zero},
+                          {&Ki, sizeof Ki}, {&pb, sizeof pb}, {&zero, sizeof zero}, {&Ki, sizeof Ki}, {&cm, sizeof cm},
+                          {&c_off, sizeof c_off}, {&ldc, sizeof ldc}, {&zero, sizeof zero}, {&zero, sizeof zero},
+                          {&zero, sizeof zero}},
+                         whole(col_panels, p.ndimc), whole(row_panels, p.mdimc), p.ndimc, p.mdimc, 0, nullptr);
+    cl_.ReleaseEvent(ev_b);
+    held.done = ev;
+    cl_.RetainEvent(held.done);
+    pad_pending_.push_back(std::move(held));
+    if (started)
+      *started = ev_a;
+    else
+      cl_.ReleaseEvent(ev_a);
+    return ev;
+  }
+
   cl_event enqueue_gemm_padded(const GemmParams& p, cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
                                const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c,
                                bool bases_aligned, cl_command_queue q, cl_uint n_after, const cl_event* after,

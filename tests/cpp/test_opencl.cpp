@@ -80,6 +80,7 @@ TEST(OpenClParams, DirectKernelForCpuRuntimes) {
   // direct kernel ignores gemm.cl's; values no kernel takes are refused for both.
   EXPECT_EQ(parse_params("VECW=8,NVEC=2", {}).invalid_reason(), "");
   EXPECT_NE(parse_params("VECW=5", {}).invalid_reason().find("VECW"), std::string::npos);
+  EXPECT_NE(parse_params("PACK=3", {}).invalid_reason().find("PACK"), std::string::npos);
 }
 
 class OpenClDevice : public ::testing::TestWithParam<std::string> {};

@@ -25,6 +25,9 @@ VARIANTS = [
     "DIRECT=1,VECW=1,NVEC=1,MWG=8,MDIMC=1,NDIMC=32",
     "DIRECT=1,VECW=4,NVEC=3,MWG=5,MDIMC=2,NDIMC=4",
     "DIRECT=1,VECW=16,NVEC=1,MWG=3,MDIMC=4,NDIMC=4",
+    # and on operands packed into panels first (PACK=2: whatever the size), edges zero-filled.
+    "DIRECT=1,VECW=4,NVEC=3,MWG=5,MDIMC=2,NDIMC=4,PACK=2",
+    "DIRECT=1,VECW=8,NVEC=2,MWG=6,MDIMC=8,NDIMC=8,PACK=2",
     # NVIDIA's register cap (the kernel without reqd_work_group_size): NVIDIA's driver only.
     "DIRECT=0,MWG=128,NWG=128,KWG=8,MDIMC=16,NDIMC=16,VWM=4,VWN=4,PADA=0,PADB=0,GVW=4,MAXREGS=128",
 ]
