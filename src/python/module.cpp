@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -408,15 +409,30 @@ NB_MODULE(_ext, m) {
   m.attr("Error") = nb::handle(error_type);
   m.attr("DeviceError") = nb::handle(device_error_type);
   m.attr("OutOfDeviceMemory") = nb::handle(oom_type);
+  // Messages may carry bytes that are not UTF-8 (a driver's build log, an environment variable's
+  // value, a path): they are shown escaped (\xff), never turned into a UnicodeDecodeError that hides
+  // the error itself.
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    auto raise = [](PyObject* type, const char* what) {
+      PyObject* text = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
+      if (!text) {
+        PyErr_Clear();
+        PyErr_SetString(type, "(an error message that could not be decoded)");
+        return;
+      }
+      PyErr_SetObject(type, text);
+      Py_DECREF(text);
+    };
     try {
       std::rethrow_exception(p);
     } catch (const portmat::OutOfDeviceMemory& e) {
-      PyErr_SetString(oom_type, e.what());
+      raise(oom_type, e.what());
     } catch (const portmat::DeviceError& e) {
-      PyErr_SetString(device_error_type, e.what());
+      raise(device_error_type, e.what());
     } catch (const portmat::Error& e) {
-      PyErr_SetString(error_type, e.what());
+      raise(error_type, e.what());
+    } catch (const std::invalid_argument& e) {
+      raise(PyExc_ValueError, e.what());
     }
   });
 

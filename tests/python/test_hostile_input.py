@@ -269,6 +269,10 @@ BAD_SETTINGS = [
     ("PORTMAT_CUDA_TILE", "bogus"), ("PORTMAT_CUDA_SK_UNITS", "0"), ("PORTMAT_CUDA_SK_UNITS", "-7"),
     ("PORTMAT_CUDA_EARLY_ROWS", "-1"), ("PORTMAT_CUDA_CHUNK_MB", "0"), ("PORTMAT_CUDA_THREADS", "-2"),
     ("PORTMAT_CUDA_GROUP_M", "0"), ("PORTMAT_CUDA_SK_ALL", "5"),
+    # Bytes that are not UTF-8 (surrogate escapes here, raw bytes in the child's environment): the
+    # messages quoting them must still be ValueErrors, not UnicodeDecodeErrors.
+    ("PORTMAT_OPENCL_PARAMS", "\udcff=1"), ("PORTMAT_CPU_BLOCKS", "\udce9,2,3"), ("PORTMAT_CUDA_TILE", "\udcff"),
+    ("PORTMAT_CACHE_DIR", "caf\udce9"),
 ]
 
 
