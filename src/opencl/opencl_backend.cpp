@@ -434,6 +434,11 @@ class OpenClDevice final : public core::Device {
   }
 
   // ---- kernels -----------------------------------------------------------------------------------
+  // An NDRange dimension of `items` work-items rounded up to whole work-groups of `group`.
+  static std::size_t whole_groups(std::int64_t items, int group) {
+    return static_cast<std::size_t>((items + group - 1) / group) * static_cast<std::size_t>(group);
+  }
+
   // `packed`: gemm_direct.cl's program with PACKED=1, whose gemm reads the panels its pack_a and
   // pack_b write; `name` picks one of the three.
   cl_kernel kernel_for(const GemmParams& p, bool a_col, bool b_col, bool edges, int gvw, DType dtype,
@@ -561,13 +566,10 @@ class OpenClDevice final : public core::Device {
                                   static_cast<std::size_t>(p.mdimc), 1};
     // gemm.cl: a work-group per NWG x MWG block; gemm_direct.cl: a work-item per direct_cols()
     // columns and MWG rows, in whole work-groups.
-    auto whole = [](std::int64_t items, int group) {
-      return static_cast<std::size_t>((items + group - 1) / group) * static_cast<std::size_t>(group);
-    };
     const std::size_t global[3] = {
-        p.direct ? whole((N + p.direct_cols() - 1) / p.direct_cols(), p.ndimc)
+        p.direct ? whole_groups((N + p.direct_cols() - 1) / p.direct_cols(), p.ndimc)
                  : static_cast<std::size_t>((N + p.nwg - 1) / p.nwg) * p.ndimc,
-        p.direct ? whole((M + p.mwg - 1) / p.mwg, p.mdimc)
+        p.direct ? whole_groups((M + p.mwg - 1) / p.mwg, p.mdimc)
                  : static_cast<std::size_t>((M + p.mwg - 1) / p.mwg) * p.mdimc,
         static_cast<std::size_t>(count)};
     cl_event ev = nullptr;
@@ -663,7 +665,6 @@ class OpenClDevice final : public core::Device {
     return ev;
   }
 
-  // c = a @ b through padded copies (see pad_to_blocks); nullptr where the copies cannot be made.
   // ---- packed panels for the direct kernel on CPU runtimes ---------------------------------------
   // gemm_direct.cl's vector form reads B down a column strip (one cache line a row, a page every
   // few rows) and A along MWG rows one leading dimension apart (at n = 4096 in one L1 set), so
@@ -716,24 +717,21 @@ class OpenClDevice final : public core::Device {
       cl_check(cl_.EnqueueNDRangeKernel(q, k, 3, nullptr, global, local, waits, list, &ev), what, where_);
       return ev;
     };
-    auto whole = [](std::int64_t items, int group) {
-      return static_cast<std::size_t>((items + group - 1) / group) * static_cast<std::size_t>(group);
-    };
     // The packers: a work-item per k and panel, groups of 64 along k (no barriers: any size works).
     cl_event ev_a = launch(kernel("pack_a"), "clEnqueueNDRangeKernel(pack_a)",
                            {{&Mi, sizeof Mi}, {&Ki, sizeof Ki}, {&am, sizeof am}, {&a_off, sizeof a_off},
                             {&lda, sizeof lda}, {&pa, sizeof pa}},
-                           whole(K, 64), static_cast<std::size_t>(row_panels), 64, 1, n_after, after);
+                           whole_groups(K, 64), static_cast<std::size_t>(row_panels), 64, 1, n_after, after);
     cl_event ev_b = launch(kernel("pack_b"), "clEnqueueNDRangeKernel(pack_b)",
                            {{&Ni, sizeof Ni}, {&Ki, sizeof Ki}, {&bm, sizeof bm}, {&b_off, sizeof b_off},
                             {&ldb, sizeof ldb}, {&pb, sizeof pb}},
-                           whole(K, 64), static_cast<std::size_t>(col_panels), 64, 1, 0, nullptr);
+                           whole_groups(K, 64), static_cast<std::size_t>(col_panels), 64, 1, 0, nullptr);
     cl_event ev = launch(kernel("gemm"), "clEnqueueNDRangeKernel(gemm)",
                          {{&Mi, sizeof Mi}, {&Ni, sizeof Ni}, {&Ki, sizeof Ki}, {&pa, sizeof pa}, {&zero, sizeof zero},
                           {&Ki, sizeof Ki}, {&pb, sizeof pb}, {&zero, sizeof zero}, {&Ki, sizeof Ki}, {&cm, sizeof cm},
                           {&c_off, sizeof c_off}, {&ldc, sizeof ldc}, {&zero, sizeof zero}, {&zero, sizeof zero},
                           {&zero, sizeof zero}},
-                         whole(col_panels, p.ndimc), whole(row_panels, p.mdimc), p.ndimc, p.mdimc, 0, nullptr);
+                         whole_groups(col_panels, p.ndimc), whole_groups(row_panels, p.mdimc), p.ndimc, p.mdimc, 0, nullptr);
     cl_.ReleaseEvent(ev_b);
     held.done = ev;
     cl_.RetainEvent(held.done);
@@ -745,6 +743,7 @@ class OpenClDevice final : public core::Device {
     return ev;
   }
 
+  // c = a @ b through padded copies (see pad_to_blocks); nullptr where the copies cannot be made.
   cl_event enqueue_gemm_padded(const GemmParams& p, cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
                                const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c,
                                bool bases_aligned, cl_command_queue q, cl_uint n_after, const cl_event* after,
