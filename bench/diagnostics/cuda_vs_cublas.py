@@ -6,8 +6,16 @@ queued product leaves the GPU idle); the ratio is the faster of the two over por
 sides", has the H200's figures.
 
   python3 bench/diagnostics/cuda_vs_cublas.py
+  python3 bench/diagnostics/cuda_vs_cublas.py --shapes suite --variants "tiles:PORTMAT_CUDA_SHORT_K=0" --json out.json
+
+`--shapes suite` takes `portmat bench`'s built-in suite (a vector as a side of 1); `--variants`
+times portmat again under each `NAME:VAR=VALUE,...` environment (the CUDA backend reads its knobs at
+every call), in the same rounds.
 """
 
+import argparse
+import json
+import os
 import statistics
 
 import torch
@@ -36,14 +44,56 @@ def cublas_seconds(m, n, k):
     return statistics.median(queued), statistics.median(replayed)
 
 
+def portmat_seconds(dev, m, n, k, env):
+    """Median seconds per product of portmat's default choice under the variables `env`."""
+    saved = {v: os.environ.get(v) for v in env}
+    os.environ.update(env)
+    try:
+        return statistics.median(x for x in _ext.time_gemm(dev, m, n, k, "float32", RUNS, LAUNCHES) if x >= 0)
+    finally:
+        for v, old in saved.items():
+            if old is None:
+                os.environ.pop(v, None)
+            else:
+                os.environ[v] = old
+
+
+def parse_variants(text):
+    variants = []
+    for item in filter(None, (text or "").split(";")):
+        name, _, assigns = item.partition(":")
+        variants.append((name, dict(a.split("=", 1) for a in assigns.split(",") if a)))
+    return variants
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", choices=["default", "suite"], default="default")
+    ap.add_argument("--variants", default="")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if args.shapes == "suite":
+        from portmat.bench import SUITE
+        shapes = [(m or 1, k, n or 1) for m, k, n in SUITE]
+    else:
+        shapes = SHAPES
+    variants = parse_variants(args.variants)
     dev = next(d.id for d in portmat.devices() if d.backend == "cuda")
-    print("(M x K) @ (K x N): portmat us, cuBLAS queued / graph us, the faster cuBLAS / portmat")
-    for m, k, n in SHAPES:
+    names = "".join(f", {name} us" for name, _ in variants)
+    print(f"(M x K) @ (K x N): portmat us{names}, cuBLAS queued / graph us, the faster cuBLAS / portmat")
+    records = []
+    for m, k, n in shapes:
         queued, graph = cublas_seconds(m, n, k)
-        t = statistics.median(x for x in _ext.time_gemm(dev, m, n, k, "float32", RUNS, LAUNCHES) if x >= 0)
-        print(f"{m}x{k}@{k}x{n}: portmat {t * 1e6:8.1f}  cuBLAS {queued * 1e6:8.1f} / {graph * 1e6:8.1f}  "
-              f"{min(queued, graph) / t:.2f}x  ({2 * m * n * k / t / 1e12:.1f} TFLOP/s)", flush=True)
+        t = portmat_seconds(dev, m, n, k, {})
+        others = {name: portmat_seconds(dev, m, n, k, env) for name, env in variants}
+        extra = "".join(f"  {name} {v * 1e6:8.1f}" for name, v in others.items())
+        print(f"{m}x{k}@{k}x{n}: portmat {t * 1e6:8.1f}{extra}  cuBLAS {queued * 1e6:8.1f} / {graph * 1e6:8.1f}  "
+              f"{min(queued, graph) / t:.2f}x  ({2 * m * n * k / t / 1e12:.2f} TFLOP/s)", flush=True)
+        records.append({"m": m, "k": k, "n": n, "portmat_s": t, "cublas_queued_s": queued, "cublas_graph_s": graph,
+                        "variants_s": others})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev, "records": records}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -563,6 +563,7 @@ class CudaDevice final : public core::Device {
   struct Plan {
     ThinChoice thin;
     TileChoice tile;
+    ShortKChoice short_k;
   };
   Plan plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, bool whole) {
     const PlanKey key{m, n, k, static_cast<int>(dtype) * 8 + a_col * 4 + b_col * 2 + whole};
@@ -571,6 +572,7 @@ class CudaDevice final : public core::Device {
     Plan p{};
     p.tile = choose_tile(dtype, m, n, k, whole);
     if (dtype == DType::f32) p.thin = thin_choice(m, n, k, a_col, b_col, p.tile.estimate_s);
+    if (dtype == DType::f32 && !p.thin.use) p.short_k = short_k_choice(m, n, k, p.tile.estimate_s);
     if (knobs_) return p;
     if (plans_.size() >= kMaxPlans) plans_.clear();
     plans_.emplace(key, p);
@@ -642,9 +644,25 @@ class CudaDevice final : public core::Device {
     if (env == 0 || knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) return {};
     ThinChoice t = choose_thin(m, n, k, a_col, b_col, info_.compute_units, tile_estimate_s);
     if (env == 1) t.use = t.possible;
+    // PORTMAT_CUDA_THIN_WK=0: thin_dots where the model would take thin_dots_wk (measurements).
+    if (t.wk && knob("PORTMAT_CUDA_THIN_WK", 1) == 0) {
+      t.wk = false;
+      t.rows_per_block = 8 * (t.sc <= 2 ? 8 : 4);
+    }
     // PORTMAT_CUDA_THIN_SLICES=S: k in about S slices, whatever the model says (measurements).
     if (const long slices = knob("PORTMAT_CUDA_THIN_SLICES", 0); slices > 0 && t.possible)
       t = with_thin_slices(t, m, n, k, slices);
+    return t;
+  }
+
+  // Whether a float32 product runs on the short-k kernel (tile_choice.hpp, choose_short_k).
+  // PORTMAT_CUDA_SHORT_K=0 never, =1 whenever k is at most kShortKMax (measurements, tests); a tile
+  // or split forced by a knob keeps the tiles.
+  ShortKChoice short_k_choice(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s) const {
+    const long env = knob("PORTMAT_CUDA_SHORT_K", -1);
+    if (env == 0 || knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) return {};
+    ShortKChoice t = choose_short_k(m, n, k, tile_estimate_s);
+    if (env == 1) t.use = t.ct != 0;
     return t;
   }
 
@@ -745,6 +763,8 @@ class CudaDevice final : public core::Device {
       return launch_tc(stream, a, am, 0, b, bm, 0, c, ldc, 0, m, n, k, 1, accumulate);
     const Plan planned = plan(am.dtype, m, n, k, am.col_major, bm.col_major, whole);
     if (!accumulate && planned.thin.use) return launch_thin(stream, a, am, b, bm, c, ldc, m, n, k, planned.thin);
+    if (!accumulate && planned.short_k.use)
+      return launch_short_k(stream, a, am, b, bm, c, ldc, m, n, k, planned.short_k);
     const TileChoice choice = accumulate ? TileChoice{&kF32_128x256_fpa, false, 0, 0.0} : planned.tile;
     if (choice.split > 1 && am.dtype == DType::f32 && launch_split(stream, a, am, b, bm, c, ldc, m, n, k, choice))
       return;
@@ -910,8 +930,9 @@ class CudaDevice final : public core::Device {
     args.vec = l % 16 == 0 && lm.ld % 4 == 0;
     const std::int64_t R = args.r, S = args.s;
     const int sc_index = t.sc == 1 ? 0 : t.sc == 2 ? 1 : t.sc == 4 ? 2 : t.sc == 8 ? 3 : 4;
-    CUfunction& f = thin_functions_[t.dots][sc_index];
-    if (!f) f = named_function(std::string("thin_") + (t.dots ? "dots" : "axpy") + "_f32_s" + std::to_string(t.sc));
+    CUfunction& f = thin_functions_[t.wk ? 2 : t.dots][sc_index];
+    if (!f)
+      f = named_function(std::string("thin_") + (t.wk ? "dots_wk" : t.dots ? "dots" : "axpy") + "_f32_s" + std::to_string(t.sc));
     auto what = [&](const char* kernel) {
       return product_text(where_, m, n, k, std::string(" with ") + kernel + (t.dots ? " (dots, " : " (axpy, ") +
                                                std::to_string(t.sc) + " short columns)");
@@ -939,6 +960,31 @@ class CudaDevice final : public core::Device {
     if (const CUresult r = cu_.LaunchKernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + 255) / 256), 1,
                                             1, 256, 1, 1, 0, stream, sum_params, nullptr))
       cu_check(r, "cuLaunchKernel(thin_sum)", what("thin_sum_f32"));
+  }
+
+  // A product with a short k (ShortKChoice; kernels/gemm_short_k.cuh): one launch, blocks of
+  // 4 * 256 / ct rows by 4 * ct columns of c.
+  void launch_short_k(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
+                      const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
+                      std::int64_t k, const ShortKChoice& t) {
+    if (m > INT32_MAX || n > INT32_MAX || k > kShortKMax)
+      throw std::logic_error("CUDA gemm: a short-k product out of the kernel's range");
+    ShortKArgs args{};
+    args.a = reinterpret_cast<const void*>(a);
+    args.b = reinterpret_cast<const void*>(b);
+    args.c = reinterpret_cast<void*>(c);
+    args.lda = am.ld, args.ldb = bm.ld, args.ldc = ldc;
+    args.m = static_cast<int>(m), args.n = static_cast<int>(n), args.k = static_cast<int>(k);
+    args.a_col = am.col_major, args.b_col = bm.col_major;
+    args.c_vec = c % 16 == 0 && ldc % 4 == 0;
+    const int wide = t.ct == 32;
+    CUfunction& f = short_k_functions_[wide];
+    if (!f) f = named_function(wide ? "short_k_f32_c32" : "short_k_f32_c4");
+    const std::int64_t tm = 4 * (256 / t.ct), tn = 4 * t.ct;
+    void* params[] = {&args};
+    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>((m + tm - 1) / tm), static_cast<unsigned>((n + tn - 1) / tn),
+                                            1, 256, 1, 1, 0, stream, params, nullptr))
+      cu_check(r, "cuLaunchKernel(short-k gemm)", product_text(where_, m, n, k, " with short_k"));
   }
 
   // The split-K workspace of launches on `stream` (one per stream, like the stream-K flags: the
@@ -1318,7 +1364,8 @@ class CudaDevice final : public core::Device {
   std::map<std::string, CUfunction> functions_;
   std::map<std::pair<const GemmTile*, int>, CUfunction> tile_functions_;  // function(): tile, layout
   std::map<std::pair<const GemmTile*, int>, int> cluster_room_;  // cluster_room(): tile, slices; -1 none
-  CUfunction thin_functions_[2][5] = {};  // launch_thin: [dots][short side 1, 2, 4, 8, 16]
+  CUfunction thin_functions_[3][5] = {};  // launch_thin: [axpy, dots, dots_wk][short side 1, 2, 4, 8, 16]
+  CUfunction short_k_functions_[2] = {};  // launch_short_k: [128 columns a block (else 16)]
   bool knobs_ = true;                     // a PORTMAT_CUDA_ variable is set (ready())
   struct PlanKey {
     std::int64_t m, n, k;

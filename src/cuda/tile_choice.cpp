@@ -2,6 +2,7 @@
 #include "cuda/tile_choice.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace portmat::cuda {
 
@@ -190,7 +191,10 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   const std::int64_t R = t.few_rows ? n : m, S = t.few_rows ? m : n;
   t.sc = S <= 1 ? 1 : S <= 2 ? 2 : S <= 4 ? 4 : S <= 8 ? 8 : 16;
   const int rw = t.sc <= 2 ? 8 : 4;  // thin_dots' rows per warp (gemm_thin.cuh)
-  t.rows_per_block = t.dots ? 8 * rw : 128;
+  // At most one warp's rows (a dot product, a few rows of a): thin_dots_wk, whose 8 warps share
+  // them and split k; in thin_dots 7 of the 8 would idle (a dot product ran at 0.25x cuBLAS).
+  t.wk = t.dots && R <= rw && t.sc <= 4;
+  t.rows_per_block = t.wk ? rw : t.dots ? 8 * rw : 128;
   const std::int64_t s_count = std::max(1, sms);
   const std::int64_t row_blocks = ceil_div(R, t.rows_per_block);
   // Slices of k until the grid has kThinBlocksPerSm blocks an SM (with_thin_slices: each at least a
@@ -203,9 +207,10 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   const int level = t.sc == 1 ? 0 : t.sc == 2 ? 1 : t.sc == 4 ? 2 : t.sc == 8 ? 3 : 4;
   const double bytes = 4.0 * (static_cast<double>(R) * k + static_cast<double>(S) * k + static_cast<double>(R) * S);
   auto estimate = [&](std::int64_t kslice, std::int64_t parts) {
-    const double lanes = t.dots ? std::min(1.0, static_cast<double>(std::min(k, kslice)) / 128.0)
+    const double lanes = t.dots ? std::min(1.0, static_cast<double>(std::min(k, kslice)) / (t.wk ? 1024.0 : 128.0))
                                 : std::min(1.0, static_cast<double>(R) / 128.0);
-    const double rows = t.dots ? std::min(1.0, static_cast<double>(R) / static_cast<double>(t.rows_per_block)) : 1.0;
+    const double rows = t.dots ? std::min(1.0, static_cast<double>(R) / static_cast<double>(t.wk ? rw : t.rows_per_block))
+                               : 1.0;
     const double blocks = static_cast<double>(row_blocks * parts);
     const double block_rate = kThinBlockBytesPerS * kThinBytesPerS[level] / kThinBytesPerS[0];
     const double rate = lanes * std::min(kThinBytesPerS[level], blocks * block_rate * rows);
@@ -218,6 +223,32 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   t = with_thin_slices(t, m, n, k, bytes < kThinSmallBytes || row_blocks >= want ? 1 : ceil_div(want, row_blocks));
   t.estimate_s = estimate(t.kslice, t.slices);
   t.use = t.estimate_s < tile_estimate_s;
+  return t;
+}
+
+namespace {
+// The short-k kernel and the tiles, both as a start plus bytes at a streaming rate (the tile model's
+// flops say little where c's bytes dominate). Fitted on the H200 (session 23, 2026-12-03,
+// cuda_vs_cublas.py --shapes suite with PORTMAT_CUDA_SHORT_K=0 / 1, us, tiles -> short-k):
+// (2048 x 1) @ (1 x 2048) 10.8 -> 7.6, (2048 x 8) @ (8 x 2048) 10.8 -> 10.4, (65536 x 16) @
+// (16 x 16) 11.9 -> 7.5, (16 x 16) @ (16 x 65536) 9.2 -> 8.0, every product of at most 256 x 256
+// results 0.1-1.5 us slower. So the tiles stream about 2.0 TB/s and the short-k kernel 2.8; its
+// multiply-adds (shared-memory operands, 4 x 4 a thread) are taken at 20 TFLOP/s, and it must win
+// by kShortKMargin (below a few MB the two are within the noise of a launch, and the tiles stay).
+constexpr double kStreamStartS = 4.0e-6, kShortKBytesPerS = 2.8e12, kShortKFlops = 20e12;
+constexpr double kTileBytesPerS = 2.0e12, kShortKMargin = 1.1;
+}  // namespace
+
+ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s) {
+  ShortKChoice t;
+  if (k <= 0 || k > kShortKMax || m <= 0 || n <= 0) return t;
+  const int ct = n <= 16 ? 4 : 32;
+  const std::int64_t tn = 4 * ct, tm = 4 * (256 / ct);
+  if (ceil_div(n, tn) > 65535 || ceil_div(m, tm) > INT32_MAX) return t;  // beyond its grid
+  t.ct = ct;
+  const double bytes = 4.0 * (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
+  t.estimate_s = kStreamStartS + std::max(bytes / kShortKBytesPerS, 2.0 * m * n * k / kShortKFlops);
+  t.use = kShortKMargin * t.estimate_s < std::max(tile_estimate_s, kStreamStartS + bytes / kTileBytesPerS);
   return t;
 }
 

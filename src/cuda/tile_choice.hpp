@@ -74,6 +74,7 @@ struct ThinChoice {
   bool use = false;          // ... and the model prefers the thin kernels
   bool few_rows = false;     // L = b^T, out = c^T (else L = a, out = c)
   bool dots = false;         // L's k contiguous: thin_dots (else thin_axpy)
+  bool wk = false;           // thin_dots_wk: L has at most one warp's rows, the warps split k
   int sc = 0;                // the short side padded to 1, 2, 4, 8 or 16
   std::int64_t rows_per_block = 0;
   std::int64_t slices = 1;   // grid rows over k; > 1: partial results and thin_sum
@@ -89,5 +90,18 @@ ThinChoice with_thin_slices(ThinChoice t, std::int64_t m, std::int64_t n, std::i
 // tile_estimate_s: the time the tiles would take (TileChoice::estimate_s), which `use` compares with.
 ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
                        double tile_estimate_s);
+
+// Short inner dimension (kernels/gemm_short_k.cuh): k at most kShortKMax (gemm_tiles.h) and no
+// thin kernel. Such a product writes m x n results for at most 32 multiply-adds each, so its time
+// is bytes (c's, and the long operand's) at memory speed plus a launch; the tile model counts
+// flops only, which for k = 1-32 is a small part of what the tiles take. `use`: the short-k
+// estimate beats the tiles' estimate with that bytes floor added (the tiles write c too).
+// ct: the kernel's threads across a block's columns (4: 16 columns, for n <= 16; else 32: 128).
+struct ShortKChoice {
+  bool use = false;
+  int ct = 0;
+  double estimate_s = 0.0;
+};
+ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s);
 
 }  // namespace portmat::cuda

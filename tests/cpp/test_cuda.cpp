@@ -332,17 +332,36 @@ TEST(CudaGemm, SplitKCorrectAndDeterministic) {
 // The thin kernels (kernels/gemm_thin.cuh) whatever the model says (PORTMAT_CUDA_THIN=1): one,
 // a few and 16 rows or columns of c, both sides short, k of 1, shorter than a chunk and long
 // enough to be split in slices (thin_sum), in every layout (so both thin_dots and thin_axpy in
-// each view) with aligned and unaligned offsets; a split product gives the same bits every run.
+// each view) with aligned and unaligned offsets; at most 8 rows of L in a long k (thin_dots_wk, its
+// warps splitting k: a dot product, 3 x 2 and 4 x 4 results); a split product gives the same
+// bits every run.
 TEST(CudaGemm, ThinCorrectAndDeterministic) {
   REQUIRE_CUDA();
   std::mt19937 rng(31);
   ScopedEnv thin("PORTMAT_CUDA_THIN", "1");
   for (const auto& s : {std::array<long, 3>{1, 777, 1000}, {777, 1, 1000}, {3, 1500, 2100}, {1500, 5, 2100},
-                        {9, 3000, 700}, {2000, 16, 1300}, {16, 16, 9000}, {7, 2, 33}, {2, 300, 1}, {130, 8, 20000}}) {
+                        {9, 3000, 700}, {2000, 16, 1300}, {16, 16, 9000}, {7, 2, 33}, {2, 300, 1}, {130, 8, 20000},
+                        {1, 1, 300001}, {3, 2, 70000}, {4, 4, 5000}}) {
     SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
     check_device_resident(dev, s[0], s[1], s[2], rng);
   }
   check_same_bits_every_run(dev, 4, 2000, 30000, rng);  // few rows over a long k: slices and their sum
+  check_same_bits_every_run(dev, 1, 1, 1 << 20, rng);   // a dot product: thin_dots_wk's slices
+}
+
+// The short-k kernel (kernels/gemm_short_k.cuh) whatever the model says (PORTMAT_CUDA_SHORT_K=1):
+// k from 1 to kShortKMax, results of at most 16 columns (its 16-column blocks) and wider ones (128),
+// partial blocks of rows and columns, c's rows as float4 stores (ldc = n + 1 a multiple of 4 at
+// offset 0) and not, every layout and offset (check_device_resident).
+TEST(CudaGemm, ShortKCorrect) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(37);
+  ScopedEnv short_k("PORTMAT_CUDA_SHORT_K", "1");
+  for (const auto& s : {std::array<long, 3>{2048, 2047, 1}, {300, 2000, 7}, {7000, 15, 16}, {16, 20001, 16}, {33, 17, 32},
+                        {1000, 131, 31}, {5, 3, 2}, {257, 16, 9}}) {
+    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
+    check_device_resident(dev, s[0], s[1], s[2], rng);
+  }
 }
 
 // complex64 stacks on the device: B'' built there (complex_b), then one real batched product.

@@ -99,6 +99,15 @@ def test_few_rows_short_k_very_wide_b(device, rng, m, k, n, dtype, a_layout, b_l
     check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
+@pytest.mark.parametrize("m,k,n", [(2048, 1, 2047), (700, 8, 3001), (40000, 16, 16), (16, 16, 40001), (513, 32, 129)])
+@pytest.mark.parametrize("a_layout,b_layout", [("C", "C"), ("F", "F"), ("view", "view")])
+def test_short_k_large_results(device, rng, m, k, n, a_layout, b_layout):
+    # A k of 1-32 and a large c (rank-k updates, outer products, tall a against a small b, small a
+    # against a wide b): on CUDA the short-k kernel, which writes c straight from registers.
+    a, b = laid_out(rng, (m, k), a_layout, np.float32), laid_out(rng, (k, n), b_layout, np.float32)
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
 def test_large_k(device, rng):
     a, b = random_matrix(rng, (33, 4099)), random_matrix(rng, (4099, 35))
     check_matmul(portmat.matmul(a, b, device=device), a, b)

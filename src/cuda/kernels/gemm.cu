@@ -35,6 +35,7 @@
 //  - gemm_batched.cuh  strided batches (_fpb, 64x128_fpb, 128x64_fpb, 64x64b, _small), split_sum
 //                      (split-K's sum of parts) and complex_b (complex b as real);
 //  - gemm_thin.cuh     thin products (a side of c at most 16): thin_dots, thin_axpy, thin_sum;
+//  - gemm_short_k.cuh  short inner dimension (k at most 32), c large: short_k;
 //  - casts.cuh         cast_elements, dtype casts for products of dtypes the kernels lack;
 //  - gemm_tc.cuh       gemm_tc_body, the tensor cores (mma.sync) for the precision modes tf32,
 //                      float32_tc and bfloat16 (issue 18): its own tile (kTc) and shared-memory
@@ -58,6 +59,7 @@
 #include "gemm_body_ws.cuh"
 #include "gemm_batched.cuh"
 #include "gemm_thin.cuh"
+#include "gemm_short_k.cuh"
 #include "casts.cuh"
 #include "gemm_tc.cuh"
 #include "gemm_wgmma.cuh"
@@ -77,6 +79,8 @@ using portmat::cuda::ComplexBArgs;
 using portmat::cuda::SplitSumArgs;
 using portmat::cuda::split_sum_body;
 using portmat::cuda::ThinArgs;
+using portmat::cuda::ShortKArgs;
+using portmat::cuda::short_k_body;
 using portmat::cuda::ThinSumArgs;
 using portmat::cuda::thin_axpy_body;
 using portmat::cuda::thin_dots_body;
@@ -247,7 +251,17 @@ __global__ void __launch_bounds__(256) complex_b_f64(ComplexBArgs p) { complex_b
 PM_THIN(dots, 1) PM_THIN(dots, 2) PM_THIN(dots, 4) PM_THIN(dots, 8) PM_THIN(dots, 16)
 PM_THIN(axpy, 1) PM_THIN(axpy, 2) PM_THIN(axpy, 4) PM_THIN(axpy, 8) PM_THIN(axpy, 16)
 #undef PM_THIN
+// thin_dots with the block's warps splitting k (at most one warp's rows: a dot product, a few rows).
+#define PM_THIN_WK(sc) \
+  __global__ void __launch_bounds__(256, 2) thin_dots_wk_f32_s##sc(ThinArgs p) { thin_dots_body<sc, true>(p); }
+PM_THIN_WK(1) PM_THIN_WK(2) PM_THIN_WK(4)
+#undef PM_THIN_WK
 __global__ void __launch_bounds__(256) thin_sum_f32(ThinSumArgs p) { thin_sum_body(p); }
+
+// Short inner dimension (gemm_short_k.cuh): 256 threads a block, 4 or 32 of them across 16 or 128
+// columns of c.
+__global__ void __launch_bounds__(256) short_k_f32_c4(ShortKArgs p) { short_k_body<4>(p); }
+__global__ void __launch_bounds__(256) short_k_f32_c32(ShortKArgs p) { short_k_body<32>(p); }
 
 // Tensor cores (gemm_tc.cuh), float32 operands in the precision modes: tf32 (one TF32 product),
 // f32x3 (float32_tc: the hi/lo split, three TF32 products), bf16 (operands rounded to bfloat16).

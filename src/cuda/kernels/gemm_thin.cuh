@@ -57,15 +57,15 @@ __device__ __forceinline__ int thin_dots_unit(int g, int s) {
   return g * thin_dots_pitch<SC>() + s;
 }
 
-// The short operand's rows [kc, kc + kThinChunk) into shared memory, zeros past k1 and past s:
-// as thin_dots_unit's units (DOTS) or row by row, S contiguous (thin_axpy).
-template <int SC, bool DOTS>
+// The short operand's rows [kc, kc + CH) into shared memory, zeros past k1 and past s: as
+// thin_dots_unit's units (DOTS) or row by row, S contiguous (thin_axpy).
+template <int SC, bool DOTS, int CH = kThinChunk>
 __device__ __forceinline__ void thin_load_short(const ThinArgs& p, int kc, int k1, float* sh) {
   const float* g = static_cast<const float*>(p.sh);
-  for (int e = threadIdx.x; e < kThinChunk * SC; e += kThinThreads) {
+  for (int e = threadIdx.x; e < CH * SC; e += kThinThreads) {
     int kl, s;
     if (p.sk == 1) {  // k contiguous in memory: consecutive threads along k
-      kl = e % kThinChunk, s = e / kThinChunk;
+      kl = e % CH, s = e / CH;
     } else {
       s = e % SC, kl = e / SC;
     }
@@ -130,20 +130,26 @@ __device__ __forceinline__ float4 thin_load4(const ThinArgs& p, int r, int k, in
   return v;
 }
 
-template <int SC>
+// WK (warps split k; thin_dots_wk, for at most RW rows of L and SC <= 4, e.g. a dot product): the
+// 8 warps of a block share its RW rows and each takes its own kThinChunk of an 8 times deeper
+// chunk, so all of them read L (else 7 of 8 idle); their sums meet in shared memory in warp order.
+template <int SC, bool WK = false>
 __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
   constexpr int RW = thin_dots_rows<SC>();
   constexpr int G = kThinChunk / 128;  // float4 groups of a row per lane and chunk
   constexpr int V = RW * SC;
-  __shared__ __align__(16) float sh[kThinChunk / 4 * thin_dots_pitch<SC>() * 4];
+  constexpr int CH = WK ? kThinChunk * kThinWarps : kThinChunk;  // k per pass through shared memory
+  static_assert(!WK || SC <= 4, "thin_dots_wk: the deeper chunk of 16 columns would not fit");
+  __shared__ __align__(16) float sh[CH / 4 * thin_dots_pitch<SC>() * 4];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int r0 = (blockIdx.x * kThinWarps + warp) * RW;
+  const int r0 = WK ? blockIdx.x * RW : (blockIdx.x * kThinWarps + warp) * RW;
+  const int kw = WK ? warp * kThinChunk : 0;  // this warp's part of a chunk
   const long long k0 = static_cast<long long>(blockIdx.y) * p.kslice;
   const int k1 = static_cast<int>(min(static_cast<long long>(p.k), k0 + p.kslice));
   float acc[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) acc[i] = 0.f;
-  for (int kc = static_cast<int>(k0); kc < k1; kc += kThinChunk) {
+  for (int kc = static_cast<int>(k0); kc < k1; kc += CH) {
     // The chunk's first group of L first (in flight across the barriers), then the short operand.
     // With 16 columns a lane holds one group of each row at a time (with two, 128 registers were
     // not enough: ptxas spilled).
@@ -152,9 +158,9 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
 #pragma unroll
     for (int rw = 0; rw < RW; ++rw)
 #pragma unroll
-      for (int g = 0; g < GA; ++g) x[rw][g] = thin_load4<false>(p, r0 + rw, kc + (g * 32 + lane) * 4, k1);
+      for (int g = 0; g < GA; ++g) x[rw][g] = thin_load4<false>(p, r0 + rw, kc + kw + (g * 32 + lane) * 4, k1);
     __syncthreads();  // the previous chunk's reads of sh are done
-    thin_load_short<SC, true>(p, kc, k1, sh);
+    thin_load_short<SC, true, CH>(p, kc, k1, sh);
     __syncthreads();
 #pragma unroll
     for (int g0 = 0; g0 < G; g0 += GA) {
@@ -163,13 +169,13 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
         for (int rw = 0; rw < RW; ++rw)
 #pragma unroll
           for (int g = 0; g < GA; ++g)
-            x[rw][g] = thin_load4<false>(p, r0 + rw, kc + ((g0 + g) * 32 + lane) * 4, k1);
+            x[rw][g] = thin_load4<false>(p, r0 + rw, kc + kw + ((g0 + g) * 32 + lane) * 4, k1);
 #pragma unroll
       for (int g = 0; g < GA; ++g)
 #pragma unroll
         for (int s = 0; s < SC; ++s) {
           const float4 w =
-              *reinterpret_cast<const float4*>(sh + thin_dots_unit<SC>((g0 + g) * 32 + lane, s) * 4);
+              *reinterpret_cast<const float4*>(sh + thin_dots_unit<SC>(kw / 4 + (g0 + g) * 32 + lane, s) * 4);
 #pragma unroll
           for (int rw = 0; rw < RW; ++rw) {
             float& a = acc[rw * SC + s];
@@ -183,6 +189,23 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
   }
   warp_reduce_many(acc, lane);
   float* out = static_cast<float*>(p.out) + blockIdx.y * p.out_step;
+  if constexpr (WK) {
+    static_assert(V <= 32, "thin_dots_wk: one sum a lane at most");
+    // Lane l holds the sum of index l / (32 / V) (warp_reduce_many); the warps' sums are added in
+    // warp order by the first V threads.
+    __shared__ float part[kThinWarps][V];
+    constexpr int kShare = 32 / V;
+    if (lane % kShare == 0) part[warp][lane / kShare] = acc[0];
+    __syncthreads();
+    if (threadIdx.x < V) {
+      float sum = part[0][threadIdx.x];
+#pragma unroll
+      for (int w = 1; w < kThinWarps; ++w) sum += part[w][threadIdx.x];
+      const int r = r0 + threadIdx.x / SC, s = threadIdx.x % SC;
+      if (r < p.r && s < p.s) out[r * p.ors + s * p.oss] = sum;
+    }
+    return;
+  }
   constexpr int kHeld = V >= 32 ? V / 32 : 1;
 #pragma unroll
   for (int j = 0; j < kHeld; ++j) {

@@ -1,0 +1,124 @@
+// Short inner dimension (issue 16): c = a @ b with k <= kShortKMax (32) and c large: rank-k
+// updates, outer products (k = 1), a tall a against a small b, a small a against a wide b. Such a
+// product does at most 32 multiply-adds per element of c it writes, so its time is c's bytes (and
+// the long operand's) at memory speed. The tiles spend it otherwise: a 128x256 tile loads a 16-deep
+// slab of which k = 1 uses one row, and the thin kernels (a side of c at most 16) read the long
+// operand along k, which is too short to keep their lanes busy.
+//
+// Here a block of 256 threads owns a TM x TN block of c (TN = 4 * CT columns, CT threads across
+// them; TM = RT * 256 / CT rows): it copies a's TM x k and b's k x TN into shared memory (zeros
+// outside the matrices), and each thread computes RT rows x 4 consecutive columns of c (rows 256 /
+// CT apart) with k x 4 x RT multiply-adds, and stores them as float4 where c allows. CT = 32 (128
+// columns: a warp writes 512 contiguous bytes of a row) for wide results, CT = 4 (16 columns) for
+// results of at most 16 columns.
+#pragma once
+
+#include "gemm_common.cuh"
+
+namespace portmat::cuda {
+namespace {
+
+constexpr int kShortKThreads = 256;
+constexpr int kShortKRows = 4;  // rows of c per thread (RT)
+constexpr int kShortKLoads = 8;  // loads of a thread in flight while a block copies its operands
+
+template <int CT>
+struct ShortKShape {
+  static constexpr int kTN = 4 * CT;                                   // columns of c per block
+  static constexpr int kTM = kShortKRows * (kShortKThreads / CT);       // rows of c per block
+  static constexpr int kLdA = kTM + 1;   // As[k][i]: a row-major a is copied along k (odd: no bank conflict)
+  static constexpr int kLdB = kTN + 4;   // Bs[k][j]: float4 rows; +4 spreads a column-major b's copy
+};
+
+template <int CT>
+__device__ __forceinline__ void short_k_body(const ShortKArgs& p) {
+  using S = ShortKShape<CT>;
+  __shared__ __align__(16) float As[kShortKMax * S::kLdA];
+  __shared__ __align__(16) float Bs[kShortKMax * S::kLdB];
+  const float* a = static_cast<const float*>(p.a);
+  const float* b = static_cast<const float*>(p.b);
+  const int row0 = blockIdx.x * S::kTM, col0 = blockIdx.y * S::kTN;
+  const int k = p.k;
+  // a's rows [row0, row0 + kTM) x k and b's k x [col0, col0 + kTN), along each one's contiguous
+  // index, kShortKLoads loads of a thread in flight before their stores (a block does nothing else
+  // until its copy is done, so one load at a time would leave it waiting on each).
+  const int a_count = S::kTM * k, b_count = S::kTN * k;
+  for (int e0 = threadIdx.x; e0 < a_count; e0 += kShortKThreads * kShortKLoads) {
+    float v[kShortKLoads];
+#pragma unroll
+    for (int u = 0; u < kShortKLoads; ++u) {
+      const int e = e0 + u * kShortKThreads;
+      int i, kk;
+      if (p.a_col)
+        i = e % S::kTM, kk = e / S::kTM;
+      else
+        kk = e % k, i = e / k;
+      const int gi = row0 + i;
+      v[u] = e < a_count && gi < p.m ? (p.a_col ? a[kk * p.lda + gi] : a[static_cast<long long>(gi) * p.lda + kk]) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kShortKLoads; ++u) {
+      const int e = e0 + u * kShortKThreads;
+      if (e >= a_count) break;
+      const int i = p.a_col ? e % S::kTM : e / k, kk = p.a_col ? e / S::kTM : e % k;
+      As[kk * S::kLdA + i] = v[u];
+    }
+  }
+  for (int e0 = threadIdx.x; e0 < b_count; e0 += kShortKThreads * kShortKLoads) {
+    float v[kShortKLoads];
+#pragma unroll
+    for (int u = 0; u < kShortKLoads; ++u) {
+      const int e = e0 + u * kShortKThreads;
+      int j, kk;
+      if (p.b_col)
+        kk = e % k, j = e / k;
+      else
+        j = e % S::kTN, kk = e / S::kTN;
+      const int gj = col0 + j;
+      v[u] = e < b_count && gj < p.n ? (p.b_col ? b[static_cast<long long>(gj) * p.ldb + kk] : b[kk * p.ldb + gj]) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kShortKLoads; ++u) {
+      const int e = e0 + u * kShortKThreads;
+      if (e >= b_count) break;
+      const int j = p.b_col ? e / k : e % S::kTN, kk = p.b_col ? e % k : e / S::kTN;
+      Bs[kk * S::kLdB + j] = v[u];
+    }
+  }
+  __syncthreads();
+  const int tx = threadIdx.x % CT, ty = threadIdx.x / CT;
+  constexpr int kRowStep = kShortKThreads / CT;
+  float acc[kShortKRows][4];
+#pragma unroll
+  for (int q = 0; q < kShortKRows; ++q) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.f;
+#pragma unroll 4
+  for (int kk = 0; kk < k; ++kk) {
+    const float4 w = *reinterpret_cast<const float4*>(Bs + kk * S::kLdB + tx * 4);
+#pragma unroll
+    for (int q = 0; q < kShortKRows; ++q) {
+      const float x = As[kk * S::kLdA + ty + q * kRowStep];
+      acc[q][0] = fmaf(x, w.x, acc[q][0]);
+      acc[q][1] = fmaf(x, w.y, acc[q][1]);
+      acc[q][2] = fmaf(x, w.z, acc[q][2]);
+      acc[q][3] = fmaf(x, w.w, acc[q][3]);
+    }
+  }
+  float* c = static_cast<float*>(p.c);
+  const int j = col0 + tx * 4;
+#pragma unroll
+  for (int q = 0; q < kShortKRows; ++q) {
+    const int i = row0 + ty + q * kRowStep;
+    if (i >= p.m) break;
+    float* out = c + static_cast<long long>(i) * p.ldc + j;
+    if (p.c_vec && j + 3 < p.n) {
+      *reinterpret_cast<float4*>(out) = make_float4(acc[q][0], acc[q][1], acc[q][2], acc[q][3]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (j + e < p.n) out[e] = acc[q][e];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace portmat::cuda
