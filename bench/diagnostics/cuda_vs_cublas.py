@@ -10,7 +10,9 @@ sides", has the H200's figures.
 
 `--shapes suite` takes `portmat bench`'s built-in suite (a vector as a side of 1); `--variants`
 times portmat again under each `NAME:VAR=VALUE,...` environment (the CUDA backend reads its knobs at
-every call), in the same rounds.
+every call), in the same rounds. `graph:PORTMAT_CUDA_TIME_GRAPH=1` times portmat's 10 products as
+a CUDA graph's replay, like cuBLAS's graph column (a knob set costs each queued launch a little
+host time: compare variants with each other, the default with the default).
 """
 
 import argparse

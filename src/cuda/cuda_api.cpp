@@ -77,6 +77,12 @@ CuApi* load_api() {
   api->LaunchKernelEx = reinterpret_cast<decltype(api->LaunchKernelEx)>(dlsym(lib, "cuLaunchKernelEx"));
   api->OccupancyMaxActiveClusters =
       reinterpret_cast<decltype(api->OccupancyMaxActiveClusters)>(dlsym(lib, "cuOccupancyMaxActiveClusters"));
+  api->StreamBeginCapture = reinterpret_cast<decltype(api->StreamBeginCapture)>(dlsym(lib, "cuStreamBeginCapture_v2"));
+  api->StreamEndCapture = reinterpret_cast<decltype(api->StreamEndCapture)>(dlsym(lib, "cuStreamEndCapture"));
+  api->GraphInstantiate = reinterpret_cast<decltype(api->GraphInstantiate)>(dlsym(lib, "cuGraphInstantiateWithFlags"));
+  api->GraphLaunch = reinterpret_cast<decltype(api->GraphLaunch)>(dlsym(lib, "cuGraphLaunch"));
+  api->GraphExecDestroy = reinterpret_cast<decltype(api->GraphExecDestroy)>(dlsym(lib, "cuGraphExecDestroy"));
+  api->GraphDestroy = reinterpret_cast<decltype(api->GraphDestroy)>(dlsym(lib, "cuGraphDestroy"));
   if (!ok) {
     if (!api->EventElapsedTime) reason() = "libcuda.so.1 lacks cuEventElapsedTime";
     delete api;

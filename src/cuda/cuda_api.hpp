@@ -61,6 +61,14 @@ struct CuApi {
   // kernels); without it split-K takes its two launches.
   decltype(&::cuLaunchKernelEx) LaunchKernelEx;
   decltype(&::cuOccupancyMaxActiveClusters) OccupancyMaxActiveClusters;
+  // Optional: CUDA graphs, for benchmarks only (PORTMAT_CUDA_TIME_GRAPH: time_gemm's products
+  // captured once and replayed, as vendor libraries are timed through CUDA graphs).
+  decltype(&::cuStreamBeginCapture) StreamBeginCapture;
+  decltype(&::cuStreamEndCapture) StreamEndCapture;
+  decltype(&::cuGraphInstantiate) GraphInstantiate;
+  decltype(&::cuGraphLaunch) GraphLaunch;
+  decltype(&::cuGraphExecDestroy) GraphExecDestroy;
+  decltype(&::cuGraphDestroy) GraphDestroy;
 };
 
 // The loaded table, or nullptr when libcuda.so.1 is missing, lacks a symbol, or cuInit fails

@@ -213,10 +213,19 @@ class CudaDevice final : public core::Device {
     std::lock_guard<std::mutex> lock(mu_);
     ready();
     const std::size_t es = dtype_size(a.dtype);
+    auto products = [&](int count) {
+      for (int i = 0; i < count; ++i)
+        launch(kstream_[0], ptr_of(a.data) + a.offset * es, a, ptr_of(b.data) + b.offset * es, b,
+               ptr_of(c.data) + c.offset * es, c.ld, a.rows, b.cols, a.cols, /*whole=*/true);
+    };
+    // PORTMAT_CUDA_TIME_GRAPH=1: the products captured in a CUDA graph and its replay timed, which
+    // leaves out the host's side of each launch, as cuBLAS is timed through torch's CUDA graphs
+    // (bench/diagnostics/cuda_vs_cublas.py): below ~10 us a queued launch's host time shows.
+    if (knob("PORTMAT_CUDA_TIME_GRAPH", 0) != 0 && cu_.StreamBeginCapture && cu_.StreamEndCapture &&
+        cu_.GraphInstantiate && cu_.GraphLaunch && cu_.GraphExecDestroy && cu_.GraphDestroy)
+      return graph_seconds(products, launches);
     cu_check(cu_.EventRecord(t0_, kstream_[0]), "cuEventRecord", where_);
-    for (int i = 0; i < launches; ++i)
-      launch(kstream_[0], ptr_of(a.data) + a.offset * es, a, ptr_of(b.data) + b.offset * es, b,
-             ptr_of(c.data) + c.offset * es, c.ld, a.rows, b.cols, a.cols, /*whole=*/true);
+    products(launches);
     cu_check(cu_.EventRecord(t1_, kstream_[0]), "cuEventRecord", where_);
     cu_check(cu_.EventSynchronize(t1_), "gemm kernel (cuEventSynchronize)", where_);
     float ms = 0.f;
@@ -226,6 +235,44 @@ class CudaDevice final : public core::Device {
 
   void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
                    const MatrixView& c) override;
+
+  // Seconds per product of `products(launches)` captured once as a CUDA graph on kernel stream 0
+  // and replayed (gemm_repeated's PORTMAT_CUDA_TIME_GRAPH). One product runs first, outside the
+  // capture, so that workspaces, flags and kernels exist before it (nothing may be allocated or
+  // waited for while a stream is captured).
+  template <class Products>
+  double graph_seconds(Products& products, int launches) {
+    const CUstream s = kstream_[0];
+    products(1);
+    cu_check(cu_.StreamSynchronize(s), "cuStreamSynchronize (graph timing)", where_);
+    cu_check(cu_.StreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture", where_);
+    CUgraph graph = nullptr;
+    try {
+      products(launches);
+    } catch (...) {
+      cu_.StreamEndCapture(s, &graph);
+      if (graph) cu_.GraphDestroy(graph);
+      throw;
+    }
+    cu_check(cu_.StreamEndCapture(s, &graph), "cuStreamEndCapture", where_);
+    CUgraphExec exec = nullptr;
+    const CUresult made = cu_.GraphInstantiate(&exec, graph, 0);
+    cu_.GraphDestroy(graph);
+    cu_check(made, "cuGraphInstantiate", where_);
+    struct ExecGuard {
+      const CuApi& cu;
+      CUgraphExec e;
+      ~ExecGuard() { cu.GraphExecDestroy(e); }
+    } guard{cu_, exec};
+    cu_check(cu_.GraphLaunch(exec, s), "cuGraphLaunch", where_);  // warm
+    cu_check(cu_.EventRecord(t0_, s), "cuEventRecord", where_);
+    cu_check(cu_.GraphLaunch(exec, s), "cuGraphLaunch", where_);
+    cu_check(cu_.EventRecord(t1_, s), "cuEventRecord", where_);
+    cu_check(cu_.EventSynchronize(t1_), "gemm graph (cuEventSynchronize)", where_);
+    float ms = 0.f;
+    cu_check(cu_.EventElapsedTime(&ms, t0_, t1_), "cuEventElapsedTime", where_);
+    return ms * 1e-3 / launches;
+  }
 
   // A stack of products small enough to go through the link as stacks (kStackMaxFlops each): see
   // the definition below. Larger products go one by one through matmul_host's pipeline.
@@ -938,6 +985,17 @@ class CudaDevice final : public core::Device {
                                                std::to_string(t.sc) + " short columns)");
     };
     ThinSumArgs sum{};
+    // Where thin_sum_fused says so, the slices are added in the same launch, by the last block of
+    // each row of blocks (ThinArgs::counter: the stream's zeroed stream-K flags, one a row of
+    // blocks, left cleared); else by a second launch, thin_sum. PORTMAT_CUDA_THIN_FUSED=0: always
+    // thin_sum (measurements).
+    const std::int64_t row_blocks = (R + t.rows_per_block - 1) / t.rows_per_block;
+    const bool fused = thin_sum_fused(t, S) && row_blocks <= kMaxSkBlocks && knob("PORTMAT_CUDA_THIN_FUSED", 1) != 0;
+    if (fused) {
+      args.counter = sk_flags(stream, row_blocks);
+      args.c = reinterpret_cast<void*>(c);
+      args.crs = args.ors, args.css = args.oss;
+    }
     if (t.slices > 1) {  // the parts: [slice][r][s], r contiguous where c's r is
       const CUdeviceptr w = split_workspace(stream, static_cast<std::size_t>(t.slices * R * S) * sizeof(float));
       sum.parts = reinterpret_cast<const void*>(w);
@@ -952,10 +1010,10 @@ class CudaDevice final : public core::Device {
       args.out = reinterpret_cast<void*>(c);
     }
     void* params[] = {&args};
-    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>((R + t.rows_per_block - 1) / t.rows_per_block),
-                                            static_cast<unsigned>(t.slices), 1, 256, 1, 1, 0, stream, params, nullptr))
+    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(row_blocks), static_cast<unsigned>(t.slices), 1, 256,
+                                            1, 1, 0, stream, params, nullptr))
       cu_check(r, "cuLaunchKernel(thin gemm)", what("a thin kernel"));
-    if (t.slices <= 1) return;
+    if (t.slices <= 1 || fused) return;
     void* sum_params[] = {&sum};
     if (const CUresult r = cu_.LaunchKernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + 255) / 256), 1,
                                             1, 256, 1, 1, 0, stream, sum_params, nullptr))

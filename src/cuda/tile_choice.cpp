@@ -151,15 +151,17 @@ namespace {
 //    lanes or warps have nothing to read: thin_dots' warp reads 128 k of a row at a time (k = 16
 //    left 7 of 8 lanes idle: 45 us where the tiles took 11) and each warp owns a few rows;
 //    thin_axpy's warp reads 128 r;
-//  - a launch costs kThinStartS before any data; a split grid adds its sum (kThinSumS, the second
-//    launch, and the parts at 5 TB/s). Products under kThinSmallBytes are not split: there the
-//    second launch dominates (256 x 256 @ 256 x 1: 5.1 us in one slice, 8.4-8.6 in 2-4; 1 x 256 @
+//  - a launch costs kThinStartS before any data; a split grid adds its sum (the parts at 5 TB/s,
+//    and kThinSumS for thin_sum's launch or kThinFusedSumS where the last block of each row of
+//    blocks adds the slices in the same launch: thin_sum_fused). Products under kThinSmallBytes are
+//    not split: there the second launch dominated (256 x 256 @ 256 x 1: 5.1 us in one slice, 8.4-8.6 in 2-4; 1 x 256 @
 //    256 x 256: 6.5 against 8.8-11). Past it the split that gives the grid a block or two an SM was
 //    faster than the model of one slice said (4096 x 4096 @ 4096 x 4: 23.7-24.8 us in 2-4 slices,
 //    26.8 in one; 1024 x 1024 @ 1024 x 16: 9.9 in 4, 13.5 in one), so it stands.
 constexpr double kThinBytesPerS[] = {3.0e12, 2.8e12, 2.6e12, 2.2e12, 1.6e12};  // sc = 1, 2, 4, 8, 16
 constexpr double kThinBlockBytesPerS = 60e9, kThinBlockFmaPerS = 60e9;
 constexpr double kThinStartS = 4.0e-6, kThinSumS = 3.0e-6, kThinSumBytesPerS = 5.0e12;
+constexpr double kThinFusedSumS = 1.0e-6;  // the last blocks reading every slice's part (not measured alone)
 constexpr double kThinSmallBytes = 1 << 20;
 constexpr std::int64_t kThinBlocksPerSm = 2;  // __launch_bounds__(256, 2)
 
@@ -172,6 +174,19 @@ ThinChoice with_thin_slices(ThinChoice t, std::int64_t m, std::int64_t n, std::i
              grain;
   t.slices = ceil_div(k, t.kslice);
   return t;
+}
+
+// H200, session 23 (cuda_vs_cublas.py --shapes suite, PORTMAT_CUDA_THIN_FUSED=0 / 1, us, two
+// launches -> fused, with the parts each thread of a last block adds): (1 x 2^20) @ (2^20 x 1)
+// 13.2 -> 8.9 (thin_dots_wk's tree); (m x 4096) @ (4096 x 4096) for m = 1, 2, 4: 23.0-24.1 ->
+// 21.7-23.5 (8, 8, 16 parts); (4096 x 4096) @ (4096 x n) for n = 4, 8, 16: within 1 us (3, 3, 6);
+// but m = 8 and 16: 26.8 -> 27.8 (32) and 35.5 -> 40.0 (64), and (16 x 65536) @ (65536 x 16) 17.0
+// -> 24.5 (264): one block adding them in turn is slower than thin_sum's grid.
+bool thin_sum_fused(const ThinChoice& t, std::int64_t s) {
+  if (t.slices <= 1) return false;
+  if (t.wk) return true;
+  const std::int64_t per_thread = ceil_div(t.rows_per_block * s, 256) * t.slices;
+  return per_thread <= kThinFusedMaxLoads;
 }
 
 ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
@@ -217,7 +232,10 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
     const double fma_rate = static_cast<double>(std::min<std::int64_t>(row_blocks * parts, kThinBlocksPerSm * s_count)) *
                             kThinBlockFmaPerS * rows;
     double sec = kThinStartS + std::max(bytes / rate, static_cast<double>(R) * k * t.sc / fma_rate);
-    if (parts > 1) sec += kThinSumS + 4.0 * R * S * (parts + 1) / kThinSumBytesPerS;
+    ThinChoice sliced = t;
+    sliced.slices = parts;
+    if (parts > 1)
+      sec += (thin_sum_fused(sliced, S) ? kThinFusedSumS : kThinSumS) + 4.0 * R * S * (parts + 1) / kThinSumBytesPerS;
     return sec;
   };
   t = with_thin_slices(t, m, n, k, bytes < kThinSmallBytes || row_blocks >= want ? 1 : ceil_div(want, row_blocks));

@@ -87,6 +87,13 @@ struct ThinChoice {
 // The estimate is left as it was (choose_thin, and PORTMAT_CUDA_THIN_SLICES for measurements).
 ThinChoice with_thin_slices(ThinChoice t, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t slices);
 
+// Whether t's slices (t.slices > 1) are added by its own launch's last blocks (gemm_thin.cuh,
+// thin_last_block_sum / thin_wk_sum_slices) rather than by thin_sum, a second launch: for
+// thin_dots_wk always (its last block sums in a tree), else where each thread of such a block has
+// at most kThinFusedMaxLoads parts to add in turn (s: the short side).
+inline constexpr std::int64_t kThinFusedMaxLoads = 16;
+bool thin_sum_fused(const ThinChoice& t, std::int64_t s);
+
 // tile_estimate_s: the time the tiles would take (TileChoice::estimate_s), which `use` compares with.
 ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
                        double tile_estimate_s);

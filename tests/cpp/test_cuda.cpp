@@ -333,20 +333,25 @@ TEST(CudaGemm, SplitKCorrectAndDeterministic) {
 // a few and 16 rows or columns of c, both sides short, k of 1, shorter than a chunk and long
 // enough to be split in slices (thin_sum), in every layout (so both thin_dots and thin_axpy in
 // each view) with aligned and unaligned offsets; at most 8 rows of L in a long k (thin_dots_wk, its
-// warps splitting k: a dot product, 3 x 2 and 4 x 4 results); a split product gives the same
-// bits every run.
+// warps splitting k: a dot product, 3 x 2 and 4 x 4 results); slices added by the launch's last
+// blocks (one row of blocks, and 6-22 of them: 700 x 3) and, with PORTMAT_CUDA_THIN_FUSED=0, by
+// thin_sum; a split product gives the same bits every run.
 TEST(CudaGemm, ThinCorrectAndDeterministic) {
   REQUIRE_CUDA();
   std::mt19937 rng(31);
   ScopedEnv thin("PORTMAT_CUDA_THIN", "1");
   for (const auto& s : {std::array<long, 3>{1, 777, 1000}, {777, 1, 1000}, {3, 1500, 2100}, {1500, 5, 2100},
                         {9, 3000, 700}, {2000, 16, 1300}, {16, 16, 9000}, {7, 2, 33}, {2, 300, 1}, {130, 8, 20000},
-                        {1, 1, 300001}, {3, 2, 70000}, {4, 4, 5000}}) {
+                        {1, 1, 300001}, {3, 2, 70000}, {4, 4, 5000}, {700, 3, 30000}}) {
     SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
     check_device_resident(dev, s[0], s[1], s[2], rng);
   }
   check_same_bits_every_run(dev, 4, 2000, 30000, rng);  // few rows over a long k: slices and their sum
   check_same_bits_every_run(dev, 1, 1, 1 << 20, rng);   // a dot product: thin_dots_wk's slices
+  ScopedEnv two_launches("PORTMAT_CUDA_THIN_FUSED", "0");  // the slices summed by thin_sum instead
+  check_device_resident(dev, 1, 1, 300001, rng);
+  check_device_resident(dev, 700, 3, 30000, rng);
+  check_same_bits_every_run(dev, 1, 1, 1 << 20, rng);
 }
 
 // The short-k kernel (kernels/gemm_short_k.cuh) whatever the model says (PORTMAT_CUDA_SHORT_K=1):
@@ -361,6 +366,28 @@ TEST(CudaGemm, ShortKCorrect) {
                         {1000, 131, 31}, {5, 3, 2}, {257, 16, 9}}) {
     SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
     check_device_resident(dev, s[0], s[1], s[2], rng);
+  }
+}
+
+// Benchmarks' graph timing (PORTMAT_CUDA_TIME_GRAPH=1: gemm_repeated captures its products in a
+// CUDA graph and replays it): the captured launches compute the same products, through the paths
+// that keep state between launches (thin_dots_wk's counter, short-k, split-K's workspace and sum,
+// the stream-K hybrid's flags).
+TEST(CudaGemm, GraphTimedProductsAreCorrect) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(41);
+  ScopedEnv graph("PORTMAT_CUDA_TIME_GRAPH", "1");
+  check_device_resident(dev, 1, 1, 300001, rng);
+  check_device_resident(dev, 2048, 2047, 1, rng);
+  check_device_resident(dev, 1500, 1300, 700, rng);
+  {
+    ScopedEnv split("PORTMAT_CUDA_SPLIT_K", "4");
+    check_device_resident(dev, 150, 133, 512, rng);
+  }
+  for (const std::string& t : stream_k_tiles(dev)) {
+    SCOPED_TRACE(t);
+    ScopedEnv tile("PORTMAT_CUDA_TILE", t), units("PORTMAT_CUDA_SK_UNITS", "3");
+    check_device_resident(dev, 300, 600, 333, rng);
   }
 }
 

@@ -130,6 +130,75 @@ __device__ __forceinline__ float4 thin_load4(const ThinArgs& p, int r, int k, in
   return v;
 }
 
+// Whether this block is the last of its row of blocks (blockIdx.x) to finish its slice: every
+// block fences its part and counts itself in at p.counter[blockIdx.x]; the last one clears it.
+__device__ __forceinline__ bool thin_last_slice_done(const ThinArgs& p) {
+  __shared__ bool last;
+  __threadfence();  // this block's part, before it counts itself in
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.counter + blockIdx.x, 1) == static_cast<int>(gridDim.y) - 1;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+// A split thin product's slices summed in the same launch (ThinArgs::counter): the last block of
+// each row of blocks adds the parts of its rows (rows_per_block of them) in slice order, as
+// thin_sum does in its own launch, so the bits are thin_sum's. The parts come through L2 (__ldcg:
+// other SMs wrote them). Saves the second launch, 2-3 us of a product that takes 10-30.
+__device__ __forceinline__ void thin_last_block_sum(const ThinArgs& p, int rows_per_block) {
+  if (!thin_last_slice_done(p)) return;
+  const float* parts = static_cast<const float*>(p.out);
+  float* c = static_cast<float*>(p.c);
+  const int r0 = blockIdx.x * rows_per_block, count = static_cast<int>(gridDim.y);
+  const bool r_fast = p.crs == 1;  // consecutive threads along c's contiguous index
+  for (int e = threadIdx.x; e < rows_per_block * p.s; e += kThinThreads) {
+    const int r = r0 + (r_fast ? e % rows_per_block : e / p.s), s = r_fast ? e / rows_per_block : e % p.s;
+    if (r >= p.r) continue;
+    const float* w = parts + r * p.ors + s * p.oss;
+    float sum = __ldcg(w);
+#pragma unroll 4
+    for (int q = 1; q < count; ++q) sum += __ldcg(w + q * p.out_step);
+    c[r * p.crs + s * p.css] = sum;
+  }
+  if (threadIdx.x == 0) p.counter[blockIdx.x] = 0;  // for the next launch on this stream
+}
+
+// thin_dots_wk's slices summed in the same launch (ThinArgs::counter): the last block to finish
+// (thin_last_slice_done) reads every slice's V values (through L2: other SMs wrote
+// them) and adds them in a fixed order, each thread the slices t, t + 256, ... in turn, then the
+// threads' sums in a fixed tree: the same bits every run (a different order from thin_sum's). A
+// dot product paid a second launch for this, about as long as its whole read (issue 16).
+template <int V, int SC>
+__device__ __forceinline__ void thin_wk_sum_slices(const ThinArgs& p, float* red) {
+  if (!thin_last_slice_done(p)) return;  // gridDim.x is 1: counter[0]
+  const float* parts = static_cast<const float*>(p.out);
+  float x[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) x[v] = 0.f;
+  for (int q = threadIdx.x; q < static_cast<int>(gridDim.y); q += kThinThreads)
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int r = v / SC, s = v % SC;
+      if (r < p.r && s < p.s) x[v] += __ldcg(parts + q * p.out_step + r * p.ors + s * p.oss);
+    }
+  // red: the block's shared memory, free now (every warp is past its last read of it).
+#pragma unroll
+  for (int v = 0; v < V; ++v) red[v * kThinThreads + threadIdx.x] = x[v];
+  for (int half = kThinThreads / 2; half >= 1; half /= 2) {
+    __syncthreads();
+    if (threadIdx.x < half)
+#pragma unroll
+      for (int v = 0; v < V; ++v) red[v * kThinThreads + threadIdx.x] += red[v * kThinThreads + threadIdx.x + half];
+  }
+  __syncthreads();
+  if (threadIdx.x < V) {
+    const int r = threadIdx.x / SC, s = threadIdx.x % SC;
+    if (r < p.r && s < p.s) static_cast<float*>(p.c)[r * p.crs + s * p.css] = red[threadIdx.x * kThinThreads];
+  }
+  if (threadIdx.x == 0) *p.counter = 0;  // for the next launch on this stream
+}
+
 // WK (warps split k; thin_dots_wk, for at most RW rows of L and SC <= 4, e.g. a dot product): the
 // 8 warps of a block share its RW rows and each takes its own kThinChunk of an 8 times deeper
 // chunk, so all of them read L (else 7 of 8 idle); their sums meet in shared memory in warp order.
@@ -204,6 +273,7 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
       const int r = r0 + threadIdx.x / SC, s = threadIdx.x % SC;
       if (r < p.r && s < p.s) out[r * p.ors + s * p.oss] = sum;
     }
+    if (gridDim.y > 1 && p.counter) thin_wk_sum_slices<V, SC>(p, sh);
     return;
   }
   constexpr int kHeld = V >= 32 ? V / 32 : 1;
@@ -220,6 +290,7 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
     const int r = r0 + idx / SC, s = idx % SC;
     if (r < p.r && s < p.s) out[r * p.ors + s * p.oss] = acc[j];
   }
+  if (gridDim.y > 1 && p.counter) thin_last_block_sum(p, kThinWarps * RW);
 }
 
 template <int SC>
@@ -290,15 +361,17 @@ __device__ __forceinline__ void thin_axpy_body(const ThinArgs& p) {
         acc[s][0] += q.x, acc[s][1] += q.y, acc[s][2] += q.z, acc[s][3] += q.w;
       }
   }
-  if (warp != 0) return;
-  float* out = static_cast<float*>(p.out) + blockIdx.y * p.out_step;
+  if (warp == 0) {
+    float* out = static_cast<float*>(p.out) + blockIdx.y * p.out_step;
 #pragma unroll
-  for (int s = 0; s < SC; ++s) {
-    if (s >= p.s) break;
+    for (int s = 0; s < SC; ++s) {
+      if (s >= p.s) break;
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (r0 + j < p.r) out[(r0 + j) * p.ors + s * p.oss] = acc[s][j];
+      for (int j = 0; j < 4; ++j)
+        if (r0 + j < p.r) out[(r0 + j) * p.ors + s * p.oss] = acc[s][j];
+    }
   }
+  if (gridDim.y > 1 && p.counter) thin_last_block_sum(p, 128);
 }
 
 // The sum of a thin product's slices (ThinSumArgs): one thread per element of c, the parts added

@@ -138,12 +138,18 @@ struct SplitSumArgs {
 // out_step elements after slice 0's (0 when the grid has one slice and writes c itself).
 // kslice: the depth of each slice of k, a multiple of 128 (thin_dots: a float4 of each lane) or
 // of 64 (thin_axpy: 8 k of each warp). vec: l and ldl allow 16-byte loads.
+// With slices (gridDim.y > 1) and `counter` set (gridDim.x ints, zero before the launch): the
+// slices' parts go to out (as above), and for each row of blocks the last block to finish adds
+// them into c (c's (i, j) at c[i * crs + j * css]) and clears its counter again.
 struct ThinArgs {
   const void* l;
   const void* sh;
   void* out;
   long long ldl, sk, ss, ors, oss, out_step;
   int r, s, k, kslice, vec;
+  int* counter;
+  void* c;
+  long long crs, css;
 };
 
 // The short-k kernels (gemm_short_k.cuh): c (m x n, row-major, ldc) = a (m x k) @ b (k x n) for
