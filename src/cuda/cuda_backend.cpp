@@ -949,8 +949,8 @@ class CudaDevice final : public core::Device {
 
   // A thin product (ThinChoice; kernels/gemm_thin.cuh): c = a @ b as out = L . Sh, in one launch
   // of thin_dots or thin_axpy whose grid rows are slices of k; with more than one slice the
-  // partial results go to the split-K workspace (the launches of one stream use it in turn) and
-  // thin_sum adds them into c in slice order.
+  // partial results go to the split-K workspace (the launches of one stream use it in turn), and
+  // the launch's own last blocks (thin_sum_fused) or a second launch, thin_sum, add them into c.
   void launch_thin(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
                    const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
                    std::int64_t k, const ThinChoice& t) {
