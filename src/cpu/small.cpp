@@ -7,6 +7,7 @@
 #include "cpu/vector_ext.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -264,8 +265,14 @@ bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t siz
 
 template <class T>
 bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads) {
+  // PORTMAT_CPU_SMALL=0: every product to skinny.hpp or the packed GEMM (A/B measurements; read
+  // once per process).
+  static const bool enabled = [] {
+    const char* e = std::getenv("PORTMAT_CPU_SMALL");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
-  if (!small_shape(M, K, N, sizeof(T))) return false;
+  if (!enabled || !small_shape(M, K, N, sizeof(T))) return false;
   // Rows must be contiguous: a column-major matrix qualifies only as one row of adjacent columns.
   if ((a.col_major && (M > 1 || a.ld != 1)) || (b.col_major && (K > 1 || b.ld != 1))) return false;
   const T* pa = static_cast<const T*>(a.data) + a.offset;
