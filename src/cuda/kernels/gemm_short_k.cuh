@@ -30,61 +30,51 @@ struct ShortKShape {
   static constexpr int kLdB = kTN + 4;   // Bs[k][j]: float4 rows; +4 spreads a column-major b's copy
 };
 
-template <int CT>
-__device__ __forceinline__ void short_k_body(const ShortKArgs& p) {
-  using S = ShortKShape<CT>;
-  __shared__ __align__(16) float As[kShortKMax * S::kLdA];
-  __shared__ __align__(16) float Bs[kShortKMax * S::kLdB];
-  const float* a = static_cast<const float*>(p.a);
-  const float* b = static_cast<const float*>(p.b);
-  const int row0 = blockIdx.x * S::kTM, col0 = blockIdx.y * S::kTN;
-  const int k = p.k;
-  // a's rows [row0, row0 + kTM) x k and b's k x [col0, col0 + kTN), along each one's contiguous
-  // index, kShortKLoads loads of a thread in flight before their stores (a block does nothing else
-  // until its copy is done, so one load at a time would leave it waiting on each).
-  const int a_count = S::kTM * k, b_count = S::kTN * k;
-  for (int e0 = threadIdx.x; e0 < a_count; e0 += kShortKThreads * kShortKLoads) {
+// Rows [r0, r0 + R) of a block of k columns of a matrix into shared memory, dst[kk * LD + i],
+// zeros past `rows`: its (i, kk) at src[kk * ld + i] when i_contig, else at src[i * ld + kk].
+// Consecutive threads walk src's contiguous index, kShortKLoads loads of a thread in flight before
+// their stores (a block does nothing else until its copy is done, so one load at a time would
+// leave it waiting on each). a's rows are its rows; b's are its columns (i_contig: b row-major).
+template <int R, int LD>
+__device__ __forceinline__ void short_k_copy(const float* src, long long ld, bool i_contig, int r0, int rows, int k,
+                                             float* dst) {
+  const int count = R * k;
+  auto at = [&](int e, int& i, int& kk) {
+    if (i_contig)
+      i = e % R, kk = e / R;
+    else
+      kk = e % k, i = e / k;
+  };
+  for (int e0 = threadIdx.x; e0 < count; e0 += kShortKThreads * kShortKLoads) {
     float v[kShortKLoads];
 #pragma unroll
     for (int u = 0; u < kShortKLoads; ++u) {
       const int e = e0 + u * kShortKThreads;
       int i, kk;
-      if (p.a_col)
-        i = e % S::kTM, kk = e / S::kTM;
-      else
-        kk = e % k, i = e / k;
-      const int gi = row0 + i;
-      v[u] = e < a_count && gi < p.m ? (p.a_col ? a[kk * p.lda + gi] : a[static_cast<long long>(gi) * p.lda + kk]) : 0.f;
+      at(e, i, kk);
+      const int gi = r0 + i;
+      v[u] = e < count && gi < rows ? (i_contig ? src[kk * ld + gi] : src[static_cast<long long>(gi) * ld + kk]) : 0.f;
     }
 #pragma unroll
     for (int u = 0; u < kShortKLoads; ++u) {
       const int e = e0 + u * kShortKThreads;
-      if (e >= a_count) break;
-      const int i = p.a_col ? e % S::kTM : e / k, kk = p.a_col ? e / S::kTM : e % k;
-      As[kk * S::kLdA + i] = v[u];
+      if (e >= count) break;
+      int i, kk;
+      at(e, i, kk);
+      dst[kk * LD + i] = v[u];
     }
   }
-  for (int e0 = threadIdx.x; e0 < b_count; e0 += kShortKThreads * kShortKLoads) {
-    float v[kShortKLoads];
-#pragma unroll
-    for (int u = 0; u < kShortKLoads; ++u) {
-      const int e = e0 + u * kShortKThreads;
-      int j, kk;
-      if (p.b_col)
-        kk = e % k, j = e / k;
-      else
-        j = e % S::kTN, kk = e / S::kTN;
-      const int gj = col0 + j;
-      v[u] = e < b_count && gj < p.n ? (p.b_col ? b[static_cast<long long>(gj) * p.ldb + kk] : b[kk * p.ldb + gj]) : 0.f;
-    }
-#pragma unroll
-    for (int u = 0; u < kShortKLoads; ++u) {
-      const int e = e0 + u * kShortKThreads;
-      if (e >= b_count) break;
-      const int j = p.b_col ? e / k : e % S::kTN, kk = p.b_col ? e % k : e / S::kTN;
-      Bs[kk * S::kLdB + j] = v[u];
-    }
-  }
+}
+
+template <int CT>
+__device__ __forceinline__ void short_k_body(const ShortKArgs& p) {
+  using S = ShortKShape<CT>;
+  __shared__ __align__(16) float As[kShortKMax * S::kLdA];
+  __shared__ __align__(16) float Bs[kShortKMax * S::kLdB];
+  const int row0 = blockIdx.x * S::kTM, col0 = blockIdx.y * S::kTN;
+  const int k = p.k;
+  short_k_copy<S::kTM, S::kLdA>(static_cast<const float*>(p.a), p.lda, p.a_col, row0, p.m, k, As);
+  short_k_copy<S::kTN, S::kLdB>(static_cast<const float*>(p.b), p.ldb, !p.b_col, col0, p.n, k, Bs);
   __syncthreads();
   const int tx = threadIdx.x % CT, ty = threadIdx.x / CT;
   constexpr int kRowStep = kShortKThreads / CT;
