@@ -694,7 +694,7 @@ class CudaDevice final : public core::Device {
     // PORTMAT_CUDA_THIN_WK=0: thin_dots where the model would take thin_dots_wk (measurements).
     if (t.wk && knob("PORTMAT_CUDA_THIN_WK", 1) == 0) {
       t.wk = false;
-      t.rows_per_block = 8 * (t.sc <= 2 ? 8 : 4);
+      t.rows_per_block = 8 * thin_dots_rows_per_warp(t.sc);
     }
     // PORTMAT_CUDA_THIN_SLICES=S: k in about S slices, whatever the model says (measurements).
     if (const long slices = knob("PORTMAT_CUDA_THIN_SLICES", 0); slices > 0 && t.possible)

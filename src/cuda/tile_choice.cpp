@@ -205,7 +205,7 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   t.dots = t.few_rows ? rows_dots : cols_dots;
   const std::int64_t R = t.few_rows ? n : m, S = t.few_rows ? m : n;
   t.sc = S <= 1 ? 1 : S <= 2 ? 2 : S <= 4 ? 4 : S <= 8 ? 8 : 16;
-  const int rw = t.sc <= 2 ? 8 : 4;  // thin_dots' rows per warp (gemm_thin.cuh)
+  const int rw = thin_dots_rows_per_warp(t.sc);
   // At most one warp's rows (a dot product, a few rows of a): thin_dots_wk, whose 8 warps share
   // them and split k; in thin_dots 7 of the 8 would idle (a dot product ran at 0.25x cuBLAS).
   t.wk = t.dots && R <= rw && t.sc <= 4;

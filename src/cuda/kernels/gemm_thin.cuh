@@ -34,15 +34,6 @@ constexpr int kThinWarps = kThinThreads / 32;
 constexpr int kThinChunk = 256;    // k per pass through shared memory (a multiple of 4 * 32)
 static_assert(kThinChunk == kThinWarps * 32, "thin_axpy: each warp takes 32 k of a chunk");
 
-// Rows of L per warp in thin_dots: 8 partial sums per lane for one or two columns, 4 x S past that.
-// (2 x 16 for 16 columns, which needs fewer registers, was slower on the H200: 60 against 52 us
-// at (4096 x 4096) @ (4096 x 16): each block reads the short operand again, per row of L twice as
-// much.)
-template <int SC>
-constexpr int thin_dots_rows() {
-  return SC <= 2 ? 8 : 4;
-}
-
 // thin_dots' shared-memory unit (a float4 of 4 consecutive k) for group g (k / 4 within the chunk)
 // and short column s: the columns of a group are contiguous, and groups SC + 1 units apart, so
 // that lanes g .. g + 7 reading one column s hit 8 distinct 16-byte bank groups (SC + 1 is odd)
@@ -204,7 +195,7 @@ __device__ __forceinline__ void thin_wk_sum_slices(const ThinArgs& p, float* red
 // chunk, so all of them read L (else 7 of 8 idle); their sums meet in shared memory in warp order.
 template <int SC, bool WK = false>
 __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
-  constexpr int RW = thin_dots_rows<SC>();
+  constexpr int RW = thin_dots_rows_per_warp(SC);
   constexpr int G = kThinChunk / 128;  // float4 groups of a row per lane and chunk
   constexpr int V = RW * SC;
   constexpr int CH = WK ? kThinChunk * kThinWarps : kThinChunk;  // k per pass through shared memory

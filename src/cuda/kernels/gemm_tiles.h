@@ -132,6 +132,12 @@ struct SplitSumArgs {
   int m, n, count, vec;
 };
 
+// Rows of L per warp in thin_dots (the kernels, and the host's model of their grid): 8 partial sums
+// per lane for one or two columns, 4 x S past that. (2 x 16 for 16 columns, which needs fewer
+// registers, was slower on the H200: 60 against 52 us at (4096 x 4096) @ (4096 x 16): each block
+// reads the short operand again, per row of L twice as much.)
+constexpr int thin_dots_rows_per_warp(int sc) { return sc <= 2 ? 8 : 4; }
+
 // The thin kernels (gemm_thin.cuh): out (r x s) = L (r x k) . Sh (k x s) for s <= 16, float32.
 // L's element (i, kk) is at l[i * ldl + kk] (thin_dots) or l[kk * ldl + i] (thin_axpy); Sh's
 // (kk, j) at sh[kk * sk + j * ss]; out's (i, j) at out[i * ors + j * oss], slice blockIdx.y's
