@@ -4,8 +4,8 @@ OpenCL reaches GPUs and CPUs nobody here has measured. The shipped parameters ar
 per vendor and kind (``src/opencl/gemm_params.cpp``); a device that is not in it gets generic
 guesses. This command measures instead: starting from the parameters the device runs with now, it
 changes one group of tunables at a time (the block tile, the work-group shape, the slice depth,
-the vector widths, the padding, double-buffered fragments, NVIDIA's register cap, and on CPUs the
-direct kernel's tile, work-group, vector width and packing, in both its forms), keeps
+the vector widths, the padding, double-buffered fragments, NVIDIA's register cap and cp.async ring,
+and on CPUs the direct kernel's tile, work-group, vector width and packing, in both its forms), keeps
 what is faster, verifies every candidate against a float64 reference first, and stores the winner
 for the device and its driver in ``opencl-tuning.txt`` in portmat's cache directory
 (``src/opencl/tuning_store.hpp`` has the format). Every later product on that device, in any
@@ -70,6 +70,10 @@ def _searches(shipped: dict, cpu: bool, nvidia: bool = False) -> list[tuple[dict
     ]
     if nvidia:  # NVIDIA's register cap (MAXREGS): 128 lets two 256-work-item groups share an SM
         gemm.append([dict(MAXREGS=r) for r in (0, 128)])
+        # cp.async copies into a ring of slices (compute capability 8.0 or later; refused, so
+        # skipped, on older GPUs), and the slice depth and fragments again on top of them.
+        gemm.append([dict(ASYNC=a) for a in (0, 2, 3, 4)])
+        gemm.append([dict(KWG=k, DBF=d) for k in (8, 16) for d in (0, 1)])
     searches = [({**shipped, **GENERIC} if shipped.get("DIRECT") else dict(shipped), gemm)]
     if cpu:
         # The vector form: the register tile (rows x vectors: 12-16 accumulators fit AVX2's 16

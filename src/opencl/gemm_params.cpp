@@ -16,6 +16,7 @@ std::string GemmParams::invalid_reason() const {
   // Checked for both kernels: a value the parser took must be refused whichever kernel runs.
   if (dbf != 0 && dbf != 1) return "DBF must be 0 or 1";
   if (maxregs != 0 && (maxregs < 32 || maxregs > 255)) return "MAXREGS must be 0 or 32-255";
+  if (async != 0 && (async < 2 || async > 8)) return "ASYNC must be 0 (off) or 2-8 (slices in the ring)";
   if (vecw != 1 && vecw != 2 && vecw != 4 && vecw != 8 && vecw != 16) return "VECW must be 1, 2, 4, 8 or 16";
   if (nvec < 1 || nvec > 8) return "NVEC must be 1-8";
   if (pack < 0 || pack > 2) return "PACK must be 0, 1 or 2";
@@ -59,7 +60,8 @@ constexpr Field kFields[] = {{"MWG", &GemmParams::mwg},     {"NWG", &GemmParams:
                              {"PADB", &GemmParams::padb},   {"GVW", &GemmParams::gvw},
                              {"DIRECT", &GemmParams::direct}, {"DBF", &GemmParams::dbf},
                              {"MAXREGS", &GemmParams::maxregs}, {"VECW", &GemmParams::vecw},
-                             {"NVEC", &GemmParams::nvec}, {"PACK", &GemmParams::pack}};
+                             {"NVEC", &GemmParams::nvec}, {"PACK", &GemmParams::pack},
+                             {"ASYNC", &GemmParams::async}};
 }  // namespace
 
 std::string GemmParams::defines() const {

@@ -32,13 +32,18 @@ struct GemmParams {
   // refuse it). gemm.cl then leaves out reqd_work_group_size, since its .reqntid in the PTX makes
   // the JIT ignore the cap: so a 256-work-item group can fit twice on an SM (<= 128 registers).
   int maxregs = 0;
+  // >= 2: gemm.cl's ASYNC: slices copied to local memory by cp.async (inline PTX; NVIDIA GPUs of
+  // compute capability 8.0 or later, refused elsewhere) into a ring of this many slices.
+  int async = 0;
 
   int threads() const { return mdimc * ndimc; }
   // Columns of C per work-item of the direct kernel.
   int direct_cols() const { return vecw > 1 ? vecw * nvec : 1; }
-  // Bytes of local memory the kernel declares (two slices of A and of B; none for the direct one).
+  // Bytes of local memory the kernel declares (two slices of A and of B, or ASYNC of each; none for
+  // the direct one).
   std::size_t local_bytes(std::size_t elem) const {
-    return direct ? 0 : 2 * static_cast<std::size_t>(kwg) * ((mwg + pada) + (nwg + padb)) * elem;
+    const std::size_t slices = async ? static_cast<std::size_t>(async) : 2;
+    return direct ? 0 : slices * static_cast<std::size_t>(kwg) * ((mwg + pada) + (nwg + padb)) * elem;
   }
   // Empty when the combination is valid, else why not (mirrors the #error checks in gemm.cl).
   std::string invalid_reason() const;
@@ -52,6 +57,7 @@ struct DeviceTraits {
   int compute_units = 1;
   int vector_bytes = 32;  // the device's float vector, in bytes (its native SIMD width x 4)
   bool direct_ok = true;  // false: gemm.cl only (a product too large for gemm_direct.cl's int indices)
+  bool cp_async = false;  // NVIDIA's driver on compute capability 8.0 or later: gemm.cl's ASYNC runs
 };
 
 // Parameters for an (m x k) @ (k x n) product of `dtype` on a device with these traits: `tuned`

@@ -114,6 +114,13 @@ class OpenClDevice final : public core::Device {
     max_alloc_ = device_value<cl_ulong>(cl, dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
     local_mem_ = device_value<cl_ulong>(cl, dev, CL_DEVICE_LOCAL_MEM_SIZE);
     max_work_group_ = device_value<std::size_t>(cl, dev, CL_DEVICE_MAX_WORK_GROUP_SIZE);
+    // NVIDIA's compute capability (cl_nv_device_attribute_query): cp.async needs 8.0 or later.
+    if (info_.vendor.find("NVIDIA") != std::string::npos &&
+        device_string(cl, dev, CL_DEVICE_EXTENSIONS).find("cl_nv_device_attribute_query") != std::string::npos) {
+      constexpr cl_device_info kComputeCapabilityMajorNv = 0x4000;  // CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
+      nv_cc_major_ = static_cast<int>(device_value<cl_uint>(cl, dev, kComputeCapabilityMajorNv));
+      cp_async_ = nv_cc_major_ >= 8;
+    }
     where_ = info_.id() + " (" + info_.name + ")";
     tuned_ = std::make_unique<TunedParams>(tuning_key(info_));
     pool_.set_keep_bytes(info_.memory_bytes / 4);
@@ -458,6 +465,12 @@ class OpenClDevice final : public core::Device {
     if (p.maxregs && !p.direct && info_.vendor.find("NVIDIA") == std::string::npos)
       throw std::invalid_argument("OpenCL gemm parameters " + p.str() + ": MAXREGS is an option of NVIDIA's "
                                   "compiler; " + where_ + " is " + info_.vendor + "'s");
+    if (p.async && !p.direct && !cp_async_)
+      throw std::invalid_argument("OpenCL gemm parameters " + p.str() + ": ASYNC (cp.async through inline PTX) "
+                                  "needs NVIDIA's driver on compute capability 8.0 or later; " + where_ +
+                                  " is " + info_.vendor + "'s" +
+                                  (info_.vendor.find("NVIDIA") != std::string::npos ? ", compute capability " +
+                                   std::to_string(nv_cc_major_) : std::string()));
     const int kind = dtype == DType::f64 ? 1 : dtype == DType::u32 ? 2 : dtype == DType::u64 ? 3 : 0;
     const std::string options = p.defines() + " -DREAL_KIND=" + std::to_string(kind) + " -DA_COL_MAJOR=" +
                                 (a_col ? "1" : "0") + " -DB_COL_MAJOR=" + (b_col ? "1" : "0") +
@@ -500,7 +513,7 @@ class OpenClDevice final : public core::Device {
   // defaults, or what `portmat tune` stored for this device and driver (tuning_store.hpp).
   GemmParams params_for(DType dtype, std::int64_t M, std::int64_t N, std::int64_t count) {
     const std::optional<GemmParams> tuned = tuned_->get(dtype_size(dtype));
-    return choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_}, dtype, static_cast<long>(M),
+    return choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_, true, cp_async_}, dtype, static_cast<long>(M),
                          static_cast<long>(N), static_cast<long>(count), tuned ? &*tuned : nullptr);
   }
 
@@ -528,7 +541,7 @@ class OpenClDevice final : public core::Device {
                  K = static_cast<cl_int>(a.cols);
     GemmParams p = forced ? *forced : params_for(a.dtype, M, N, count);
     if (p.direct && std::max({a.span(), b.span(), c.span()}) > 2147483647u)  // its int indices (gemm_direct.cl)
-      p = choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_, /*direct_ok=*/false}, a.dtype,
+      p = choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_, /*direct_ok=*/false, cp_async_}, a.dtype,
                         M, N, count);
     if (p.direct && p.vecw > 1 && count == 1 && !forced && pack_direct(p, M, N, K))
       if (cl_event ev = enqueue_gemm_packed(p, am, a, bm, b, cm, c, on ? on : queue_, n_after, after, started))
@@ -1324,6 +1337,8 @@ class OpenClDevice final : public core::Device {
   std::string where_;
   std::unique_ptr<TunedParams> tuned_;  // what `portmat tune` stored (constructor)
   std::size_t max_alloc_ = 0, local_mem_ = 0, max_work_group_ = 0;
+  int nv_cc_major_ = 0;    // NVIDIA's compute capability, major (0: not NVIDIA's driver, or not told)
+  bool cp_async_ = false;  // gemm.cl's ASYNC can run (NVIDIA, compute capability >= 8)
   int vector_bytes_ = 32;  // the float vector's bytes (CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT x 4)
 
   std::mutex mu_;  // one command stream per device: guards everything below

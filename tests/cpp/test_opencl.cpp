@@ -41,6 +41,13 @@ TEST(OpenClParams, DefaultsAreValidAndBadOnesAreNamed) {
   EXPECT_EQ(portmat::opencl::parse_params(small + "KWG=2,DBF=1", {}).invalid_reason(), "");
   EXPECT_NE(portmat::opencl::parse_params(small + "KWG=1,DBF=1", {}).invalid_reason().find("DBF"), std::string::npos);
   EXPECT_NE(portmat::opencl::parse_params("DBF=2", {}).invalid_reason().find("DBF"), std::string::npos);
+  // The cp.async ring: 0 or 2-8 slices, each a slice of A and of B in local memory.
+  const auto ring = portmat::opencl::parse_params(small + "KWG=8,ASYNC=4", {});
+  EXPECT_EQ(ring.invalid_reason(), "");
+  EXPECT_EQ(ring.local_bytes(4), 4u * 8 * ((64 + ring.pada) + (64 + ring.padb)) * 4);
+  EXPECT_EQ(ring.local_bytes(4), 2 * portmat::opencl::parse_params(small + "KWG=8", {}).local_bytes(4));
+  EXPECT_NE(portmat::opencl::parse_params("ASYNC=1", {}).invalid_reason().find("ASYNC"), std::string::npos);
+  EXPECT_NE(portmat::opencl::parse_params("ASYNC=9", {}).invalid_reason().find("ASYNC"), std::string::npos);
 }
 
 // CPU runtimes (Intel's, and PoCL, which names an Intel CPU's vendor "GenuineIntel") run the direct

@@ -30,6 +30,16 @@ VARIANTS = [
     "DIRECT=1,VECW=8,NVEC=2,MWG=6,MDIMC=8,NDIMC=8,PACK=2",
     # NVIDIA's register cap (the kernel without reqd_work_group_size): NVIDIA's driver only.
     "DIRECT=0,MWG=128,NWG=128,KWG=8,MDIMC=16,NDIMC=16,VWM=4,VWN=4,PADA=0,PADB=0,GVW=4,MAXREGS=128",
+    # cp.async rings (NVIDIA's driver only), each case's layouts mixing ring-copied and
+    # register-staged operands, edges zero-filled: with and without double-buffered fragments,
+    # rings of two, three and four, padded local rows, and a block whose slices are one k step (the
+    # ring's wait and barrier at every step).
+    # (Rings that fit 48 KiB of local memory in float64 too.)
+    "DIRECT=0,MWG=128,NWG=128,KWG=8,MDIMC=16,NDIMC=16,VWM=4,VWN=4,PADA=0,PADB=0,GVW=4,ASYNC=3",
+    "DIRECT=0,MWG=128,NWG=64,KWG=16,MDIMC=16,NDIMC=8,VWM=4,VWN=4,PADA=0,PADB=0,GVW=4,ASYNC=2,DBF=1,MAXREGS=128",
+    "DIRECT=0,MWG=64,NWG=128,KWG=8,MDIMC=8,NDIMC=16,VWM=4,VWN=4,PADA=4,PADB=4,GVW=4,ASYNC=3,DBF=1",
+    "DIRECT=0,MWG=32,NWG=64,KWG=2,MDIMC=8,NDIMC=8,VWM=2,VWN=4,PADA=2,PADB=4,GVW=1,ASYNC=2,DBF=1",
+    "DIRECT=0,MWG=64,NWG=64,KWG=1,MDIMC=8,NDIMC=8,VWM=2,VWN=2,PADA=2,PADB=2,GVW=1,ASYNC=3",
 ]
 
 
@@ -42,8 +52,8 @@ def _bound(a, b, dtype):
 @pytest.mark.parametrize("dev", OPENCL)
 @pytest.mark.parametrize("params", VARIANTS)
 def test_kernel_variants_match_the_reference(dev, params, monkeypatch, rng):
-    if "MAXREGS" in params and dev not in NVIDIA:
-        pytest.skip("MAXREGS is NVIDIA's compiler's option (refused elsewhere: the test below)")
+    if ("MAXREGS" in params or "ASYNC" in params) and dev not in NVIDIA:
+        pytest.skip("MAXREGS and ASYNC are NVIDIA's only (refused elsewhere: the test below)")
     monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", params)
     monkeypatch.setenv("PORTMAT_OPENCL_TUNING", "off")
     f32 = np.float32
@@ -55,6 +65,12 @@ def test_kernel_variants_match_the_reference(dev, params, monkeypatch, rng):
         (rng.uniform(-1, 1, (5, 1)).astype(f32), rng.uniform(-1, 1, (1, 70)).astype(f32), "k = 1"),
         # Whole blocks of both variants, aligned rows: the vector global loads, no edge code.
         (rng.uniform(-1, 1, (256, 64)).astype(f32), rng.uniform(-1, 1, (64, 128)).astype(f32), "no edges"),
+        # A column-major a and a row-major b: neither is transposed on the way to local memory (both
+        # ring-copied under ASYNC), with and without edges.
+        (np.asfortranarray(rng.uniform(-1, 1, (256, 64)).astype(f32)), rng.uniform(-1, 1, (64, 128)).astype(f32),
+         "cr no edges"),
+        (np.asfortranarray(rng.uniform(-1, 1, (75, 43)).astype(f32)), rng.uniform(-1, 1, (43, 66)).astype(f32),
+         "cr edges"),
         # A sliced view (row stride, offset) as a row-major a.
         (rng.uniform(-1, 1, (90, 80)).astype(f32)[3::2, 5:66], rng.uniform(-1, 1, (61, 33)).astype(f32), "view"),
     ]
@@ -77,13 +93,20 @@ def test_kernel_variants_match_the_reference(dev, params, monkeypatch, rng):
 
 
 @pytest.mark.skipif(not set(OPENCL) - NVIDIA, reason="no OpenCL device here but NVIDIA's")
-def test_register_cap_is_refused_by_name_off_nvidia(monkeypatch):
+def test_nvidia_only_options_are_refused_by_name_elsewhere(monkeypatch):
     dev = sorted(set(OPENCL) - NVIDIA)[0]
     monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "DIRECT=0,MWG=64,NWG=64,MDIMC=8,NDIMC=8,MAXREGS=128")
     with pytest.raises(ValueError, match="MAXREGS is an option of NVIDIA"):
         portmat.matmul(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32), device=dev)
     monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "MAXREGS=7")
     with pytest.raises(ValueError, match="MAXREGS must be"):
+        portmat.matmul(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32), device=dev)
+    # cp.async is PTX: refused by name on any other driver, before a build could fail.
+    monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "DIRECT=0,MWG=64,NWG=64,MDIMC=8,NDIMC=8,ASYNC=3")
+    with pytest.raises(ValueError, match="ASYNC .*needs NVIDIA's driver"):
+        portmat.matmul(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32), device=dev)
+    monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "ASYNC=1")
+    with pytest.raises(ValueError, match="ASYNC must be"):
         portmat.matmul(np.ones((8, 8), np.float32), np.ones((8, 8), np.float32), device=dev)
 
 

@@ -68,6 +68,15 @@
                // multiply-adds). Needs an even KWG.
 #endif
 
+#ifndef ASYNC
+#define ASYNC 0  // >= 2: a ring of ASYNC slices in local memory, filled ASYNC - 1 slices ahead of the
+                 // multiply-adds by cp.async (NVIDIA GPUs of compute capability 8.0 or later, through
+                 // inline PTX: the host allows it on NVIDIA's driver only) for the operands that are
+                 // contiguous along the same index in both memories (no registers hold those copies);
+                 // a transposed operand is staged through registers one slice ahead. 0: both
+                 // operands staged through registers, two slices (any device).
+#endif
+
 // ---- derived ------------------------------------------------------------------------------------
 #if REAL_KIND == 1
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -118,6 +127,10 @@ typedef REAL real;
 #if DBF && KWG % 2 != 0
 #error "double-buffered fragments need an even KWG"
 #endif
+#if ASYNC == 1 || ASYNC > 8
+#error "ASYNC is 0 (off) or 2-8 slices in the ring"
+#endif
+#define NBUF (ASYNC ? ASYNC : 2)  // slices of A and of B in local memory
 
 // Work-item (tm, tn) owns rows  mi*MDIMC*VWM + tm*VWM + v  (mi < MWI/VWM, v < VWM) of the block and
 // columns ni*NDIMC*VWN + tn*VWN + w: neighbouring work-items read neighbouring vectors, so a warp's
@@ -221,6 +234,156 @@ inline void store_b(__local real* Bs, const int tid, const real rb[LPTB]) {
   }
 }
 
+#if ASYNC
+// ---- cp.async copies (PTX ISA 7.0, sm_80+) ----------------------------------------------------
+// A local pointer cast to an integer is its offset in the shared window (the address cp.async
+// wants); a global pointer's is its global address.
+#if PTX_ASM_PLAIN
+#define PTX_ASM asm volatile
+#else
+#define PTX_ASM __asm__ __volatile__  // the GNU spelling: clang's OpenCL C has no plain `asm`
+#endif
+#if REAL_KIND == 1 || REAL_KIND == 3
+#define ELEM_BYTES "8"
+#else
+#define ELEM_BYTES "4"
+#endif
+// One element; src_bytes 0 writes a zero (outside the matrix: the address is clamped inside).
+inline void copy_elem_async(__local real* dst, __global const real* src, const uint src_bytes) {
+  PTX_ASM("cp.async.ca.shared.global [%0], [%1], " ELEM_BYTES ", %2;" ::"r"((uint)(ulong)dst),
+               "l"((ulong)src), "r"(src_bytes) : "memory");
+}
+// GVW contiguous elements to GVW contiguous elements, 16 bytes (or all of them when fewer) at a time.
+#if GVW > 1
+#define VEC_BYTES_ (GVW * (REAL_KIND == 1 || REAL_KIND == 3 ? 8 : 4))
+#if VEC_BYTES_ >= 16
+#define COPY_ELEMS (16 / (REAL_KIND == 1 || REAL_KIND == 3 ? 8 : 4))
+#define COPY_INSN "cp.async.cg.shared.global [%0], [%1], 16;"
+#elif VEC_BYTES_ == 8
+#define COPY_ELEMS GVW
+#define COPY_INSN "cp.async.ca.shared.global [%0], [%1], 8;"
+#endif
+inline void copy_vec_async(__local real* dst, __global const real* src) {
+#pragma unroll
+  for (int e = 0; e < GVW; e += COPY_ELEMS)
+    PTX_ASM(COPY_INSN ::"r"((uint)(ulong)(dst + e)), "l"((ulong)(src + e)) : "memory");
+}
+#endif
+inline void copies_commit(void) { PTX_ASM("cp.async.commit_group;" ::: "memory"); }
+// This work-item's copies but the newest ASYNC - 2 groups are done (a barrier then makes every
+// work-item's visible).
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#if ASYNC == 2
+#define WAIT_PENDING 0
+#elif ASYNC == 3
+#define WAIT_PENDING 1
+#elif ASYNC == 4
+#define WAIT_PENDING 2
+#elif ASYNC == 5
+#define WAIT_PENDING 3
+#elif ASYNC == 6
+#define WAIT_PENDING 4
+#elif ASYNC == 7
+#define WAIT_PENDING 5
+#else
+#define WAIT_PENDING 6
+#endif
+inline void copies_wait(void) { PTX_ASM("cp.async.wait_group " STR(WAIT_PENDING) ";" ::: "memory"); }
+
+// Slice [k0, k0+KWG) of a column-major A's rows [row0, row0+MWG) into As (k-major, As[k][m]: m
+// contiguous in both), the same work-item to element mapping as load_a; as vectors when GVW > 1
+// and the local rows keep their alignment, else element by element (edges zero-filled).
+inline void copy_a_async(__global const real* A, const int lda, const int M, const int K, const int row0,
+                         const int k0, const int tid, __local real* As) {
+#pragma unroll
+  for (int r = 0; r < LPTA / GVW; ++r) {
+    const int idx = tid + r * NTHREADS;
+    const int m = (idx % (MWG / GVW)) * GVW, k = idx / (MWG / GVW);
+#if EDGES  // GVW == 1 here
+    const int gm = min(row0 + m, M - 1), gk = min(k0 + k, K - 1);
+    const uint bytes = (row0 + m < M && k0 + k < K) ? sizeof(real) : 0;
+#else
+    const int gm = row0 + m, gk = k0 + k;
+    const uint bytes = sizeof(real);
+#endif
+    __global const real* src = A + ((long)gk * lda + gm);
+#if GVW > 1 && LDA_LOCAL % GVW == 0
+    copy_vec_async(&As[k * LDA_LOCAL + m], src);
+#else
+#pragma unroll
+    for (int e = 0; e < GVW; ++e) copy_elem_async(&As[k * LDA_LOCAL + m + e], src + e, bytes);
+#endif
+  }
+}
+
+// The same for a row-major B's columns [col0, col0+NWG) into Bs (Bs[k][n]).
+inline void copy_b_async(__global const real* B, const int ldb, const int N, const int K, const int col0,
+                         const int k0, const int tid, __local real* Bs) {
+#pragma unroll
+  for (int r = 0; r < LPTB / GVW; ++r) {
+    const int idx = tid + r * NTHREADS;
+    const int n = (idx % (NWG / GVW)) * GVW, k = idx / (NWG / GVW);
+#if EDGES
+    const int gn = min(col0 + n, N - 1), gk = min(k0 + k, K - 1);
+    const uint bytes = (col0 + n < N && k0 + k < K) ? sizeof(real) : 0;
+#else
+    const int gn = col0 + n, gk = k0 + k;
+    const uint bytes = sizeof(real);
+#endif
+    __global const real* src = B + ((long)gk * ldb + gn);
+#if GVW > 1 && LDB_LOCAL % GVW == 0
+    copy_vec_async(&Bs[k * LDB_LOCAL + n], src);
+#else
+#pragma unroll
+    for (int e = 0; e < GVW; ++e) copy_elem_async(&Bs[k * LDB_LOCAL + n + e], src + e, bytes);
+#endif
+  }
+}
+
+// Which operands cp.async copies: those contiguous along the same index in both memories.
+#define A_ASYNC A_COL_MAJOR
+#define B_ASYNC (!B_COL_MAJOR)
+
+inline void copy_slice_async(__global const real* A, const int lda, __global const real* B, const int ldb,
+                             const int M, const int N, const int K, const int row0, const int col0, const int k0,
+                             const int tid, __local real* As, __local real* Bs) {
+#if A_ASYNC
+  copy_a_async(A, lda, M, K, row0, k0, tid, As);
+#endif
+#if B_ASYNC
+  copy_b_async(B, ldb, N, K, col0, k0, tid, Bs);
+#endif
+}
+#endif  // ASYNC
+
+// ---- the register-staged copies -----------------------------------------------------------------
+// The next slice of the operands the ring does not copy (with ASYNC = 0: both) into registers, and
+// from there into local memory.
+#if !defined(A_ASYNC)
+#define A_ASYNC 0
+#define B_ASYNC 0
+#endif
+inline void load_slice_regs(__global const real* A, const int lda, __global const real* B, const int ldb,
+                            const int M, const int N, const int K, const int row0, const int col0, const int k0,
+                            const int tid, real ra[LPTA], real rb[LPTB]) {
+#if !A_ASYNC
+  load_a(A, lda, M, K, row0, k0, tid, ra);
+#endif
+#if !B_ASYNC
+  load_b(B, ldb, N, K, col0, k0, tid, rb);
+#endif
+}
+inline void store_slice_regs(__local real* As, __local real* Bs, const int tid, const real ra[LPTA],
+                             const real rb[LPTB]) {
+#if !A_ASYNC
+  store_a(As, tid, ra);
+#endif
+#if !B_ASYNC
+  store_b(Bs, tid, rb);
+#endif
+}
+
 // Reads row k of a slice's A and B into a work-item's fragments: its MWI values of A's column k and
 // NWI values of B's row k, as VWM- and VWN-wide vectors.
 inline void load_frags(__local const real* as, __local const real* bs, const int k, const int tm,
@@ -244,8 +407,8 @@ void gemm(const int M, const int N, const int K,
           __global real* restrict C, const long c_offset, const int ldc,
           const long a_stride, const long b_stride, const long c_stride) {
   // Aligned for the vector reads below: OpenCL only promises a float's alignment otherwise.
-  __local real As[2][KWG * LDA_LOCAL] __attribute__((aligned(64)));
-  __local real Bs[2][KWG * LDB_LOCAL] __attribute__((aligned(64)));
+  __local real As[NBUF][KWG * LDA_LOCAL] __attribute__((aligned(64)));
+  __local real Bs[NBUF][KWG * LDB_LOCAL] __attribute__((aligned(64)));
 
   const int tn = get_local_id(0), tm = get_local_id(1);
   const int tid = tm * NDIMC + tn;
@@ -263,8 +426,88 @@ void gemm(const int M, const int N, const int K,
 #pragma unroll
     for (int j = 0; j < NWI; ++j) acc[i][j] = (real)0;
 
-  real ra[LPTA], rb[LPTB];
   const int num_slices = (K + KWG - 1) / KWG;
+#if ASYNC
+  // The ring. Operands whose slices are contiguous in both memories (a column-major A, a row-major
+  // B: A_ASYNC, B_ASYNC) are copied by cp.async, ASYNC - 1 slices ahead, one commit group per slice
+  // (empty past the end, so that wait_group's count always means "all but the newest ASYNC - 2").
+  // An operand that is transposed on the way (a row-major A is k-contiguous) goes through
+  // registers one slice ahead as in the register path: as 4-byte cp.async copies it ran 35 TFLOP/s
+  // against 47 on an H200 (docs/opencl.md).
+  real ra[LPTA], rb[LPTB];
+#pragma unroll
+  for (int st = 0; st < ASYNC - 1; ++st) {
+    if (st < num_slices) copy_slice_async(A, lda, B, ldb, M, N, K, row0, col0, st * KWG, tid, As[st], Bs[st]);
+    copies_commit();
+  }
+  load_slice_regs(A, lda, B, ldb, M, N, K, row0, col0, 0, tid, ra, rb);
+  store_slice_regs(As[0], Bs[0], tid, ra, rb);
+#if DBF
+  // Fragments double-buffered as in the register path below; at a slice's last k step the next
+  // slice is stored (the register-staged operand) and waited for, and the barrier passed (every
+  // work-item has read this slice's last fragments, so its ring slot takes slice s + ASYNC),
+  // before that step's multiply-adds.
+  real fa[2][MWI], fb[2][NWI];
+  copies_wait();
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (ASYNC - 1 < num_slices)
+    copy_slice_async(A, lda, B, ldb, M, N, K, row0, col0, (ASYNC - 1) * KWG, tid, As[ASYNC - 1], Bs[ASYNC - 1]);
+  copies_commit();
+  load_frags(As[0], Bs[0], 0, tm, tn, fa[0], fb[0]);
+  for (int s = 0; s < num_slices; ++s) {
+    const int cur = s % ASYNC, nxt = (s + 1) % ASYNC;
+    if (s + 1 < num_slices) load_slice_regs(A, lda, B, ldb, M, N, K, row0, col0, (s + 1) * KWG, tid, ra, rb);
+#pragma unroll
+    for (int k = 0; k < KWG; ++k) {
+      if (k + 1 < KWG) {
+        load_frags(As[cur], Bs[cur], k + 1, tm, tn, fa[(k + 1) & 1], fb[(k + 1) & 1]);
+      } else if (s + 1 < num_slices) {
+        // Slot nxt was last read in slice s + 1 - ASYNC <= s - 1, before the previous barrier.
+        store_slice_regs(As[nxt], Bs[nxt], tid, ra, rb);
+        copies_wait();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (s + ASYNC < num_slices)
+          copy_slice_async(A, lda, B, ldb, M, N, K, row0, col0, (s + ASYNC) * KWG, tid, As[cur], Bs[cur]);
+        copies_commit();
+        load_frags(As[nxt], Bs[nxt], 0, tm, tn, fa[0], fb[0]);
+      }
+#pragma unroll
+      for (int i = 0; i < MWI; ++i)
+#pragma unroll
+        for (int j = 0; j < NWI; ++j) acc[i][j] = MADD(fa[k & 1][i], fb[k & 1][j], acc[i][j]);
+    }
+  }
+#else
+  for (int s = 0; s < num_slices; ++s) {
+    // Slice s has landed (this work-item's copies; the barrier: everyone's, and the stores of the
+    // register-staged operand), and every work-item is done with slice s - 1, whose ring slot now
+    // takes slice s + ASYNC - 1.
+    copies_wait();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (s + ASYNC - 1 < num_slices) {
+      const int slot = (s + ASYNC - 1) % ASYNC;
+      copy_slice_async(A, lda, B, ldb, M, N, K, row0, col0, (s + ASYNC - 1) * KWG, tid, As[slot], Bs[slot]);
+    }
+    copies_commit();
+    const bool more = s + 1 < num_slices;
+    if (more) load_slice_regs(A, lda, B, ldb, M, N, K, row0, col0, (s + 1) * KWG, tid, ra, rb);
+    __local const real* as = As[s % ASYNC];
+    __local const real* bs = Bs[s % ASYNC];
+#pragma unroll
+    for (int k = 0; k < KWG; ++k) {
+      real a_reg[MWI], b_reg[NWI];
+      load_frags(as, bs, k, tm, tn, a_reg, b_reg);
+#pragma unroll
+      for (int i = 0; i < MWI; ++i)
+#pragma unroll
+        for (int j = 0; j < NWI; ++j) acc[i][j] = MADD(a_reg[i], b_reg[j], acc[i][j]);
+    }
+    // Slot (s + 1) % ASYNC was last read in slice s + 1 - ASYNC <= s - 1, before this slice's barrier.
+    if (more) store_slice_regs(As[(s + 1) % ASYNC], Bs[(s + 1) % ASYNC], tid, ra, rb);
+  }
+#endif
+#else  // ASYNC == 0: the next slice staged through registers
+  real ra[LPTA], rb[LPTB];
   load_a(A, lda, M, K, row0, 0, tid, ra);
   load_b(B, ldb, N, K, col0, 0, tid, rb);
   store_a(As[0], tid, ra);
@@ -324,8 +567,8 @@ void gemm(const int M, const int N, const int K,
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-
 #endif
+#endif  // ASYNC
 
 #pragma unroll
   for (int mi = 0; mi < MWI / VWM; ++mi)
