@@ -291,53 +291,34 @@ inline void copies_commit(void) { PTX_ASM("cp.async.commit_group;" ::: "memory")
 #endif
 inline void copies_wait(void) { PTX_ASM("cp.async.wait_group " STR(WAIT_PENDING) ";" ::: "memory"); }
 
-// Slice [k0, k0+KWG) of a column-major A's rows [row0, row0+MWG) into As (k-major, As[k][m]: m
-// contiguous in both), the same work-item to element mapping as load_a; as vectors when GVW > 1
-// and the local rows keep their alignment, else element by element (edges zero-filled).
-inline void copy_a_async(__global const real* A, const int lda, const int M, const int K, const int row0,
-                         const int k0, const int tid, __local real* As) {
+// Slice [k0, k0+KWG) of an operand whose block index is contiguous in global memory as in local
+// memory (a column-major A's rows, a row-major B's columns: X(k, i) at X[k*ld + i], local
+// X[k*ldl + i]): the block [first, first+width) into xs, the same work-item to element mapping as
+// load_a / load_b; as vectors when GVW > 1 and the local rows keep their alignment, else element by
+// element (edges zero-filled). width, ldl and per_item (LPTA or LPTB) are the callers' constants.
+inline void copy_contiguous_async(__global const real* X, const int ld, const int extent, const int K,
+                                  const int first, const int k0, const int tid, __local real* xs,
+                                  const int width, const int ldl, const int per_item) {
 #pragma unroll
-  for (int r = 0; r < LPTA / GVW; ++r) {
+  for (int r = 0; r < per_item / GVW; ++r) {
     const int idx = tid + r * NTHREADS;
-    const int m = (idx % (MWG / GVW)) * GVW, k = idx / (MWG / GVW);
+    const int i = (idx % (width / GVW)) * GVW, k = idx / (width / GVW);
 #if EDGES  // GVW == 1 here
-    const int gm = min(row0 + m, M - 1), gk = min(k0 + k, K - 1);
-    const uint bytes = (row0 + m < M && k0 + k < K) ? sizeof(real) : 0;
+    const int gi = min(first + i, extent - 1), gk = min(k0 + k, K - 1);
+    const uint bytes = (first + i < extent && k0 + k < K) ? sizeof(real) : 0;
 #else
-    const int gm = row0 + m, gk = k0 + k;
+    const int gi = first + i, gk = k0 + k;
     const uint bytes = sizeof(real);
 #endif
-    __global const real* src = A + ((long)gk * lda + gm);
-#if GVW > 1 && LDA_LOCAL % GVW == 0
-    copy_vec_async(&As[k * LDA_LOCAL + m], src);
-#else
-#pragma unroll
-    for (int e = 0; e < GVW; ++e) copy_elem_async(&As[k * LDA_LOCAL + m + e], src + e, bytes);
+    __global const real* src = X + ((long)gk * ld + gi);
+#if GVW > 1
+    if (ldl % GVW == 0) {
+      copy_vec_async(&xs[k * ldl + i], src);
+      continue;
+    }
 #endif
-  }
-}
-
-// The same for a row-major B's columns [col0, col0+NWG) into Bs (Bs[k][n]).
-inline void copy_b_async(__global const real* B, const int ldb, const int N, const int K, const int col0,
-                         const int k0, const int tid, __local real* Bs) {
 #pragma unroll
-  for (int r = 0; r < LPTB / GVW; ++r) {
-    const int idx = tid + r * NTHREADS;
-    const int n = (idx % (NWG / GVW)) * GVW, k = idx / (NWG / GVW);
-#if EDGES
-    const int gn = min(col0 + n, N - 1), gk = min(k0 + k, K - 1);
-    const uint bytes = (col0 + n < N && k0 + k < K) ? sizeof(real) : 0;
-#else
-    const int gn = col0 + n, gk = k0 + k;
-    const uint bytes = sizeof(real);
-#endif
-    __global const real* src = B + ((long)gk * ldb + gn);
-#if GVW > 1 && LDB_LOCAL % GVW == 0
-    copy_vec_async(&Bs[k * LDB_LOCAL + n], src);
-#else
-#pragma unroll
-    for (int e = 0; e < GVW; ++e) copy_elem_async(&Bs[k * LDB_LOCAL + n + e], src + e, bytes);
-#endif
+    for (int e = 0; e < GVW; ++e) copy_elem_async(&xs[k * ldl + i + e], src + e, bytes);
   }
 }
 
@@ -349,10 +330,10 @@ inline void copy_slice_async(__global const real* A, const int lda, __global con
                              const int M, const int N, const int K, const int row0, const int col0, const int k0,
                              const int tid, __local real* As, __local real* Bs) {
 #if A_ASYNC
-  copy_a_async(A, lda, M, K, row0, k0, tid, As);
+  copy_contiguous_async(A, lda, M, K, row0, k0, tid, As, MWG, LDA_LOCAL, LPTA);
 #endif
 #if B_ASYNC
-  copy_b_async(B, ldb, N, K, col0, k0, tid, Bs);
+  copy_contiguous_async(B, ldb, N, K, col0, k0, tid, Bs, NWG, LDB_LOCAL, LPTB);
 #endif
 }
 #endif  // ASYNC
