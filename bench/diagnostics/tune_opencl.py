@@ -68,13 +68,15 @@ def main():
                     "instead of the built-in list; 'PARAMS|VAR=VALUE,...' also sets environment variables "
                     "for that candidate (e.g. '|PORTMAT_OPENCL_PAD=0')")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--layout", default="rr", choices=["rr", "rc", "cr", "cc"],
+                    help="a's and b's storage, row- or column-major each (cuBLAS is timed row-major)")
     ap.add_argument("--json")
     args = ap.parse_args()
     dev = _ext.find_device(args.device)
     sizes = [int(s) for s in args.sizes.split(",")]
     candidates = args.candidates.split(";") if args.candidates is not None else CANDIDATES
     rng = np.random.default_rng(0)
-    print(f"timing on {dev.id} ({dev.name}), {args.dtype}", flush=True)
+    print(f"timing on {dev.id} ({dev.name}), {args.dtype}, layout {args.layout}", flush=True)
     rows = []
     def use(cand):  # PORTMAT_OPENCL_PARAMS and the candidate's own variables (others' unset)
         params, _, envs = ("" if cand == "(default)" else cand).partition("|")
@@ -94,6 +96,8 @@ def main():
             a = rng.uniform(-1, 1, (256, 512)).astype(args.dtype)  # tile multiples: the tuned path
             b = rng.uniform(-1, 1, (512, 256)).astype(args.dtype)
             for x, y in ((a, b), (a[:250, :509], b[:509, :251])):  # and with edges
+                x = np.asfortranarray(x) if args.layout[0] == "c" else x
+                y = np.asfortranarray(y) if args.layout[1] == "c" else y
                 c = portmat.matmul(x, y, device=dev)
                 ref = x.astype(np.float64) @ y
                 bound = 512 * np.finfo(args.dtype).eps * (np.abs(x).astype(np.float64) @ np.abs(y))
@@ -113,7 +117,8 @@ def main():
                     row["seconds"][n].append(cublas(n))
                     continue
                 use(row["params"])
-                ts = [t for t in _ext.time_gemm(dev.id, n, n, n, args.dtype, args.repeat, args.launches) if t > 0]
+                ts = [t for t in _ext.time_gemm(dev.id, n, n, n, args.dtype, args.repeat, args.launches, args.layout)
+                      if t > 0]
                 row["seconds"][n].append(statistics.median(ts))
     os.environ.pop("PORTMAT_OPENCL_PARAMS", None)
     for row in rows + ([peer] if peer else []):
@@ -129,7 +134,8 @@ def main():
         print(f"{row['params']:<60} {'  '.join(cells)} {row.get('error', '')}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": dev.id, "device_name": dev.name, "dtype": args.dtype, "rounds": args.rounds,
+            json.dump({"device": dev.id, "device_name": dev.name, "dtype": args.dtype, "layout": args.layout,
+                       "rounds": args.rounds,
                        "results": rows, "cublas": peer}, f, indent=2)
     return 0
 
