@@ -103,7 +103,8 @@ GemmParams parse_params(const std::string& text, GemmParams p) {
   return p;
 }
 
-GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count, const GemmParams* tuned) {
+GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count, const GemmParams* tuned,
+                         bool untransposed) {
   GemmParams p;  // GPU float32: 128x128x16 blocks, 16x16 work-items of 8x8
   const bool small_stack = count > 1 && m <= 32 && n <= 32;
   if (tuned && !small_stack) {
@@ -155,6 +156,15 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
     if (blocks < 2L * dev.compute_units) {
       p.mwg = 64;
       p.mdimc = 8;
+    } else if (untransposed && dev.cp_async) {
+      // A column-major a and a row-major b (a.T @ b, say): both slices go into local memory as
+      // they are, by cp.async, into a ring of three 16-deep slices (48 KiB, which two slices
+      // staged through registers cannot afford). H200, 2026-12-03, kernel-only, in the same
+      // rounds: 49.3 / 50.2 TFLOP/s at n = 4096 / 8192 against 48.8 / 49.5 for the set above
+      // (cuBLAS 51.3). With a row-major a, which is transposed on the way, the ring lost
+      // (docs/opencl.md), so it is this layout's alone.
+      p.async = 3;
+      p.kwg = 16;
     }
   } else {
     // Other GPUs: measured on an H200 through NVIDIA's driver (record 2026-11-29_h200_opencl_tune.txt):

@@ -63,9 +63,10 @@ struct DeviceTraits {
 // Parameters for an (m x k) @ (k x n) product of `dtype` on a device with these traits: `tuned`
 // (what `portmat tune` stored for the device and this element size) where given, except for stacks
 // of small matrices, which keep their own block; else the shipped defaults for the device. Then
-// $PORTMAT_OPENCL_PARAMS on top.
+// $PORTMAT_OPENCL_PARAMS on top. `untransposed`: a is column-major and b row-major, so that neither
+// is transposed on its way into local memory (gemm.cl's cp.async ring copies both).
 GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, long count = 1,
-                         const GemmParams* tuned = nullptr);
+                         const GemmParams* tuned = nullptr, bool untransposed = false);
 
 // Applies "KEY=VALUE,..." on top of p; throws std::invalid_argument naming a bad key or value.
 GemmParams parse_params(const std::string& text, GemmParams p);

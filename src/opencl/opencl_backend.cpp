@@ -511,10 +511,12 @@ class OpenClDevice final : public core::Device {
 
   // The kernel parameters of an (M x K) @ (K x N) product (or a stack of count): the shipped
   // defaults, or what `portmat tune` stored for this device and driver (tuning_store.hpp).
-  GemmParams params_for(DType dtype, std::int64_t M, std::int64_t N, std::int64_t count) {
+  // `untransposed`: a column-major a and a row-major b (choose_params).
+  GemmParams params_for(DType dtype, std::int64_t M, std::int64_t N, std::int64_t count, bool untransposed = false) {
     const std::optional<GemmParams> tuned = tuned_->get(dtype_size(dtype));
-    return choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_, true, cp_async_}, dtype, static_cast<long>(M),
-                         static_cast<long>(N), static_cast<long>(count), tuned ? &*tuned : nullptr);
+    return choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_, true, cp_async_}, dtype,
+                         static_cast<long>(M), static_cast<long>(N), static_cast<long>(count),
+                         tuned ? &*tuned : nullptr, untransposed);
   }
 
   std::pair<std::string, std::string> tuning_store() const override { return {tuning_key(info_), tuning_path()}; }
@@ -539,7 +541,7 @@ class OpenClDevice final : public core::Device {
                         const GemmParams* forced = nullptr) {
     const cl_int M = static_cast<cl_int>(a.rows), N = static_cast<cl_int>(b.cols),
                  K = static_cast<cl_int>(a.cols);
-    GemmParams p = forced ? *forced : params_for(a.dtype, M, N, count);
+    GemmParams p = forced ? *forced : params_for(a.dtype, M, N, count, a.col_major && !b.col_major);
     if (p.direct && std::max({a.span(), b.span(), c.span()}) > 2147483647u)  // its int indices (gemm_direct.cl)
       p = choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_, /*direct_ok=*/false, cp_async_}, a.dtype,
                         M, N, count);

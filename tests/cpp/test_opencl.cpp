@@ -50,6 +50,25 @@ TEST(OpenClParams, DefaultsAreValidAndBadOnesAreNamed) {
   EXPECT_NE(portmat::opencl::parse_params("ASYNC=9", {}).invalid_reason().find("ASYNC"), std::string::npos);
 }
 
+// NVIDIA's float32 on compute capability 8.0+: the cp.async ring only where no operand is
+// transposed into local memory (a column-major a, a row-major b) and 128 x 128 blocks fill the
+// device; within 48 KiB of local memory, as every default must be.
+TEST(OpenClParams, CpAsyncRingOnlyForUntransposedOperandsOnNvidia) {
+  using portmat::opencl::choose_params;
+  portmat::opencl::DeviceTraits h200{portmat::DeviceKind::gpu, "NVIDIA Corporation", 132, 32, true, true};
+  auto older = h200;
+  older.cp_async = false;
+  const auto ring = choose_params(h200, DType::f32, 4096, 4096, 1, nullptr, true);
+  EXPECT_EQ(ring.async, 3);
+  EXPECT_EQ(ring.kwg, 16);
+  EXPECT_EQ(ring.invalid_reason(), "");
+  EXPECT_LE(ring.local_bytes(4), 49152u);
+  EXPECT_EQ(choose_params(h200, DType::f32, 4096, 4096, 1, nullptr, false).async, 0);  // row-major a
+  EXPECT_EQ(choose_params(older, DType::f32, 4096, 4096, 1, nullptr, true).async, 0);
+  EXPECT_EQ(choose_params(h200, DType::f32, 1024, 1024, 1, nullptr, true).async, 0);  // 64 x 128 blocks
+  EXPECT_EQ(choose_params(h200, DType::f64, 4096, 4096, 1, nullptr, true).async, 0);
+}
+
 // CPU runtimes (Intel's, and PoCL, which names an Intel CPU's vendor "GenuineIntel") run the direct
 // kernel (gemm_direct.cl) in its vector form, vectors of the device's SIMD width; GPUs keep
 // gemm.cl, and so does a product too large for the direct kernel's int indices. Its parameters are

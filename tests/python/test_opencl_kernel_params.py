@@ -138,3 +138,19 @@ def test_products_with_edges_on_padded_copies(dev, monkeypatch, rng):
         c = np.asarray(portmat.matmul(x, y, device=dev) if isinstance(x, np.ndarray) else (x @ y).numpy())
         want, bound = _bound(a, b, np.float32)
         assert np.all(np.abs(c - want) <= bound)
+
+
+@pytest.mark.skipif(not NVIDIA, reason="no NVIDIA OpenCL device here")
+@pytest.mark.parametrize("dev", sorted(NVIDIA))
+def test_untransposed_operands_on_nvidias_ring(dev, monkeypatch, rng):
+    """On NVIDIA's driver a column-major a with a row-major b (a.T @ b) takes the cp.async ring by
+    default once 128 x 128 blocks fill the device: whole blocks and edges, the other layouts
+    beside it, against float64."""
+    monkeypatch.setenv("PORTMAT_OPENCL_TUNING", "off")
+    monkeypatch.delenv("PORTMAT_OPENCL_PARAMS", raising=False)
+    for n in (2304, 2300):
+        x = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+        y = rng.uniform(-1, 1, (n, n)).astype(np.float32)
+        for a, b in ((x.T, y), (x, y), (x.T, y.T)):
+            want, bound = _bound(a, b, np.float32)
+            assert np.all(np.abs(portmat.matmul(a, b, device=dev) - want) <= bound), (n, a.flags.f_contiguous)
