@@ -4,10 +4,11 @@ up or slows down affects all of them alike), and NumPy can be one of the variant
 
     python bench/diagnostics/cpu_env_ab.py --n 2048 --dtype float64 --rounds 3 \\
         - "PORTMAT_CPU_BLOCKS=f64:4200,256,256" numpy
+    python bench/diagnostics/cpu_env_ab.py --shape 65536,64,64 - PORTMAT_CPU_SMALL=0 numpy
 
 A variant is "-" (the defaults), "numpy", or space-separated NAME=VALUE assignments. Each process
 verifies one product against NumPy, warms up, and prints the median GFLOP/s of --repeat calls
-(2 n^3 / t, 8 n^3 / t for complex dtypes, whose blocks are those of the real type; NumPy arrays in and out); the table gives every round's figure per variant.
+(2 n^3 / t, or 2 M K N / t with --shape M,K,N; 8 for complex dtypes, whose blocks are those of the real type; NumPy arrays in and out); the table gives every round's figure per variant.
 """
 
 import argparse
@@ -18,15 +19,15 @@ import sys
 import time
 
 
-def worker(n, dtype, repeat, use_numpy):
+def worker(m, k, n, dtype, repeat, use_numpy):
     import numpy as np
 
     rng = np.random.default_rng(0)
-    a = rng.random((n, n)).astype(dtype)
-    b = rng.random((n, n)).astype(dtype)
+    a = rng.random((m, k)).astype(dtype)
+    b = rng.random((k, n)).astype(dtype)
     if np.dtype(dtype).kind == "c":
-        a += 1j * rng.random((n, n))
-        b += 1j * rng.random((n, n))
+        a += 1j * rng.random((m, k))
+        b += 1j * rng.random((k, n))
     if use_numpy:
         f = lambda: a @ b  # noqa: E731
     else:
@@ -44,7 +45,7 @@ def worker(n, dtype, repeat, use_numpy):
         t0 = time.perf_counter()
         f()
         ts.append(time.perf_counter() - t0)
-    flops = (8 if np.dtype(dtype).kind == "c" else 2) * n**3  # a complex multiply-add is 8 flops
+    flops = (8 if np.dtype(dtype).kind == "c" else 2) * m * k * n  # a complex multiply-add is 8 flops
     print(f"{flops / statistics.median(ts) / 1e9:.1f}")
 
 
@@ -52,14 +53,16 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("variants", nargs="*")
     p.add_argument("--n", type=int, default=2048)
+    p.add_argument("--shape", default="", help="M,K,N instead of a square of --n")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64", "complex64", "complex128"])
     p.add_argument("--repeat", type=int, default=0, help="timed calls per process (default: ~2 s)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
-    repeat = args.repeat or max(2, min(100, int(2 * 300e9 / (8 * args.n**3))))
+    m, k, n = (int(x) for x in args.shape.split(",")) if args.shape else (args.n,) * 3
+    repeat = args.repeat or max(2, min(2000, int(2 * 300e9 / (8 * m * k * n))))
     if args.worker:
-        worker(args.n, args.dtype, repeat, args.worker == "numpy")
+        worker(m, k, n, args.dtype, repeat, args.worker == "numpy")
         return
     if not args.variants:
         p.error("give at least one variant")
@@ -70,12 +73,14 @@ def main():
             if v not in ("-", "numpy"):
                 env.update(kv.split("=", 1) for kv in v.split())
             out = subprocess.run([sys.executable, __file__, "--worker", "numpy" if v == "numpy" else "portmat",
-                                  "--n", str(args.n), "--dtype", args.dtype, "--repeat", str(repeat)],
+                                  "--n", str(args.n), "--shape", args.shape, "--dtype", args.dtype,
+                                  "--repeat", str(repeat)],
                                  env=env, capture_output=True, text=True)
             if out.returncode:
                 sys.exit(f"{v}: {out.stderr.strip() or out.stdout.strip()}")
             results[v].append(float(out.stdout.split()[-1]))
-    print(f"GFLOP/s, {args.dtype} n = {args.n}, {repeat} calls per process, one column per round")
+    what = f"({m} x {k}) @ ({k} x {n})" if args.shape else f"n = {args.n}"
+    print(f"GFLOP/s, {args.dtype} {what}, {repeat} calls per process, one column per round")
     for v, r in results.items():
         print(f"{v:50s} " + " ".join(f"{x:7.1f}" for x in r) + f"   median {statistics.median(r):7.1f}")
 
