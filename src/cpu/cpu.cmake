@@ -43,6 +43,11 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   # skinny.cpp's and small.cpp's kernels are plain vector arithmetic: contracting a * b + c into
   # an FMA (on the clones for CPUs that have one) is what makes them fast, and only more accurate.
   set_property(SOURCE ${cpu_dir}/skinny.cpp ${cpu_dir}/small.cpp APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=fast")
+  # Their vector helpers (vector_ext.hpp) are static and always inlined into each clone, so the
+  # note that a 32- or 64-byte vector's calling convention differs between ISAs concerns no call.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    set_property(SOURCE ${cpu_dir}/skinny.cpp ${cpu_dir}/small.cpp APPEND PROPERTY COMPILE_OPTIONS "-Wno-psabi")
+  endif()
 endif()
 target_compile_definitions(portmat_core PUBLIC PORTMAT_WITH_CPU)
 list(APPEND PORTMAT_CPP_TESTS tests/cpp/test_cpu.cpp)

@@ -1,7 +1,9 @@
-// See small.hpp. Portable C++ with GCC vector extensions, compiled twice (AVX2 + FMA through
-// function target attributes, and the baseline), the variant chosen once at run time. Built with
+// See small.hpp. Portable C++ with GCC vector extensions, compiled three times (AVX-512 with
+// 64-byte vectors and AVX2 + FMA with 32-byte ones, through function target attributes, and the
+// baseline), the variant chosen once at run time with the packed GEMM's ISA. Built with
 // -ffp-contract=fast (cpu.cmake) so that acc + a * b becomes one FMA where the CPU has it.
 #include "cpu/small.hpp"
+#include "cpu/kernel_table.hpp"
 #include "cpu/skinny.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/vector_ext.hpp"
@@ -9,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -32,22 +35,22 @@ template <class T>
 // one vector of columns (8 floats, 4 doubles), so that a narrow b is read where it is rather than
 // copied into a padded strip, or 8 for one or two rows (a vector times a matrix: with 2 vectors a
 // row, each k step waited for the FMA latency of the last).
-template <class T, int R, int V>
+template <class T, int R, int V, int B>
 [[gnu::always_inline]] inline void tile(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                         std::int64_t ldc, std::int64_t K, int cols) {
-  constexpr int L = kLanes<T>;
+  constexpr int L = kLanes<T, B>;
   // k = 0 sets the accumulators (K >= 1): zeroing them first made GCC clear a stack copy of all
   // R x V of them with `rep stos` on every tile, a fifth of a 32x32 product's time.
-  Vec<T> acc[R][V];
+  Vec<T, B> acc[R][V];
   {
-    Vec<T> bv[V];
-    for (int v = 0; v < V; ++v) bv[v] = load(b + v * L);
+    Vec<T, B> bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = load<T, B>(b + v * L);
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < V; ++v) acc[r][v] = a[r * lda] * bv[v];
   }
   for (std::int64_t k = 1; k < K; ++k) {
-    Vec<T> bv[V];
-    for (int v = 0; v < V; ++v) bv[v] = load(b + k * ldb + v * L);
+    Vec<T, B> bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = load<T, B>(b + k * ldb + v * L);
     for (int r = 0; r < R; ++r) {
       const T x = a[r * lda + k];
       for (int v = 0; v < V; ++v) acc[r][v] += x * bv[v];
@@ -57,7 +60,7 @@ template <class T, int R, int V>
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < V; ++v) store(c + r * ldc + v * L, acc[r][v]);
   } else {
-    alignas(32) T part[R][V * L];
+    alignas(B) T part[R][V * L];
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < V; ++v) store(part[r] + v * L, acc[r][v]);
     copy_columns(&part[0][0], V * L, R, cols, c, ldc);
@@ -66,30 +69,30 @@ template <class T, int R, int V>
 
 // The 6-row tiles of rows [i, i + m) against one strip of b (bs, lds apart), into c's columns
 // [j, j + cols).
-template <class T, int V>
+template <class T, int V, int B>
 [[gnu::always_inline]] inline void strip_rows(const T* a, std::int64_t lda, const T* bs, std::int64_t lds, T* c,
                                               std::int64_t ldc, std::int64_t m, std::int64_t K, int cols) {
   std::int64_t i = 0;
-  for (; i + kRows <= m; i += kRows) tile<T, kRows, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols);
+  for (; i + kRows <= m; i += kRows) tile<T, kRows, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols);
   switch (m - i) {
-    case 5: tile<T, 5, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
-    case 4: tile<T, 4, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
-    case 3: tile<T, 3, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
-    case 2: tile<T, 2, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
-    case 1: tile<T, 1, V>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    case 5: tile<T, 5, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    case 4: tile<T, 4, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    case 3: tile<T, 3, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    case 2: tile<T, 2, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    case 1: tile<T, 1, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
     default: break;
   }
 }
 
 // The 6-row tiles of rows [i, i + m) against `ncols` columns of b (whole strips of W = V vectors),
 // row tiles outside, strips inside: each tile row of c is written as one stretch of ncols.
-template <class T, int V>
+template <class T, int V, int B>
 [[gnu::always_inline]] inline void rows_across(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                                std::int64_t ldc, std::int64_t m, std::int64_t K, std::int64_t ncols) {
-  constexpr int W = V * kLanes<T>;
+  constexpr int W = V * kLanes<T, B>;
   auto across = [&](auto rows, std::int64_t i) {
     for (std::int64_t j = 0; j < ncols; j += W)
-      tile<T, decltype(rows)::value, V>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K, W);
+      tile<T, decltype(rows)::value, V, B>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K, W);
   };
   std::int64_t i = 0;
   for (; i + kRows <= m; i += kRows) across(std::integral_constant<int, kRows>{}, i);
@@ -114,10 +117,10 @@ constexpr std::int64_t kShortKChunkBytes = 4096;
 // L2. (Strips outside read all of a once per strip: 4 times over for 64 columns.)
 constexpr std::int64_t kRowBlockBytes = 64 << 10;
 
-template <class T, int V, bool ShortK>
+template <class T, int V, int B, bool ShortK>
 [[gnu::always_inline]] inline void small_strips(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                                 std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  constexpr int L = kLanes<T>;
+  constexpr int L = kLanes<T, B>;
   constexpr int W = V * L;
   // Columns past the last whole strip: whole vectors read in place by one-vector tiles, then the
   // last few columns (fewer than a vector) from a zero-padded copy one vector wide. (All of them
@@ -127,8 +130,8 @@ template <class T, int V, bool ShortK>
   const std::int64_t j_strips = N / W * W;        // whole strips end here
   const std::int64_t j_vectors = N / L * L;       // whole vectors after them end here
   const int last_cols = static_cast<int>(N - j_vectors);
-  constexpr std::int64_t kStackK = 256;
-  alignas(32) T stack_strip[kStackK * L];  // the last columns of b, zero-padded to a vector
+  constexpr std::int64_t kStackK = 8192 / B;  // 8 KiB of stack whatever the vector
+  alignas(B) T stack_strip[kStackK * L];  // the last columns of b, zero-padded to a vector
   std::vector<T> heap_strip;               // the same where K is longer
   T* strip = stack_strip;
   if (last_cols > 0) {
@@ -149,41 +152,41 @@ template <class T, int V, bool ShortK>
     if constexpr (ShortK) {
       for (std::int64_t j = 0; j < j_strips; j += chunk) {
         const std::int64_t w = std::min(chunk, j_strips - j);
-        rows_across<T, V>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, w);
+        rows_across<T, V, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, w);
       }
     } else {
       for (std::int64_t j = 0; j < j_strips; j += W)
-        strip_rows<T, V>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, W);
+        strip_rows<T, V, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, W);
     }
     for (std::int64_t j = j_strips; j < j_vectors; j += L)
-      strip_rows<T, 1>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, L);
-    if (last_cols > 0) strip_rows<T, 1>(a + i0 * lda, lda, strip, L, c + i0 * ldc + j_vectors, ldc, m, K, last_cols);
+      strip_rows<T, 1, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, L);
+    if (last_cols > 0) strip_rows<T, 1, B>(a + i0 * lda, lda, strip, L, c + i0 * ldc + j_vectors, ldc, m, K, last_cols);
   }
 }
 
-template <class T, bool ShortK>
+template <class T, int B, bool ShortK>
 [[gnu::always_inline]] inline void small_any_k(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                                std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  if (N <= kLanes<T>)
-    small_strips<T, 1, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
-  else if (M <= 2 && N >= 8 * kLanes<T>)  // a vector (or two) times a matrix: 8 FMA chains a row
-    small_strips<T, 8, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
+  if (N <= kLanes<T, B>)
+    small_strips<T, 1, B, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
+  else if (M <= 2 && N >= 8 * kLanes<T, B>)  // a vector (or two) times a matrix: 8 FMA chains a row
+    small_strips<T, 8, B, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
   else
-    small_strips<T, 2, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
+    small_strips<T, 2, B, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
 }
 
 // The short-k order is compiled into functions of its own (small_kernels' short_f32, short_f64):
 // in the same function as the other loop nests, even as a separate instantiation, it made GCC's
 // code for them slower (16384 x 256 @ 256 x 64: 3.5-3.9 ms before, 4.2-4.5 after).
-template <class T>
+template <class T, int B = 32>
 [[gnu::always_inline]] inline void small_any(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                              std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_any_k<T, false>(a, lda, b, ldb, c, ldc, M, N, K);
+  small_any_k<T, B, false>(a, lda, b, ldb, c, ldc, M, N, K);
 }
-template <class T>
+template <class T, int B = 32>
 [[gnu::always_inline]] inline void small_short_k(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                                  std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_any_k<T, true>(a, lda, b, ldb, c, ldc, M, N, K);
+  small_any_k<T, B, true>(a, lda, b, ldb, c, ldc, M, N, K);
 }
 
 template <class T>
@@ -223,6 +226,24 @@ PM_TARGET_AVX2 void small_f64_avx2(const double* a, std::int64_t lda, const doub
                                    std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
   small_any<double>(a, lda, b, ldb, c, ldc, M, N, K);
 }
+// AVX-512: the same tiles in 64-byte vectors (6 x 32 floats, 6 x 16 doubles), where the packed GEMM
+// runs its AVX-512 kernels (kernel_table.cpp; PORTMAT_CPU_ISA chooses for both).
+PM_TARGET_AVX512 void short_f32_avx512(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                       std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_short_k<float, 64>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+PM_TARGET_AVX512 void short_f64_avx512(const double* a, std::int64_t lda, const double* b, std::int64_t ldb,
+                                       double* c, std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_short_k<double, 64>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+PM_TARGET_AVX512 void small_f32_avx512(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                       std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_any<float, 64>(a, lda, b, ldb, c, ldc, M, N, K);
+}
+PM_TARGET_AVX512 void small_f64_avx512(const double* a, std::int64_t lda, const double* b, std::int64_t ldb,
+                                       double* c, std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
+  small_any<double, 64>(a, lda, b, ldb, c, ldc, M, N, K);
+}
 #endif
 
 struct SmallKernels {
@@ -230,13 +251,19 @@ struct SmallKernels {
   SmallFn<double> f64 = small_f64_base;
   SmallFn<float> short_f32 = short_f32_base;  // a k of at most kStripBytes
   SmallFn<double> short_f64 = short_f64_base;
+  int vector_bytes = 32;  // a tile's strip is two vectors wide
 };
 
+// The clones of the ISA the packed GEMM runs (kernel_table.cpp's choice, PORTMAT_CPU_ISA included).
 const SmallKernels& small_kernels() {
   static const SmallKernels chosen = [] {
     SmallKernels k;
 #ifdef PM_CPU_AVX2_CLONES
-    if (has_avx2_fma()) k = {small_f32_avx2, small_f64_avx2, short_f32_avx2, short_f64_avx2};
+    const std::string isa = active_kernel_set().isa;
+    if (isa == "avx512")
+      k = {small_f32_avx512, small_f64_avx512, short_f32_avx512, short_f64_avx512, 64};
+    else if (isa == "avx2" && has_avx2_fma())
+      k = {small_f32_avx2, small_f64_avx2, short_f32_avx2, short_f64_avx2, 32};
 #endif
     return k;
   }();
@@ -287,7 +314,7 @@ bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std:
   };
   // Threads take whole register tiles: blocks of 6-row tiles, or of 2-vector column strips where
   // c has more of those; two parts a thread, claimed as they finish.
-  constexpr std::int64_t W = 64 / sizeof(T);
+  const std::int64_t W = 2 * small_kernels().vector_bytes / static_cast<std::int64_t>(sizeof(T));
   const std::int64_t row_tiles = (M + kRows - 1) / kRows, col_strips = (N + W - 1) / W;
   const std::int64_t parts = std::min<std::int64_t>(2 * threads, std::max(row_tiles, col_strips));
   if (threads <= 1 || parts <= 1) {

@@ -9,7 +9,8 @@
 // (0.96 us a 32x32 product on one core, about 85% of its peak). Here register tiles of c (6 rows x
 // 2 vectors: 6x16 floats, 6x8 doubles) accumulate over all of K, reading a's elements (broadcast)
 // and b's row segments where they are; the operands of a small product sit in L1/L2 anyway.
-// Compiled for AVX2 + FMA and for baseline x86-64, chosen at run time (as skinny.cpp).
+// Compiled for AVX-512 (64-byte vectors: 6x32 floats, 6x16 doubles), AVX2 + FMA and baseline
+// x86-64, the clone chosen at run time with the packed GEMM's ISA (PORTMAT_CPU_ISA).
 #pragma once
 
 #include <cstddef>

@@ -1,11 +1,13 @@
-// What the unpacked kernels (skinny.cpp, small.cpp) share: 32-byte vectors as GCC vector
-// extensions, unaligned loads and stores of them, and the AVX2 + FMA clones. Each kernel template
-// is compiled twice, once in a function with PM_TARGET_AVX2 and once for the baseline, and
-// has_avx2_fma() picks one at run time (function attributes rather than ifunc / target_clones,
-// whose resolvers run before sanitizer runtimes are up).
+// What the unpacked kernels (skinny.cpp, small.cpp) share: vectors as GCC vector extensions,
+// unaligned loads and stores of them, and the target attributes of their clones. Each kernel
+// template is compiled in a function with PM_TARGET_AVX2 and once for the baseline (small.cpp also
+// with PM_TARGET_AVX512), and one is picked at run time (function attributes rather than ifunc /
+// target_clones, whose resolvers run before sanitizer runtimes are up).
 //
-// 32-byte vectors: one ymm register on AVX2 and AVX-512 (these kernels are memory-bound or
-// register-bound; wider vectors would only raise register pressure), two xmm on baseline x86-64.
+// 32-byte vectors by default: one ymm register on AVX2 and AVX-512, two xmm on baseline x86-64
+// (skinny.cpp's dots are memory-bound: wider vectors would only raise register pressure).
+// small.cpp's AVX-512 clones use 64-byte ones (one zmm): its tiles are compute-bound, and with
+// ymm they ran at half the packed GEMM's AVX-512 rate (docs/cpu.md, "AVX-512 tiles").
 #pragma once
 
 #include <cstring>
@@ -15,35 +17,31 @@
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define PM_CPU_AVX2_CLONES 1
 #define PM_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define PM_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma")))
 #endif
 
 namespace portmat::cpu {
 
-template <class T>
-struct VecOf;
-template <>
-struct VecOf<float> {
-  typedef float type __attribute__((vector_size(32)));
+// B: the vector's bytes, 32 everywhere but in small.cpp's AVX-512 clones (64: one zmm register).
+template <class T, int B = 32>
+struct VecOf {
+  typedef T type __attribute__((vector_size(B)));
 };
-template <>
-struct VecOf<double> {
-  typedef double type __attribute__((vector_size(32)));
-};
-template <class T>
-using Vec = typename VecOf<T>::type;
-template <class T>
-constexpr int kLanes = 32 / sizeof(T);
+template <class T, int B = 32>
+using Vec = typename VecOf<T, B>::type;
+template <class T, int B = 32>
+constexpr int kLanes = B / sizeof(T);
 
 // Internal linkage (static): a vector's calling convention differs between the AVX2 clones and
 // the baseline, so no out-of-line copy may be shared between translation units.
-template <class T>
-[[gnu::always_inline]] static inline Vec<T> load(const T* p) {
-  Vec<T> v;
+template <class T, int B = 32>
+[[gnu::always_inline]] static inline Vec<T, B> load(const T* p) {
+  Vec<T, B> v;
   std::memcpy(&v, p, sizeof v);  // an unaligned vector load
   return v;
 }
-template <class T>
-[[gnu::always_inline]] static inline void store(T* p, const Vec<T>& v) {
+template <class T, class V>
+[[gnu::always_inline]] static inline void store(T* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
