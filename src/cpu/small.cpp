@@ -193,57 +193,33 @@ template <class T>
 using SmallFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, T*, std::int64_t, std::int64_t,
                          std::int64_t, std::int64_t);
 
-void small_f32_base(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
-                    std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_any<float>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-void small_f64_base(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
-                    std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_any<double>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-void short_f32_base(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
-                    std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_short_k<float>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-void short_f64_base(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
-                    std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_short_k<double>(a, lda, b, ldb, c, ldc, M, N, K);
-}
+// One clone set: the four entry points compiled with ATTR (a target attribute, or nothing for the
+// baseline) and B-byte vectors. AVX-512 uses 64-byte vectors (6 x 32 floats, 6 x 16 doubles), where
+// the packed GEMM runs its AVX-512 kernels (kernel_table.cpp; PORTMAT_CPU_ISA chooses for both).
+#define PM_SMALL_CLONES(SUFFIX, ATTR, B)                                                                   \
+  ATTR void small_f32_##SUFFIX(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,    \
+                               std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {             \
+    small_any<float, B>(a, lda, b, ldb, c, ldc, M, N, K);                                                  \
+  }                                                                                                         \
+  ATTR void small_f64_##SUFFIX(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c, \
+                               std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {             \
+    small_any<double, B>(a, lda, b, ldb, c, ldc, M, N, K);                                                 \
+  }                                                                                                         \
+  ATTR void short_f32_##SUFFIX(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,    \
+                               std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {             \
+    small_short_k<float, B>(a, lda, b, ldb, c, ldc, M, N, K);                                              \
+  }                                                                                                         \
+  ATTR void short_f64_##SUFFIX(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c, \
+                               std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {             \
+    small_short_k<double, B>(a, lda, b, ldb, c, ldc, M, N, K);                                             \
+  }
+// The SmallKernels of a clone set.
+#define PM_SMALL_SET(SUFFIX, B) {small_f32_##SUFFIX, small_f64_##SUFFIX, short_f32_##SUFFIX, short_f64_##SUFFIX, B}
+
+PM_SMALL_CLONES(base, , 32)
 #ifdef PM_CPU_AVX2_CLONES
-PM_TARGET_AVX2 void short_f32_avx2(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                                   std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_short_k<float>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-PM_TARGET_AVX2 void short_f64_avx2(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
-                                   std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_short_k<double>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-PM_TARGET_AVX2 void small_f32_avx2(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                                   std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_any<float>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-PM_TARGET_AVX2 void small_f64_avx2(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c,
-                                   std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_any<double>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-// AVX-512: the same tiles in 64-byte vectors (6 x 32 floats, 6 x 16 doubles), where the packed GEMM
-// runs its AVX-512 kernels (kernel_table.cpp; PORTMAT_CPU_ISA chooses for both).
-PM_TARGET_AVX512 void short_f32_avx512(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                                       std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_short_k<float, 64>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-PM_TARGET_AVX512 void short_f64_avx512(const double* a, std::int64_t lda, const double* b, std::int64_t ldb,
-                                       double* c, std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_short_k<double, 64>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-PM_TARGET_AVX512 void small_f32_avx512(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                                       std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_any<float, 64>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-PM_TARGET_AVX512 void small_f64_avx512(const double* a, std::int64_t lda, const double* b, std::int64_t ldb,
-                                       double* c, std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_any<double, 64>(a, lda, b, ldb, c, ldc, M, N, K);
-}
+PM_SMALL_CLONES(avx2, PM_TARGET_AVX2, 32)
+PM_SMALL_CLONES(avx512, PM_TARGET_AVX512, 64)
 #endif
 
 struct SmallKernels {
@@ -259,11 +235,11 @@ const SmallKernels& small_kernels() {
   static const SmallKernels chosen = [] {
     SmallKernels k;
 #ifdef PM_CPU_AVX2_CLONES
-    const std::string isa = active_kernel_set().isa;
+    const std::string isa = active_kernel_set().isa;  // "avx2" only where the CPU has AVX2 and FMA
     if (isa == "avx512")
-      k = {small_f32_avx512, small_f64_avx512, short_f32_avx512, short_f64_avx512, 64};
-    else if (isa == "avx2" && has_avx2_fma())
-      k = {small_f32_avx2, small_f64_avx2, short_f32_avx2, short_f64_avx2, 32};
+      k = PM_SMALL_SET(avx512, 64);
+    else if (isa == "avx2")
+      k = PM_SMALL_SET(avx2, 32);
 #endif
     return k;
   }();
