@@ -119,7 +119,6 @@ class OpenClDevice final : public core::Device {
         device_string(cl, dev, CL_DEVICE_EXTENSIONS).find("cl_nv_device_attribute_query") != std::string::npos) {
       constexpr cl_device_info kComputeCapabilityMajorNv = 0x4000;  // CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
       nv_cc_major_ = static_cast<int>(device_value<cl_uint>(cl, dev, kComputeCapabilityMajorNv));
-      cp_async_ = nv_cc_major_ >= 8;
     }
     where_ = info_.id() + " (" + info_.name + ")";
     tuned_ = std::make_unique<TunedParams>(tuning_key(info_));
@@ -465,7 +464,7 @@ class OpenClDevice final : public core::Device {
     if (p.maxregs && !p.direct && info_.vendor.find("NVIDIA") == std::string::npos)
       throw std::invalid_argument("OpenCL gemm parameters " + p.str() + ": MAXREGS is an option of NVIDIA's "
                                   "compiler; " + where_ + " is " + info_.vendor + "'s");
-    if (p.async && !p.direct && !cp_async_)
+    if (p.async && !p.direct && !cp_async())
       throw std::invalid_argument("OpenCL gemm parameters " + p.str() + ": ASYNC (cp.async through inline PTX) "
                                   "needs NVIDIA's driver on compute capability 8.0 or later; " + where_ +
                                   " is " + info_.vendor + "'s" +
@@ -514,10 +513,16 @@ class OpenClDevice final : public core::Device {
   // `untransposed`: a column-major a and a row-major b (choose_params).
   GemmParams params_for(DType dtype, std::int64_t M, std::int64_t N, std::int64_t count, bool untransposed = false) {
     const std::optional<GemmParams> tuned = tuned_->get(dtype_size(dtype));
-    return choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_, true, cp_async_}, dtype,
-                         static_cast<long>(M), static_cast<long>(N), static_cast<long>(count),
+    return choose_params(traits(), dtype, static_cast<long>(M), static_cast<long>(N), static_cast<long>(count),
                          tuned ? &*tuned : nullptr, untransposed);
   }
+
+  // What choose_params needs of this device; direct_ok = false: gemm.cl only.
+  DeviceTraits traits(bool direct_ok = true) const {
+    return {info_.kind, info_.vendor, info_.compute_units, vector_bytes_, direct_ok, cp_async()};
+  }
+  // gemm.cl's ASYNC can run: NVIDIA's driver on compute capability 8.0 or later (cp.async).
+  bool cp_async() const { return nv_cc_major_ >= 8; }
 
   std::pair<std::string, std::string> tuning_store() const override { return {tuning_key(info_), tuning_path()}; }
   std::string kernel_params(DType dtype, std::int64_t m, std::int64_t n) override {
@@ -543,8 +548,7 @@ class OpenClDevice final : public core::Device {
                  K = static_cast<cl_int>(a.cols);
     GemmParams p = forced ? *forced : params_for(a.dtype, M, N, count, a.col_major && !b.col_major);
     if (p.direct && std::max({a.span(), b.span(), c.span()}) > 2147483647u)  // its int indices (gemm_direct.cl)
-      p = choose_params({info_.kind, info_.vendor, info_.compute_units, vector_bytes_, /*direct_ok=*/false, cp_async_}, a.dtype,
-                        M, N, count);
+      p = choose_params(traits(/*direct_ok=*/false), a.dtype, M, N, count);
     if (p.direct && p.vecw > 1 && count == 1 && !forced && pack_direct(p, M, N, K))
       if (cl_event ev = enqueue_gemm_packed(p, am, a, bm, b, cm, c, on ? on : queue_, n_after, after, started))
         return ev;
@@ -1339,8 +1343,7 @@ class OpenClDevice final : public core::Device {
   std::string where_;
   std::unique_ptr<TunedParams> tuned_;  // what `portmat tune` stored (constructor)
   std::size_t max_alloc_ = 0, local_mem_ = 0, max_work_group_ = 0;
-  int nv_cc_major_ = 0;    // NVIDIA's compute capability, major (0: not NVIDIA's driver, or not told)
-  bool cp_async_ = false;  // gemm.cl's ASYNC can run (NVIDIA, compute capability >= 8)
+  int nv_cc_major_ = 0;  // NVIDIA's compute capability, major (0: not NVIDIA's driver, or not told)
   int vector_bytes_ = 32;  // the float vector's bytes (CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT x 4)
 
   std::mutex mu_;  // one command stream per device: guards everything below

@@ -243,11 +243,14 @@ inline void store_b(__local real* Bs, const int tid, const real rb[LPTB]) {
 #else
 #define PTX_ASM __asm__ __volatile__  // the GNU spelling: clang's OpenCL C has no plain `asm`
 #endif
+#define STR_(x) #x
+#define STR(x) STR_(x)
 #if REAL_KIND == 1 || REAL_KIND == 3
-#define ELEM_BYTES "8"
+#define REAL_BYTES 8
 #else
-#define ELEM_BYTES "4"
+#define REAL_BYTES 4
 #endif
+#define ELEM_BYTES STR(REAL_BYTES)
 // One element; src_bytes 0 writes a zero (outside the matrix: the address is clamped inside).
 inline void copy_elem_async(__local real* dst, __global const real* src, const uint src_bytes) {
   PTX_ASM("cp.async.ca.shared.global [%0], [%1], " ELEM_BYTES ", %2;" ::"r"((uint)(ulong)dst),
@@ -255,11 +258,10 @@ inline void copy_elem_async(__local real* dst, __global const real* src, const u
 }
 // GVW contiguous elements to GVW contiguous elements, 16 bytes (or all of them when fewer) at a time.
 #if GVW > 1
-#define VEC_BYTES_ (GVW * (REAL_KIND == 1 || REAL_KIND == 3 ? 8 : 4))
-#if VEC_BYTES_ >= 16
-#define COPY_ELEMS (16 / (REAL_KIND == 1 || REAL_KIND == 3 ? 8 : 4))
+#if GVW * REAL_BYTES >= 16
+#define COPY_ELEMS (16 / REAL_BYTES)
 #define COPY_INSN "cp.async.cg.shared.global [%0], [%1], 16;"
-#elif VEC_BYTES_ == 8
+#elif GVW * REAL_BYTES == 8
 #define COPY_ELEMS GVW
 #define COPY_INSN "cp.async.ca.shared.global [%0], [%1], 8;"
 #endif
@@ -272,8 +274,6 @@ inline void copy_vec_async(__local real* dst, __global const real* src) {
 inline void copies_commit(void) { PTX_ASM("cp.async.commit_group;" ::: "memory"); }
 // This work-item's copies but the newest ASYNC - 2 groups are done (a barrier then makes every
 // work-item's visible).
-#define STR_(x) #x
-#define STR(x) STR_(x)
 #if ASYNC == 2
 #define WAIT_PENDING 0
 #elif ASYNC == 3
