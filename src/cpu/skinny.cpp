@@ -8,10 +8,13 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cpu/gemm_driver.hpp"
+#include "cpu/kernel_table.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/vector_ext.hpp"
 
@@ -19,51 +22,86 @@ namespace portmat::cpu {
 
 namespace {
 
-// The sum of a vector's lanes as a tree (three dependent adds for 8 lanes, not 8): at K = 256 a
-// matrix-vector product spent more time on the lanes than on the multiply-adds.
-template <class T>
-[[gnu::always_inline]] inline T horizontal_sum(const Vec<T>& v) {
-  constexpr int V = kLanes<T>;
-  T h[V];
-  std::memcpy(h, &v, sizeof v);
-  for (int w = V / 2; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) h[i] += h[i + w];
-  return h[0];
+// The sums of N vectors' lanes (N a power of two, at most the lanes L), out[i] = the sum of v[i]'s
+// lanes, as a tree of two-vector shuffles: comb(x, y) with groups of G lanes = the groups' lower
+// halves of x and y side by side plus their upper halves, so N vectors become N / 2 with groups of
+// half the size, and one vector of N groups at the end (then halved in place down to one lane a
+// group). 3 instructions a pair: for 8 vectors of 16 floats 21 + 2 where summing each vector on its
+// own (an extract and an add a level) took 64. Through an array on the stack (a store, then scalar
+// adds) each sum cost 40-50 cycles, as much as a 256-long row's multiply-adds: (256 x 256) @ (256 x
+// 2) and (256 x 4) took 8.6 and 16.5 us against 4.5 for one column (2-core machine, AVX-512; NumPy
+// 4.2 and 6.1).
+template <class T, int B, int G, bool Upper, int... I>
+[[gnu::always_inline]] inline Vec<T, B> halves(const Vec<T, B>& x, const Vec<T, B>& y,
+                                               std::integer_sequence<int, I...>) {
+  constexpr int L = kLanes<T, B>;
+  return __builtin_shufflevector(x, y, ((I / (L / 2)) * L + (I % (L / 2)) / (G / 2) * G + I % (G / 2) +
+                                        (Upper ? G / 2 : 0))...);
+}
+template <class T, int B, int G>
+[[gnu::always_inline]] inline Vec<T, B> comb(const Vec<T, B>& x, const Vec<T, B>& y) {
+  constexpr auto lanes = std::make_integer_sequence<int, kLanes<T, B>>{};
+  return halves<T, B, G, false>(x, y, lanes) + halves<T, B, G, true>(x, y, lanes);
+}
+template <class T, int B, int N, int G = kLanes<T, B>, int Total = N>
+[[gnu::always_inline]] inline void lane_sums(Vec<T, B>* v, T* out) {
+  static_assert(N >= 1 && (N & (N - 1)) == 0 && Total <= kLanes<T, B>, "a power of two, at most the lanes");
+  if constexpr (N > 1) {
+    for (int i = 0; i < N / 2; ++i) v[i] = comb<T, B, G>(v[2 * i], v[2 * i + 1]);
+    lane_sums<T, B, N / 2, G / 2, Total>(v, out);
+  } else if constexpr (G > 1) {
+    v[0] = comb<T, B, G>(v[0], v[0]);
+    lane_sums<T, B, 1, G / 2, Total>(v, out);
+  } else {
+    for (int i = 0; i < Total; ++i) out[i] = v[0][i];
+  }
 }
 
 // out[r * ors + s * oss] = sum_k L[r * ldl + k] * S[s * K + k] for rows [r0, r1) and s < ns
 // (S holds NS >= ns rows, the extra ones zero). R rows of L at a time share each load of S, and
 // U partial sums per (row, short row) keep enough FMA chains in flight (4-cycle latency, two per
 // cycle): R * NS * U is 8.
-template <class T, int NS>
+template <class T, int NS, int B>
 [[gnu::always_inline]] inline void dots(const T* L, std::int64_t ldl, const T* S, std::int64_t K,
                                         std::int64_t r0, std::int64_t r1, int ns, T* out,
                                         std::int64_t ors, std::int64_t oss) {
-  constexpr int V = kLanes<T>;
-  constexpr int R = NS <= 2 ? 4 : 2;
+  constexpr int V = kLanes<T, B>;
+  constexpr int R = NS <= 2 || B >= 64 ? 4 : 2;  // 4 x 4 zmm accumulators fit AVX-512's 32 registers
   constexpr int U = NS * R >= 8 ? 1 : 8 / (NS * R);
   const std::int64_t kv = K / (V * U) * (V * U);
   auto rows = [&](auto rc, std::int64_t r) PM_LAMBDA_ALWAYS_INLINE {
     constexpr int RC = decltype(rc)::value;
-    Vec<T> acc[RC][NS][U];
+    Vec<T, B> acc[RC][NS][U];
     for (int q = 0; q < RC; ++q)
       for (int s = 0; s < NS; ++s)
-        for (int u = 0; u < U; ++u) acc[q][s][u] = Vec<T>{};
+        for (int u = 0; u < U; ++u) acc[q][s][u] = Vec<T, B>{};
     for (std::int64_t k = 0; k < kv; k += V * U)
       for (int u = 0; u < U; ++u) {
-        Vec<T> lv[RC];
-        for (int q = 0; q < RC; ++q) lv[q] = load(L + (r + q) * ldl + k + u * V);
+        Vec<T, B> lv[RC];
+        for (int q = 0; q < RC; ++q) {
+          lv[q] = load<T, B>(L + (r + q) * ldl + k + u * V);
+          in_register(lv[q]);
+        }
         for (int s = 0; s < NS; ++s) {
-          const Vec<T> sv = load(S + s * K + k + u * V);
+          Vec<T, B> sv = load<T, B>(S + s * K + k + u * V);
+          in_register(sv);
           for (int q = 0; q < RC; ++q) acc[q][s][u] += lv[q] * sv;
         }
       }
+    // The RC x NS sums, lanes_sums' groups of at most V vectors at a time.
+    constexpr int N = RC * NS, G = N < V ? N : V;
+    Vec<T, B> v[N];
+    for (int q = 0; q < RC; ++q)
+      for (int s = 0; s < NS; ++s) {
+        v[q * NS + s] = acc[q][s][0];
+        for (int u = 1; u < U; ++u) v[q * NS + s] += acc[q][s][u];
+      }
+    T sums[N];
+    for (int g = 0; g < N; g += G) lane_sums<T, B, G>(v + g, sums + g);
     for (int q = 0; q < RC; ++q)
       for (int s = 0; s < NS; ++s) {  // NS, not ns: constant indices keep acc in registers
         if (s >= ns) break;
-        Vec<T> v = acc[q][s][0];
-        for (int u = 1; u < U; ++u) v += acc[q][s][u];
-        T sum = horizontal_sum<T>(v);
+        T sum = sums[q * NS + s];
         const T* l = L + (r + q) * ldl;
         for (std::int64_t k = kv; k < K; ++k) sum += l[k] * S[s * K + k];
         out[(r + q) * ors + s * oss] = sum;
@@ -124,22 +162,22 @@ template <class T, int NS>
 // and ran at half the rate (docs/cpu.md); 2 x 4 lost too.
 // One column tile of rows_tiles: short rows [0, NS) in groups of R, C vectors of columns at x, over
 // L's rows [k, ke).
-template <class T, int NS, int R, int C>
+template <class T, int NS, int R, int C, int B>
 [[gnu::always_inline]] inline void rows_tile(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k,
                                              std::int64_t ke, std::int64_t x, bool init, T* P, std::int64_t ldp) {
-  constexpr int V = kLanes<T>;
+  constexpr int V = kLanes<T, B>;
 #pragma GCC unroll 8
   for (int g = 0; g < NS; g += R) {
     T* p = P + g * ldp + x;
-    Vec<T> acc[R][C];
+    Vec<T, B> acc[R][C];
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
-      for (int j = 0; j < C; ++j) acc[i][j] = init ? Vec<T>{} : load(p + i * ldp + j * V);
+      for (int j = 0; j < C; ++j) acc[i][j] = init ? Vec<T, B>{} : load<T, B>(p + i * ldp + j * V);
     for (std::int64_t q = k; q < ke; ++q) {
-      Vec<T> l[C];
+      Vec<T, B> l[C];
 #pragma GCC unroll 8
-      for (int j = 0; j < C; ++j) l[j] = load(L + q * ldl + x + j * V);
+      for (int j = 0; j < C; ++j) l[j] = load<T, B>(L + q * ldl + x + j * V);
       const T* s = Sk + q * NS + g;
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
@@ -155,18 +193,18 @@ template <class T, int NS, int R, int C>
   }
 }
 
-template <class T, int NS, int R>
+template <class T, int NS, int R, int B>
 [[gnu::always_inline]] inline void rows_tiles(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
                                               std::int64_t k1, std::int64_t x0, std::int64_t x1,
                                               std::int64_t kb, bool fresh, T* P, std::int64_t ldp) {
-  constexpr int V = kLanes<T>;
+  constexpr int V = kLanes<T, B>;
   static_assert(NS % R == 0, "whole groups of R short rows");
   for (std::int64_t k = k0; k < k1; k += kb) {
     const std::int64_t ke = std::min(k1, k + kb);
     const bool init = fresh && k == k0;
     std::int64_t x = x0;
-    for (; x + 2 * V <= x1; x += 2 * V) rows_tile<T, NS, R, 2>(L, ldl, Sk, k, ke, x, init, P, ldp);
-    for (; x + V <= x1; x += V) rows_tile<T, NS, R, 1>(L, ldl, Sk, k, ke, x, init, P, ldp);
+    for (; x + 2 * V <= x1; x += 2 * V) rows_tile<T, NS, R, 2, B>(L, ldl, Sk, k, ke, x, init, P, ldp);
+    for (; x + V <= x1; x += V) rows_tile<T, NS, R, 1, B>(L, ldl, Sk, k, ke, x, init, P, ldp);
     for (; x < x1; ++x)
       for (int i = 0; i < NS; ++i) {
         T sum = init ? T(0) : P[i * ldp + x];
@@ -179,15 +217,15 @@ template <class T, int NS, int R>
 // The entry points the loader picks a clone of. NS, the padded count of short rows, is one of
 // 1, 2, 4 or 8 (axpy only) so that every accumulator array has a compile-time size. The switches stay in
 // the cloned functions themselves (always-inline helpers, no lambdas: a lambda is a function of
-// its own, compiled for the baseline only).
-template <class T>
+// its own, compiled for the baseline only). B: the vector's bytes.
+template <class T, int B>
 [[gnu::always_inline]] inline void dots_any(const T* L, std::int64_t ldl, const T* S, std::int64_t K,
                                             std::int64_t r0, std::int64_t r1, int ns, int NS, T* out,
                                             std::int64_t ors, std::int64_t oss) {
   switch (NS) {
-    case 1: return dots<T, 1>(L, ldl, S, K, r0, r1, ns, out, ors, oss);
-    case 2: return dots<T, 2>(L, ldl, S, K, r0, r1, ns, out, ors, oss);
-    default: return dots<T, 4>(L, ldl, S, K, r0, r1, ns, out, ors, oss);
+    case 1: return dots<T, 1, B>(L, ldl, S, K, r0, r1, ns, out, ors, oss);
+    case 2: return dots<T, 2, B>(L, ldl, S, K, r0, r1, ns, out, ors, oss);
+    default: return dots<T, 4, B>(L, ldl, S, K, r0, r1, ns, out, ors, oss);
   }
 }
 template <class T>
@@ -201,70 +239,16 @@ template <class T>
   }
 }
 
-template <class T>
+template <class T, int B>
 [[gnu::always_inline]] inline void rows_any(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
                                             std::int64_t k1, std::int64_t x0, std::int64_t x1, std::int64_t kb,
                                             bool fresh, int NS, T* P, std::int64_t ldp) {
   switch (NS) {
-    case 8: return rows_tiles<T, 8, 4>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
-    case 12: return rows_tiles<T, 12, 4>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
-    default: return rows_tiles<T, 16, 4>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+    case 8: return rows_tiles<T, 8, 4, B>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+    case 12: return rows_tiles<T, 12, 4, B>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
+    default: return rows_tiles<T, 16, 4, B>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, P, ldp);
   }
 }
-
-// The entry points, one per dtype, kernel and target: the templates above inlined into each.
-void dots_f32_base(const float* L, std::int64_t ldl, const float* S, std::int64_t K, std::int64_t r0,
-                   std::int64_t r1, int ns, int NS, float* out, std::int64_t ors, std::int64_t oss) {
-  dots_any<float>(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
-}
-void dots_f64_base(const double* L, std::int64_t ldl, const double* S, std::int64_t K, std::int64_t r0,
-                   std::int64_t r1, int ns, int NS, double* out, std::int64_t ors, std::int64_t oss) {
-  dots_any<double>(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
-}
-void axpy_f32_base(const float* L, std::int64_t ldl, const float* Sk, std::int64_t k0, std::int64_t k1,
-                   std::int64_t W, int NS, float* acc) {
-  axpy_any<float>(L, ldl, Sk, k0, k1, W, NS, acc);
-}
-void axpy_f64_base(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0, std::int64_t k1,
-                   std::int64_t W, int NS, double* acc) {
-  axpy_any<double>(L, ldl, Sk, k0, k1, W, NS, acc);
-}
-void rows_f32_base(const float* L, std::int64_t ldl, const float* Sk, std::int64_t k0, std::int64_t k1,
-                   std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS, float* P, std::int64_t ldp) {
-  rows_any<float>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
-}
-void rows_f64_base(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0, std::int64_t k1,
-                   std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS, double* P, std::int64_t ldp) {
-  rows_any<double>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
-}
-#ifdef PM_CPU_AVX2_CLONES
-PM_TARGET_AVX2 void dots_f32_avx2(const float* L, std::int64_t ldl, const float* S, std::int64_t K, std::int64_t r0,
-                                  std::int64_t r1, int ns, int NS, float* out, std::int64_t ors, std::int64_t oss) {
-  dots_any<float>(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
-}
-PM_TARGET_AVX2 void dots_f64_avx2(const double* L, std::int64_t ldl, const double* S, std::int64_t K, std::int64_t r0,
-                                  std::int64_t r1, int ns, int NS, double* out, std::int64_t ors, std::int64_t oss) {
-  dots_any<double>(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
-}
-PM_TARGET_AVX2 void axpy_f32_avx2(const float* L, std::int64_t ldl, const float* Sk, std::int64_t k0, std::int64_t k1,
-                                  std::int64_t W, int NS, float* acc) {
-  axpy_any<float>(L, ldl, Sk, k0, k1, W, NS, acc);
-}
-PM_TARGET_AVX2 void axpy_f64_avx2(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0, std::int64_t k1,
-                                  std::int64_t W, int NS, double* acc) {
-  axpy_any<double>(L, ldl, Sk, k0, k1, W, NS, acc);
-}
-PM_TARGET_AVX2 void rows_f32_avx2(const float* L, std::int64_t ldl, const float* Sk, std::int64_t k0,
-                                  std::int64_t k1, std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS,
-                                  float* P, std::int64_t ldp) {
-  rows_any<float>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
-}
-PM_TARGET_AVX2 void rows_f64_avx2(const double* L, std::int64_t ldl, const double* Sk, std::int64_t k0,
-                                  std::int64_t k1, std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS,
-                                  double* P, std::int64_t ldp) {
-  rows_any<double>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
-}
-#endif
 
 template <class T>
 using DotsFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int64_t, std::int64_t, int, int, T*,
@@ -275,21 +259,64 @@ template <class T>
 using RowsFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                         std::int64_t, bool, int, T*, std::int64_t);
 
+// One clone set: the entry points, one per dtype and kernel, compiled with ATTR (a target
+// attribute, or nothing for the baseline) and B-byte vectors, the templates above inlined into each.
+#define PM_SKINNY_CLONE_T(T, TN, SUFFIX, ATTR, B)                                                                \
+  ATTR void dots_##TN##_##SUFFIX(const T* L, std::int64_t ldl, const T* S, std::int64_t K, std::int64_t r0,    \
+                                 std::int64_t r1, int ns, int NS, T* out, std::int64_t ors, std::int64_t oss) { \
+    dots_any<T, B>(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);                                               \
+  }                                                                                                            \
+  ATTR void axpy_##TN##_##SUFFIX(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std::int64_t k1,  \
+                                 std::int64_t W, int NS, T* acc) {                                             \
+    axpy_any<T>(L, ldl, Sk, k0, k1, W, NS, acc);                                                               \
+  }                                                                                                            \
+  ATTR void rows_##TN##_##SUFFIX(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std::int64_t k1,  \
+                                 std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS, T* P,  \
+                                 std::int64_t ldp) {                                                           \
+    rows_any<T, B>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);                                         \
+  }
+#define PM_SKINNY_CLONES(SUFFIX, ATTR, B)            \
+  PM_SKINNY_CLONE_T(float, f32, SUFFIX, ATTR, B)     \
+  PM_SKINNY_CLONE_T(double, f64, SUFFIX, ATTR, B)
+// The SkinnyKernels of a clone set.
+#define PM_SKINNY_SET(SUFFIX, B)                                                                  \
+  {dots_f32_##SUFFIX, dots_f64_##SUFFIX, axpy_f32_##SUFFIX, axpy_f64_##SUFFIX, rows_f32_##SUFFIX, \
+   rows_f64_##SUFFIX, B}
+
+// The baseline in registers of its own width (SSE2's 16 bytes on x86-64, so that in_register holds).
+#ifdef __x86_64__
+PM_SKINNY_CLONES(base, , 16)
+#define PM_SKINNY_BASE_BYTES 16
+#else
+PM_SKINNY_CLONES(base, , 32)
+#define PM_SKINNY_BASE_BYTES 32
+#endif
+#ifdef PM_CPU_AVX2_CLONES
+PM_SKINNY_CLONES(avx2, PM_TARGET_AVX2, 32)
+PM_SKINNY_CLONES(avx512, PM_TARGET_AVX512, 64)
+#endif
+
 struct SkinnyKernels {
-  DotsFn<float> dots_f32 = dots_f32_base;
-  DotsFn<double> dots_f64 = dots_f64_base;
-  AxpyFn<float> axpy_f32 = axpy_f32_base;
-  AxpyFn<double> axpy_f64 = axpy_f64_base;
-  RowsFn<float> rows_f32 = rows_f32_base;
-  RowsFn<double> rows_f64 = rows_f64_base;
+  DotsFn<float> dots_f32;
+  DotsFn<double> dots_f64;
+  AxpyFn<float> axpy_f32;
+  AxpyFn<double> axpy_f64;
+  RowsFn<float> rows_f32;
+  RowsFn<double> rows_f64;
+  int vector_bytes;  // rows_tiles' tile is two vectors wide
 };
 
-// The variants for this CPU, chosen once.
+// The clones of the ISA the packed GEMM runs (kernel_table.cpp's choice, PORTMAT_CPU_ISA
+// included), as small.cpp's: AVX-512 where it runs AVX-512.
 const SkinnyKernels& skinny_kernels() {
   static const SkinnyKernels chosen = [] {
-    SkinnyKernels k;
+    SkinnyKernels k = PM_SKINNY_SET(base, PM_SKINNY_BASE_BYTES);
 #ifdef PM_CPU_AVX2_CLONES
-    if (has_avx2_fma()) k = {dots_f32_avx2, dots_f64_avx2, axpy_f32_avx2, axpy_f64_avx2, rows_f32_avx2, rows_f64_avx2};
+    const std::string isa = active_kernel_set().isa;  // "avx2" only where the CPU has AVX2 and FMA
+    if (isa == "avx512")
+      k = PM_SKINNY_SET(avx512, 64);
+    else if (isa == "avx2")
+      k = PM_SKINNY_SET(avx2, 32);
 #endif
     return k;
   }();
@@ -393,7 +420,7 @@ void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::
   T* S = static_cast<T*>((panel_bytes <= kRowsKeepBytes ? kept : once).get(panel_bytes));
   for (std::int64_t k = 0; k < K; ++k)
     for (std::int64_t s = 0; s < NS; ++s) S[k * NS + s] = s < M ? at<T>(a, s, k) : T(0);
-  const std::int64_t tile = 2 * kLanes<T>;
+  const std::int64_t tile = 2 * skinny_kernels().vector_bytes / static_cast<std::int64_t>(sizeof(T));
   const std::int64_t w_max = std::max<std::int64_t>(tile, kRowsPartBytes / (NS * static_cast<std::int64_t>(sizeof(T))) / tile * tile);
   const std::int64_t w = std::min(w_max, ((N + use - 1) / use + tile - 1) / tile * tile);
   const std::int64_t parts = (N + w - 1) / w, ldw = w + line;
@@ -457,14 +484,35 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
   const bool k_unit = few_rows ? (short_op.col_major ? short_op.ld == 1 || K == 1 : true)
                                : (short_op.col_major ? true : short_op.ld == 1 || K == 1);
   const bool in_place = use_dots && ns == 1 && NS == 1 && k_unit;
-  std::vector<T> S(in_place ? 0 : static_cast<std::size_t>(NS * K), T(0));
-  if (!in_place)
-    for (int s = 0; s < ns; ++s)
-      for (std::int64_t k = 0; k < K; ++k) {
-        const T v = few_rows ? at<T>(a, s, k) : at<T>(b, k, s);
-        S[use_dots ? s * K + k : k * NS + s] = v;
-      }
-  const T* Sp = in_place ? static_cast<const T*>(short_op.data) + short_op.offset : S.data();
+  // Copied with the strides resolved once: element (s, k) of the short operand (a(s, k) or
+  // b(k, s)) is at src[s * s_step + k * k_step]. (Per element, through the layout test, the copy
+  // of a 2 x 256 operand took as long as the (256 x 256) @ (256 x 2) product's multiply-adds.)
+  const T* src = static_cast<const T*>(short_op.data) + short_op.offset;
+  const std::int64_t along_rows = short_op.col_major ? 1 : short_op.ld, along_cols = short_op.col_major ? short_op.ld : 1;
+  const std::int64_t s_step = few_rows ? along_rows : along_cols, k_step = few_rows ? along_cols : along_rows;
+  const std::size_t panel_bytes = static_cast<std::size_t>(NS * K) * sizeof(T);
+  thread_local Scratch kept;  // the panel, kept for the next call up to kRowsKeepBytes
+  Scratch once;
+  T* S = in_place ? nullptr : static_cast<T*>((panel_bytes <= kRowsKeepBytes ? kept : once).get(panel_bytes));
+  if (!in_place && use_dots) {
+    for (int s = 0; s < NS; ++s) {
+      T* row = S + s * K;
+      if (s >= ns)
+        std::fill(row, row + K, T(0));
+      else if (k_step == 1)
+        std::memcpy(row, src + s * s_step, static_cast<std::size_t>(K) * sizeof(T));
+      else
+        for (std::int64_t k = 0; k < K; ++k) row[k] = src[s * s_step + k * k_step];
+    }
+  } else if (!in_place) {
+    for (std::int64_t k = 0; k < K; ++k) {
+      T* row = S + k * NS;
+      int s = 0;
+      for (; s < ns; ++s) row[s] = src[s * s_step + k * k_step];
+      for (; s < NS; ++s) row[s] = T(0);
+    }
+  }
+  const T* Sp = in_place ? src : S;
   // Output strides: along the long dimension, and along the short one.
   const std::int64_t o_long = few_rows ? 1 : ldc, o_short = few_rows ? ldc : 1;
   const int use =

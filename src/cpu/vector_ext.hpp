@@ -45,6 +45,20 @@ template <class T, class V>
   std::memcpy(p, &v, sizeof v);
 }
 
+// Keeps a loaded vector in a register: GCC otherwise folds each use of a load into its
+// multiply-add as a memory operand, loading it again for every use (skinny.cpp's dots read each
+// vector of the short operand twice, 10 loads for 8 multiply-adds, where 2 + 4 are needed). An
+// empty asm whose operand is the vector, in and out; only where one register holds it (x86: a
+// vector of at most the clone's width).
+template <class V>
+[[gnu::always_inline]] static inline void in_register(V& v) {
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+  __asm__("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
+
 // Whether this CPU runs the PM_TARGET_AVX2 clones.
 inline bool has_avx2_fma() {
 #ifdef PM_CPU_AVX2_CLONES
