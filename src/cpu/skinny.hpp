@@ -10,9 +10,10 @@
 //         columns of b; a column-major b with few rows of a, as c^T = b^T a^T);
 //   axpy: out[s][x] = sum_k S[s][k] * L[k][x], L's rows contiguous (a row-major b with few rows
 //         of a; a column-major a with few columns of b).
-// Threads split the long dimension. The kernels are compiled for AVX2 + FMA and for baseline
-// x86-64 and chosen at run time, so one build runs everywhere (memory-bound: AVX-512 would add
-// little).
+// Threads split the long dimension. The kernels are compiled for AVX-512 (64-byte vectors), AVX2
+// + FMA and baseline x86-64, and the clone of the packed GEMM's ISA runs (PORTMAT_CPU_ISA chooses
+// for both), so one build runs everywhere: products whose long operand sits in L2 are not
+// memory-bound, and there 64-byte vectors halve the loads.
 #pragma once
 
 #include <cstdint>

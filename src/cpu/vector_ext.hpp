@@ -1,13 +1,12 @@
 // What the unpacked kernels (skinny.cpp, small.cpp) share: vectors as GCC vector extensions,
 // unaligned loads and stores of them, and the target attributes of their clones. Each kernel
-// template is compiled in a function with PM_TARGET_AVX2 and once for the baseline (small.cpp also
-// with PM_TARGET_AVX512), and one is picked at run time (function attributes rather than ifunc /
-// target_clones, whose resolvers run before sanitizer runtimes are up).
+// template is compiled in functions with PM_TARGET_AVX512, PM_TARGET_AVX2 and for the baseline,
+// and one is picked at run time (function attributes rather than ifunc / target_clones, whose
+// resolvers run before sanitizer runtimes are up).
 //
-// 32-byte vectors by default: one ymm register on AVX2 and AVX-512, two xmm on baseline x86-64
-// (skinny.cpp's dots are memory-bound: wider vectors would only raise register pressure).
-// small.cpp's AVX-512 clones use 64-byte ones (one zmm): its tiles are compute-bound, and with
-// ymm they ran at half the packed GEMM's AVX-512 rate (docs/cpu.md, "AVX-512 tiles").
+// 32-byte vectors by default: one ymm register on AVX2. The AVX-512 clones use 64-byte ones (one
+// zmm): small.cpp's tiles are compute-bound, and with ymm they ran at half the packed GEMM's
+// AVX-512 rate (docs/cpu.md, "AVX-512 tiles"). skinny.cpp's baseline uses 16 (one xmm on x86-64).
 #pragma once
 
 #include <cstring>
