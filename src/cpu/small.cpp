@@ -34,9 +34,11 @@ template <class T>
 // vectors of c per tile row: 2 (12 accumulators, 2 b loads, 1 broadcast), or 1 when c has at most
 // one vector of columns (8 floats, 4 doubles), so that a narrow b is read where it is rather than
 // copied into a padded strip, or 8 for one or two rows (a vector times a matrix: with 2 vectors a
-// row, each k step waited for the FMA latency of the last), or 4 for 3-6 rows with AVX-512's 32
-// registers (2-core machine, float32 GFLOP/s, 2 -> 4: (4 x 256) @ (256 x 256) 48 -> 61, 3 rows
-// 26 -> 34, 6 rows 80 -> 91; NumPy 63, 31, 59).
+// row, each k step waited for the FMA latency of the last), or 4 with AVX-512's 32 registers (24
+// accumulators, 4 b loads and 6 broadcasts a k step for 24 multiply-adds, where 2 vectors a row
+// need 8 loads for 12). 2-core machine, float32 GFLOP/s, 2 -> 4 vectors: (4 x 256) @ (256 x 256)
+// 48 -> 61, 3 rows 26 -> 34, 6 rows 80 -> 91, 96^3 118 -> 137, (16384 x 256) @ (256 x 64) 124 ->
+// 171 (NumPy 63, 31, 59, 95, 127); 128^3, 160^3 and 192^3 unchanged.
 template <class T, int R, int V, int B>
 [[gnu::always_inline]] inline void tile(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                         std::int64_t ldc, std::int64_t K, int cols) {
@@ -160,7 +162,12 @@ template <class T, int V, int B, bool ShortK>
       for (std::int64_t j = 0; j < j_strips; j += W)
         strip_rows<T, V, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, W);
     }
-    for (std::int64_t j = j_strips; j < j_vectors; j += L)
+    std::int64_t j_pairs = j_strips;  // whole two-vector strips after wider ones end here
+    if constexpr (V > 2) {
+      for (; j_pairs + 2 * L <= j_vectors; j_pairs += 2 * L)
+        strip_rows<T, 2, B>(a + i0 * lda, lda, b + j_pairs, ldb, c + i0 * ldc + j_pairs, ldc, m, K, 2 * L);
+    }
+    for (std::int64_t j = j_pairs; j < j_vectors; j += L)
       strip_rows<T, 1, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, L);
     if (last_cols > 0) strip_rows<T, 1, B>(a + i0 * lda, lda, strip, L, c + i0 * ldc + j_vectors, ldc, m, K, last_cols);
   }
@@ -173,7 +180,7 @@ template <class T, int B, bool ShortK>
     small_strips<T, 1, B, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
   else if (M <= 2 && N >= 8 * kLanes<T, B>)  // a vector (or two) times a matrix: 8 FMA chains a row
     small_strips<T, 8, B, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
-  else if (B >= 64 && M <= kRows && N >= 4 * kLanes<T, B>)  // one row tile: 4 zmm a row (see tile)
+  else if (B >= 64 && N >= 4 * kLanes<T, B>)  // 4 zmm a row where AVX-512's 32 registers hold them (see tile)
     small_strips<T, 4, B, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
   else
     small_strips<T, 2, B, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);

@@ -352,7 +352,7 @@ void check_small() {
                          {700, 300, 7}, {3001, 50, 8}, {64, 3000, 5},
                          // past kSmallElements, a narrow b that fits kSmallBBytes: many blocks of
                          // rows, several strips and a padded last one
-                         {3000, 100, 29}, {1500, 300, 20}, {40, 70, 24}, {9, 21, 40}, {256, 256, 8}, {3, 40, 270}, {6, 19, 129},
+                         {3000, 100, 29}, {1500, 300, 20}, {40, 70, 24}, {9, 21, 40}, {256, 256, 8}, {3, 40, 270}, {6, 19, 129}, {20, 50, 96},
                          // a short k (small.cpp, rows_across): several 4 KiB chunks of columns, a
                          // runt chunk, then the vector and padded-column tails
                          {7, 16, 2500}, {64, 3, 1100}, {13, 8, 1050}, {2, 5, 1031}})
