@@ -60,7 +60,7 @@ template <class T, int B, int N, int G = kLanes<T, B>, int Total = N>
 // out[r * ors + s * oss] = sum_k L[r * ldl + k] * S[s * K + k] for rows [r0, r1) and s < ns
 // (S holds NS >= ns rows, the extra ones zero). R rows of L at a time share each load of S, and
 // U partial sums per (row, short row) keep enough FMA chains in flight (4-cycle latency, two per
-// cycle): R * NS * U is 8.
+// cycle): R * NS * U is at least 8 (16 for 4 x 4 with AVX-512's 32 registers).
 template <class T, int NS, int B>
 [[gnu::always_inline]] inline void dots(const T* L, std::int64_t ldl, const T* S, std::int64_t K,
                                         std::int64_t r0, std::int64_t r1, int ns, T* out,
@@ -88,7 +88,7 @@ template <class T, int NS, int B>
           for (int q = 0; q < RC; ++q) acc[q][s][u] += lv[q] * sv;
         }
       }
-    // The RC x NS sums, lanes_sums' groups of at most V vectors at a time.
+    // The RC x NS sums, by lane_sums in groups of at most V vectors.
     constexpr int N = RC * NS, G = N < V ? N : V;
     Vec<T, B> v[N];
     for (int q = 0; q < RC; ++q)
