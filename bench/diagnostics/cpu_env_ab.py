@@ -6,7 +6,8 @@ up or slows down affects all of them alike), and NumPy can be one of the variant
         - "PORTMAT_CPU_BLOCKS=f64:4200,256,256" numpy
     python bench/diagnostics/cpu_env_ab.py --shape 65536,64,64 - PORTMAT_CPU_SMALL=0 numpy
 
-A variant is "-" (the defaults), "numpy", or space-separated NAME=VALUE assignments. Each process
+A variant is "-" (the defaults), "numpy", or space-separated NAME=VALUE assignments, with
+"numpy" among them for NumPy under those settings (e.g. "OPENBLAS_NUM_THREADS=1 numpy"). Each process
 verifies one product against NumPy, warms up, and prints the median GFLOP/s of --repeat calls
 (2 n^3 / t, or 2 M K N / t with --shape M,K,N; 8 for complex dtypes, whose blocks are those of the real type; NumPy arrays in and out); the table gives every round's figure per variant.
 """
@@ -70,9 +71,9 @@ def main():
     for _ in range(args.rounds):
         for v in args.variants:
             env = dict(os.environ)
-            if v not in ("-", "numpy"):
-                env.update(kv.split("=", 1) for kv in v.split())
-            out = subprocess.run([sys.executable, __file__, "--worker", "numpy" if v == "numpy" else "portmat",
+            words = v.split()
+            env.update(w.split("=", 1) for w in words if w not in ("-", "numpy"))
+            out = subprocess.run([sys.executable, __file__, "--worker", "numpy" if "numpy" in words else "portmat",
                                   "--n", str(args.n), "--shape", args.shape, "--dtype", args.dtype,
                                   "--repeat", str(repeat)],
                                  env=env, capture_output=True, text=True)
