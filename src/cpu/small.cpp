@@ -204,44 +204,28 @@ template <class T, int B, bool ShortK>
   small_vectors<T, B, ShortK>(a, lda, b, ldb, c, ldc, M, N, K);
 }
 
-// The short-k order is compiled into functions of its own (small_kernels' short_f32, short_f64):
-// in the same function as the other loop nests, even as a separate instantiation, it made GCC's
-// code for them slower (16384 x 256 @ 256 x 64: 3.5-3.9 ms before, 4.2-4.5 after).
-template <class T, int B = 32>
-[[gnu::always_inline]] inline void small_any(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
-                                             std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_any_k<T, B, false>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-template <class T, int B = 32>
-[[gnu::always_inline]] inline void small_short_k(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
-                                                 std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
-  small_any_k<T, B, true>(a, lda, b, ldb, c, ldc, M, N, K);
-}
-
 template <class T>
 using SmallFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, T*, std::int64_t, std::int64_t,
                          std::int64_t, std::int64_t);
 
-// One clone set: the four entry points compiled with ATTR (a target attribute, or nothing for the
-// baseline) and B-byte vectors. AVX-512 uses 64-byte vectors (6 x 32 floats, 6 x 16 doubles), where
-// the packed GEMM runs its AVX-512 kernels (kernel_table.cpp; PORTMAT_CPU_ISA chooses for both).
-#define PM_SMALL_CLONES(SUFFIX, ATTR, B)                                                                   \
-  ATTR void small_f32_##SUFFIX(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,    \
-                               std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {             \
-    small_any<float, B>(a, lda, b, ldb, c, ldc, M, N, K);                                                  \
-  }                                                                                                         \
-  ATTR void small_f64_##SUFFIX(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c, \
-                               std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {             \
-    small_any<double, B>(a, lda, b, ldb, c, ldc, M, N, K);                                                 \
-  }                                                                                                         \
-  ATTR void short_f32_##SUFFIX(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,    \
-                               std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {             \
-    small_short_k<float, B>(a, lda, b, ldb, c, ldc, M, N, K);                                              \
-  }                                                                                                         \
-  ATTR void short_f64_##SUFFIX(const double* a, std::int64_t lda, const double* b, std::int64_t ldb, double* c, \
-                               std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {             \
-    small_short_k<double, B>(a, lda, b, ldb, c, ldc, M, N, K);                                             \
+// One clone set: the entry points of a dtype compiled with ATTR (a target attribute, or nothing
+// for the baseline) and B-byte vectors. AVX-512 uses 64-byte vectors (6 x 32 floats, 6 x 16
+// doubles), where the packed GEMM runs its AVX-512 kernels (kernel_table.cpp; PORTMAT_CPU_ISA
+// chooses for both). The short-k order is compiled into entry points of its own (short_f32,
+// short_f64): in the same function as the other loop nests, even as a separate instantiation, it
+// made GCC's code for them slower (16384 x 256 @ 256 x 64: 3.5-3.9 ms before, 4.2-4.5 after).
+#define PM_SMALL_CLONE_T(T, TN, SUFFIX, ATTR, B)                                                                  \
+  ATTR void small_##TN##_##SUFFIX(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,               \
+                                  std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {           \
+    small_any_k<T, B, false>(a, lda, b, ldb, c, ldc, M, N, K);                                                   \
+  }                                                                                                              \
+  ATTR void short_##TN##_##SUFFIX(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,               \
+                                  std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {           \
+    small_any_k<T, B, true>(a, lda, b, ldb, c, ldc, M, N, K);                                                    \
   }
+#define PM_SMALL_CLONES(SUFFIX, ATTR, B)          \
+  PM_SMALL_CLONE_T(float, f32, SUFFIX, ATTR, B)   \
+  PM_SMALL_CLONE_T(double, f64, SUFFIX, ATTR, B)
 // The SmallKernels of a clone set.
 #define PM_SMALL_SET(SUFFIX, B) {small_f32_##SUFFIX, small_f64_##SUFFIX, short_f32_##SUFFIX, short_f64_##SUFFIX, B}
 
