@@ -394,6 +394,15 @@ constexpr std::int64_t kRowsMinWidthBytes = 1024;
 // a's panel up to this size is kept for the caller's next call.
 constexpr std::size_t kRowsKeepBytes = 4 << 20;
 
+// The short operand's panel of a call (rows_gemm's, skinny_gemm's): `bytes` of a buffer kept per
+// thread for the next call up to kRowsKeepBytes, else of `once` (the caller's, freed on return).
+// One buffer serves both: a thread runs one product at a time.
+template <class T>
+T* short_panel(std::size_t bytes, Scratch& once) {
+  thread_local Scratch kept;
+  return static_cast<T*>((bytes <= kRowsKeepBytes ? kept : once).get(bytes));
+}
+
 int rows_ns(std::int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : 16; }
 
 // Threads for a product that streams its long operand (long_bytes of it): enough work for each
@@ -415,9 +424,8 @@ void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::
   const int use = streaming_threads(2.0 * M * N * K, static_cast<double>(N) * K * sizeof(T), threads);
   const std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
   const std::size_t panel_bytes = static_cast<std::size_t>(NS * K) * sizeof(T);
-  thread_local Scratch kept;  // a's panel, kept for the next call up to kRowsKeepBytes
   Scratch once;
-  T* S = static_cast<T*>((panel_bytes <= kRowsKeepBytes ? kept : once).get(panel_bytes));
+  T* S = short_panel<T>(panel_bytes, once);  // a's panel
   for (std::int64_t k = 0; k < K; ++k)
     for (std::int64_t s = 0; s < NS; ++s) S[k * NS + s] = s < M ? at<T>(a, s, k) : T(0);
   const std::int64_t tile = 2 * skinny_kernels().vector_bytes / static_cast<std::int64_t>(sizeof(T));
@@ -491,9 +499,8 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
   const std::int64_t along_rows = short_op.col_major ? 1 : short_op.ld, along_cols = short_op.col_major ? short_op.ld : 1;
   const std::int64_t s_step = few_rows ? along_rows : along_cols, k_step = few_rows ? along_cols : along_rows;
   const std::size_t panel_bytes = static_cast<std::size_t>(NS * K) * sizeof(T);
-  thread_local Scratch kept;  // the panel, kept for the next call up to kRowsKeepBytes
   Scratch once;
-  T* S = in_place ? nullptr : static_cast<T*>((panel_bytes <= kRowsKeepBytes ? kept : once).get(panel_bytes));
+  T* S = in_place ? nullptr : short_panel<T>(panel_bytes, once);
   if (!in_place && use_dots) {
     for (int s = 0; s < NS; ++s) {
       T* row = S + s * K;
