@@ -377,6 +377,21 @@ inline void load_frags(__local const real* as, __local const real* bs, const int
     VSTOREN(*(__local const REALVN*)&bs[k * LDB_LOCAL + ni * NDIMC * VWN + tn * VWN], 0, &b_reg[ni * VWN]);
 }
 
+// The multiply-adds of one slice in local memory into a work-item's accumulators (the loops
+// without DBF): for each k step, its fragments, then MWI x NWI multiply-adds.
+inline void madd_slice(__local const real* as, __local const real* bs, const int tm, const int tn,
+                       real acc[MWI][NWI]) {
+#pragma unroll
+  for (int k = 0; k < KWG; ++k) {
+    real a_reg[MWI], b_reg[NWI];
+    load_frags(as, bs, k, tm, tn, a_reg, b_reg);
+#pragma unroll
+    for (int i = 0; i < MWI; ++i)
+#pragma unroll
+      for (int j = 0; j < NWI; ++j) acc[i][j] = MADD(a_reg[i], b_reg[j], acc[i][j]);
+  }
+}
+
 #if MAXREGS
 __kernel
 #else
@@ -472,17 +487,7 @@ void gemm(const int M, const int N, const int K,
     copies_commit();
     const bool more = s + 1 < num_slices;
     if (more) load_slice_regs(A, lda, B, ldb, M, N, K, row0, col0, (s + 1) * KWG, tid, ra, rb);
-    __local const real* as = As[s % ASYNC];
-    __local const real* bs = Bs[s % ASYNC];
-#pragma unroll
-    for (int k = 0; k < KWG; ++k) {
-      real a_reg[MWI], b_reg[NWI];
-      load_frags(as, bs, k, tm, tn, a_reg, b_reg);
-#pragma unroll
-      for (int i = 0; i < MWI; ++i)
-#pragma unroll
-        for (int j = 0; j < NWI; ++j) acc[i][j] = MADD(a_reg[i], b_reg[j], acc[i][j]);
-    }
+    madd_slice(As[s % ASYNC], Bs[s % ASYNC], tm, tn, acc);
     // Slot (s + 1) % ASYNC was last read in slice s + 1 - ASYNC <= s - 1, before this slice's barrier.
     if (more) store_slice_regs(As[(s + 1) % ASYNC], Bs[(s + 1) % ASYNC], tid, ra, rb);
   }
@@ -531,17 +536,7 @@ void gemm(const int M, const int N, const int K,
       load_a(A, lda, M, K, row0, (s + 1) * KWG, tid, ra);
       load_b(B, ldb, N, K, col0, (s + 1) * KWG, tid, rb);
     }
-    __local const real* as = As[cur];
-    __local const real* bs = Bs[cur];
-#pragma unroll
-    for (int k = 0; k < KWG; ++k) {
-      real a_reg[MWI], b_reg[NWI];
-      load_frags(as, bs, k, tm, tn, a_reg, b_reg);
-#pragma unroll
-      for (int i = 0; i < MWI; ++i)
-#pragma unroll
-        for (int j = 0; j < NWI; ++j) acc[i][j] = MADD(a_reg[i], b_reg[j], acc[i][j]);
-    }
+    madd_slice(As[cur], Bs[cur], tm, tn, acc);
     if (more) {  // the other buffer was last read before the previous barrier: safe to fill
       store_a(As[cur ^ 1], tid, ra);
       store_b(Bs[cur ^ 1], tid, rb);
