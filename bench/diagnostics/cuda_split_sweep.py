@@ -7,7 +7,8 @@ and the fit of tile_choice.cpp's split costs to them.
 
   python3 bench/diagnostics/cuda_split_sweep.py [--shapes "M,K,N;..."] [--tiles 64x128,64x64c,...]
 
-64x64c is the cluster kernel (split-K in one launch, sm_90; at most 8 slices).
+64x64c is the cluster kernel (split-K in one launch, sm_90; at most 8 slices); 64x128_sl the sliced-k
+tile's batched kernel (64x128_slb: 8 warps in two k groups; not in the default list until measured).
 """
 
 import argparse

@@ -637,21 +637,24 @@ class CudaDevice final : public core::Device {
     if (dtype == DType::u64) return {&kU64_64x64, false, 0, 0.0};
     if (const char* e = knob_text("PORTMAT_CUDA_TILE"))
       if (const GemmTile* t = tile_by_name(e)) return {t, false, 0, 0.0};
-    // PORTMAT_CUDA_SPLIT_K=S (with PORTMAT_CUDA_SPLIT_TILE: 64x128, 128x64, 64x64, or 64x64c, the
-    // cluster kernel (sm_90, at most kClusterMaxSlices slices); default 64x128): k split in S
-    // slices, whatever the model says (measurements, tests).
+    // PORTMAT_CUDA_SPLIT_K=S (with PORTMAT_CUDA_SPLIT_TILE: 64x128, 128x64, 64x64, 64x128_sl (the
+    // sliced-k tile's batched kernel, 64x128_slb), or 64x64c, the cluster kernel (sm_90, at most
+    // kClusterMaxSlices slices); default 64x128): k split in S slices, whatever the model says
+    // (measurements, tests).
     if (const long split = knob("PORTMAT_CUDA_SPLIT_K", 0); split > 1) {
       const char* e = knob_text("PORTMAT_CUDA_SPLIT_TILE");
       const std::string name = e ? e : "64x128";
-      const GemmTile* t = name == "128x64"   ? &kF32_128x64_fpb
-                          : name == "64x64"  ? &kF32_64x64b
-                          : name == "64x64c" ? &kF32_64x64c
-                                             : &kF32_64x128_fpb;
+      const GemmTile* t = name == "128x64"      ? &kF32_128x64_fpb
+                          : name == "64x64"     ? &kF32_64x64b
+                          : name == "64x64c"    ? &kF32_64x64c
+                          : name == "64x128_sl" ? &kF32_64x128_slb
+                                                : &kF32_64x128_fpb;
       return {t, false, 0, 0.0, split};
     }
-    if (!clusters()) return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole);
+    const int sliced = static_cast<int>(knob("PORTMAT_CUDA_SLICED", 2));
+    if (!clusters()) return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole, {}, sliced);
     return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole,
-                           [this](const GemmTile& t, int slices) { return cluster_room(t, slices); });
+                           [this](const GemmTile& t, int slices) { return cluster_room(t, slices); }, sliced);
   }
 
   // Split-K may be one launch of a cluster kernel (sm_90 and later, a driver with cuLaunchKernelEx

@@ -58,14 +58,25 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 }  // namespace
 
+// 64x128_sl (sliced k: 8 warps on the 64x128 tile; its registers allow one block an SM): 57.1 us
+// at n = 1024 on the H200 (128 tiles, one block on each SM; session 26) against 61.4 for
+// 64x128_fp, so 290 GFLOP/s per SM. Weighed only where its grid is at most one block an SM, data-
+// parallel or split (_slb): past that it runs in turns while the 4-warp tiles share SMs, which the
+// turns of the estimate do not see. Measured (H200, 2026-12-03, against the model without it):
+// n = 512 in 4 slices 14.6 us against 15.6, (64 x 4096) @ (4096 x 4096) 61.1 against 64.1,
+// (64 x 16384) @ (16384 x 256) 25.5 against 28.2; with more blocks than SMs it lost: n = 768 in 7
+// slices (504 blocks) 43.1 against 34.4, (8192 x 256) @ (256 x 256) (256 tiles) 33.8 against 30.8.
+constexpr double kSlicedFlopsPerSm = 290e9;
+
 TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int sms, bool warp_specialized,
-                           bool whole, const ClusterRoom& room) {
+                           bool whole, const ClusterRoom& room, int sliced) {
   const Candidate candidates[] = {
       {warp_specialized ? &kF32_128x256_ws : &kF32_128x256_fp, warp_specialized ? &kF32_128x256_wsk : &kF32_128x256_sk,
        warp_specialized ? 388e9 : 380e9},
       {&kF32_64x128_fp, &kF32_64x128_sk, 265e9, &kF32_64x128_fpb},
       {&kF32_128x64_fp, &kF32_128x64_sk, 260e9, &kF32_128x64_fpb},
-      {&kF32_64x64, nullptr, 170e9, &kF32_64x64b, &kF32_64x64c}};
+      {&kF32_64x64, nullptr, 170e9, &kF32_64x64b, &kF32_64x64c},
+      {&kF32_64x128_sl, nullptr, kSlicedFlopsPerSm, sliced >= 2 ? &kF32_64x128_slb : nullptr}};
   const std::int64_t s = std::max(1, sms);
   const std::int64_t k_tiles = std::max<std::int64_t>(1, ceil_div(k, 16));
   TileChoice best{nullptr, false, 0, 0.0};
@@ -73,12 +84,15 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
     if (!best.tile || t < best.estimate_s) best = {tile, share_all, blocks, t, split};
   };
   for (const Candidate& c : candidates) {
+    if (c.dp->k_groups > 1 && sliced < 1) continue;
     const GemmTile& t = *c.dp;
     const bool big = &c == &candidates[0];
     const std::int64_t tiles = ceil_div(m, t.bm) * ceil_div(n, t.bn);
     const double tile_s = 2.0 * t.bm * t.bn * static_cast<double>(std::max<std::int64_t>(k, 1)) / c.flops_per_sm;
     const double start_s = kStartSlabs * 2.0 * t.bm * t.bn * 16.0 / c.flops_per_sm;
     const double hand_over_s = kHandOverS + kHandOverPerElementS * t.bm * t.bn;
+    const bool one_block_an_sm = t.k_groups > 1;  // the sliced tile: only grids of at most one block an SM
+    if (one_block_an_sm && tiles > s) continue;
     if (big && tiles >= s) {  // launch()'s hybrid grid: whole waves, then the rest shared
       consider(c.sk, false, 0, static_cast<double>(tiles) * tile_s / s + start_s + hand_over_s);
       continue;
@@ -98,6 +112,7 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
         // An SM runs up to min_blocks slices at once; past that the grid takes whole extra waves
         // (H200, n = 768: 5 slices in 360 blocks 32.6 us, 6 in 432 43.0, 8 in 576 40.5).
         const std::int64_t blocks = tiles * parts, per_sm = ceil_div(blocks, s), mb = c.split->min_blocks;
+        if (one_block_an_sm && blocks > s) continue;
         const std::int64_t turns = per_sm <= mb ? per_sm : ceil_div(blocks, s * mb) * mb;
         consider(c.split, false, 0,
                  kShareMargin * (static_cast<double>(turns) * slice_s + start_s + kSplitSumS +

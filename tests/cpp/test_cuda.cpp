@@ -311,11 +311,12 @@ static void check_same_bits_every_run(const std::string& dev, long m, long n, lo
 // bits on every run (the parts are summed in slice order).
 // The cluster kernel (64x64c, one launch: the slices of a tile summed in the cluster's shared
 // memory, sm_90) takes the same cases: up to 8 slices; on a GPU without clusters, or asked for more
-// slices than a cluster holds, it runs as its batched partner (64x64b).
+// slices than a cluster holds, it runs as its batched partner (64x64b). 64x128_sl: the sliced-k
+// tile's batched kernel (64x128_slb), whose 32-deep slabs meet slices of odd multiples of 16.
 TEST(CudaGemm, SplitKCorrectAndDeterministic) {
   REQUIRE_CUDA();
   std::mt19937 rng(29);
-  for (const char* t : {"64x128", "128x64", "64x64", "64x64c"}) {
+  for (const char* t : {"64x128", "128x64", "64x64", "64x64c", "64x128_sl"}) {
     SCOPED_TRACE(t);
     ScopedEnv tile("PORTMAT_CUDA_SPLIT_TILE", t);
     for (const auto& s : {std::array<long, 4>{150, 133, 512, 4}, {64, 70, 333, 3}, {33, 65, 70, 5}, {1, 300, 2000, 8}}) {
@@ -327,6 +328,35 @@ TEST(CudaGemm, SplitKCorrectAndDeterministic) {
   check_same_bits_every_run(dev, 200, 96, 3000, rng);
   ScopedEnv cluster("PORTMAT_CUDA_SPLIT_TILE", "64x64c");
   check_same_bits_every_run(dev, 200, 96, 3000, rng);
+  ScopedEnv sliced("PORTMAT_CUDA_SPLIT_TILE", "64x128_sl");
+  check_same_bits_every_run(dev, 200, 96, 3000, rng);
+}
+
+// The sliced-k tiles (64x128_sl, 64x128_sl2: two groups of 4 warps over the two halves of each
+// 32-deep slab, group 1's sums added to group 0's through shared memory; gemm_tiles.h), forced by
+// PORTMAT_CUDA_TILE (the tile model does not choose them): sides of 1, 17, 63, 65, 127, 129 and
+// 1000, k below one slab, not a multiple of 16 or of 32, and long enough for the unchecked copies
+// of interior slabs (k = 1024, and 1000 with a last slab of 8); every layout, with aligned (pad 0,
+// sizes multiples of 4: 16-byte copies) and unaligned (pad 3: element copies) leading dimensions;
+// device-resident operands at unaligned offsets; the same bits on every run.
+TEST(CudaGemm, SlicedKTilesAwkwardShapesAndSameBits) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(43);
+  for (const char* t : {"64x128_sl", "64x128_sl2"}) {
+    SCOPED_TRACE(t);
+    ScopedEnv tile("PORTMAT_CUDA_TILE", t);
+    for (const auto& s : {std::array<long, 3>{1, 1, 1}, {1, 17, 63}, {17, 1, 65}, {63, 65, 17}, {65, 63, 31},
+                          {127, 129, 33}, {129, 127, 47}, {1000, 17, 129}, {17, 1000, 100}, {65, 129, 1000}})
+      for (int layout = 0; layout < 4; ++layout)
+        for (int pad : {0, 3}) check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, pad, rng);
+    for (const auto& s : {std::array<long, 3>{128, 256, 1024}, {192, 256, 1000}, {1000, 128, 96}})
+      for (int layout = 0; layout < 4; ++layout)
+        for (int pad : {0, 3}) check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, pad, rng);
+    check_device_resident(dev, 65, 129, 1000, rng);
+    check_device_resident(dev, 200, 300, 97, rng);
+    check_same_bits_every_run(dev, 256, 384, 1000, rng);
+    check_same_bits_every_run(dev, 129, 1000, 333, rng);
+  }
 }
 
 // The thin kernels (kernels/gemm_thin.cuh) whatever the model says (PORTMAT_CUDA_THIN=1): one,
@@ -566,13 +596,13 @@ TEST(CudaTileChoice, ModelPicksWhatMeasuredBestOnTheH200) {
       {2048, 2048, 2048, &pc::kF32_128x256_wsk, false, false},  // 128 tiles: one wave, data-parallel
       {1536, 1536, 1536, &pc::kF32_128x256_wsk, true, false},
       {1280, 1280, 1280, &pc::kF32_128x256_wsk, true, false},
-      {1024, 1024, 1024, &pc::kF32_64x128_fp, false, false},
+      {1024, 1024, 1024, &pc::kF32_64x128_sl, false, false},  // 128 tiles: one sliced-k block an SM
       {768, 768, 768, &pc::kF32_64x128_fpb, false, true},  // split-K below a wave of 64x128 tiles
-      {512, 512, 512, &pc::kF32_64x128_fpb, false, true},
+      {512, 512, 512, &pc::kF32_64x128_slb, false, true},  // 4 slices of 32 tiles: 128 blocks
       {256, 256, 256, &pc::kF32_64x64b, false, true},
       {4096, 64, 4096, &pc::kF32_128x64_fpb, false, true},  // (4096 x 4096) @ (4096 x 64)
-      {64, 4096, 4096, &pc::kF32_64x128_fpb, false, true},  // (64 x 4096) @ (4096 x 4096)
-      {16, 4096, 4096, &pc::kF32_64x128_fpb, false, true},
+      {64, 4096, 4096, &pc::kF32_64x128_slb, false, true},  // (64 x 4096) @ (4096 x 4096)
+      {16, 4096, 4096, &pc::kF32_64x128_slb, false, true},
       {8192, 256, 256, &pc::kF32_64x128_fp, false, false},
       {65536, 64, 64, &pc::kF32_128x64_fp, false, false},
   };
@@ -628,6 +658,47 @@ TEST(CudaTileChoice, ClusterKernelsWhereTheyFit) {
       EXPECT_LE(with.estimate_s, 1.05 * choose_f32_tile(2 * n, 2 * n, k, 132, true, true, h200).estimate_s)
           << n << " " << k;
     }
+}
+
+// The sliced-k tiles (gemm_tiles.h, 64x128_sl): listed for PORTMAT_CUDA_TILE with 8 warps in two k
+// groups and a ring that holds group 1's partial tile, 2 blocks per SM within the H200's shared
+// memory (228 KiB an SM, 1 KiB of it reserved per block). The model takes 64x128_sl where a grid of
+// 64x128 tiles is at most one block an SM (n = 1024 on 132 SMs), never _sl2, and neither with
+// sliced = 0 ($PORTMAT_CUDA_SLICED=0), with or without the sm_90a kernels and clusters.
+TEST(CudaTileChoice, SlicedKTiles) {
+  using portmat::cuda::choose_f32_tile;
+  namespace pc = portmat::cuda;
+  for (const char* name : {"64x128_sl", "64x128_sl2"}) {
+    const pc::GemmTile* t = nullptr;
+    for (const auto& named : pc::kF32Tiles)
+      if (std::string(named.short_name) == name) t = named.tile;
+    ASSERT_NE(t, nullptr) << name << " is not in kF32Tiles";
+    EXPECT_EQ(t->k_groups, 2) << name;
+    EXPECT_EQ(t->threads(), 256) << name;
+    EXPECT_GE(t->smem_bytes(), t->bm * t->bn * 4) << name << ": the ring holds group 1's tile";
+    EXPECT_LE(2 * (t->smem_bytes() + 1024), 228 * 1024) << name;
+  }
+  EXPECT_EQ(pc::kF32_64x128_slb.k_groups, 2);
+  const pc::ClusterRoom h200 = [](const pc::GemmTile& t, int p) -> std::int64_t { return 8 * (16 * t.min_blocks / p); };
+  for (long n = 64; n <= 8192; n *= 2)
+    for (long k : {64L, 1000L, 4096L})
+      for (bool ws : {false, true}) {
+        for (const auto& got : {choose_f32_tile(n, n, k, 132, ws, true, {}, 0), choose_f32_tile(n, n, k, 132, ws, false, {}, 0),
+                                choose_f32_tile(n, n, k, 132, ws, true, h200, 0), choose_f32_tile(64, n, k, 132, ws, true, {}, 0)})
+          EXPECT_EQ(got.tile->k_groups, 1) << n << " " << k << ": " << got.tile->name;
+        for (long m : {n, 64L})
+          for (const auto& got : {choose_f32_tile(m, n, k, 132, ws, true), choose_f32_tile(m, n, k, 132, ws, true, h200)}) {
+            EXPECT_NE(got.tile, &pc::kF32_64x128_sl2) << m << " " << n << " " << k;
+            const long tiles = (m + 63) / 64 * ((n + 127) / 128);
+            if (got.tile->k_groups > 1)  // a grid of at most one block an SM
+              EXPECT_LE(tiles * std::max<long>(got.split, 1), 132) << m << " " << n << " " << k;
+          }
+        EXPECT_NE(choose_f32_tile(n, n, k, 132, ws, true, {}, 1).tile, &pc::kF32_64x128_slb) << n << " " << k;
+      }
+  for (bool ws : {false, true}) {
+    EXPECT_EQ(choose_f32_tile(1024, 1024, 1024, 132, ws, true).tile, &pc::kF32_64x128_sl);
+    EXPECT_EQ(choose_f32_tile(1024, 1024, 1024, 132, ws, false).tile, &pc::kF32_64x128_sl);
+  }
 }
 
 // ---- precision modes (issue 18): the tensor-core kernels, gemm_tc.cuh ------------------------------

@@ -1,16 +1,54 @@
 // The fast-path body (gemm_body_fp): gemm_body_db's k loop (without a_mk) plus unchecked copies
 // for the slabs of edge-free tiles, about half the non-FFMA instructions per slab (gemm_tiles.h
 // has the counts and the measurements). Its kernels: _fp (128x256) and 128x128_fp, data-parallel;
-// _fpa, which adds to c (the NumPy path's k-split pieces); and, with SK, _sk, the stream-K half of
-// the hybrid grid against wave quantization. _fp with _sk is the default for large float32
-// products on GPUs other than sm_90 (there _ws with _wsk, gemm_body_ws.cuh). The stream-K part
-// schedule and hand-over protocol are in gemm_common.cuh, shared with _wsk.
+// _fpa, which adds to c (the NumPy path's k-split pieces); with SK, _sk, the stream-K half of
+// the hybrid grid against wave quantization; and, with GemmTile::k_groups = 2, 64x128_sl and its
+// batched _slb (sliced k: two groups of warps over the two halves of each slab, their tiles summed
+// at the end by k_groups_sum). _fp with _sk is the default for large float32 products on GPUs
+// other than sm_90 (there _ws with _wsk, gemm_body_ws.cuh). The stream-K part schedule and
+// hand-over protocol are in gemm_common.cuh, shared with _wsk.
 #pragma once
 
 #include "gemm_common.cuh"
 
 namespace portmat::cuda {
 namespace {
+
+// Sliced k (GemmTile::k_groups = KG > 1): the end of the k loop. Each group of GROUP_THREADS
+// threads holds a partial tile (its halves of the slabs); groups 1 .. KG - 1 write theirs into
+// `ring` (the pipeline's buffers, free once every warp is past the loop: a barrier first), thread
+// by thread as float4s in the order of the registers (a warp's 32 float4 stores are 512
+// consecutive bytes: no bank conflicts), a barrier, then group 0 adds them to its own in group
+// order (acc = ((g0 + g1) + g2) ...: the same bits on every run). True for the threads of group 0,
+// which then store c; the others are done. `ring` must hold (KG - 1) partial tiles.
+template <int KG, int GROUP_THREADS, class T, int MI, int NJ>
+__device__ __forceinline__ bool k_groups_sum(T (&acc)[MI][NJ], T* ring, int tid) {
+  static_assert(NJ % 4 == 0, "a thread's rows are whole float4s");
+  constexpr int kVecs = MI * NJ / 4;  // float4s per thread
+  const int group = tid / GROUP_THREADS, tig = tid % GROUP_THREADS;
+  auto at = [&](int g, int i, int r) { return ring + (((g - 1) * kVecs + i * (NJ / 4) + r) * GROUP_THREADS + tig) * 4; };
+  __syncthreads();
+  if (group > 0) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int r = 0; r < NJ / 4; ++r) store4(at(group, i, r), &acc[i][4 * r]);
+  }
+  __syncthreads();
+  if (group > 0) return false;
+#pragma unroll
+  for (int g = 1; g < KG; ++g)
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int r = 0; r < NJ / 4; ++r) {
+        T v[4];
+        lds4(at(g, i, r), v, 0);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][4 * r + j] += v[j];
+      }
+  return true;
+}
 
 // threadIdx.x / blockIdx.x read anew (volatile: not merged with an earlier read), so that what is
 // computed from them is recomputed rather than kept in registers (or spilled) across a loop.
@@ -36,13 +74,21 @@ __device__ __forceinline__ int fresh_ctaid() {
 // in gemm_common.cuh) runs the same k loops once per part, over that part's slabs only. ACC:
 // c += a @ b, the results added to c (red.global.add, one add per element and launch; the NumPy
 // path sums a k-split product's pieces this way, each launch after the one before on one stream:
-// deterministic).
+// deterministic). C.k_groups = KG > 1 (sliced k, 64x128_sl): the threads are KG groups of the
+// warp layout above; group g reads only the k rows [g BK / KG, (g + 1) BK / KG) of each slab (its
+// fragment offsets start there and a slab is BK / KG k steps), every thread copies (the loaders
+// span all C.threads()), and k_groups_sum adds the groups' tiles before group 0 stores c.
 template <class T, const GemmTile& C, bool A_KMAJOR, bool B_KMAJOR, int SCHED, bool SK = false,
           bool ACC = false>
 __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   constexpr int BM = C.bm, BN = C.bn, BK = C.bk, STAGES = C.stages, RM = C.rm, RN = C.rn;
   constexpr int LM = C.lanes_m(), LN = C.lanes_n(), THREADS = C.threads();
   constexpr int WARPS_M = BM / C.wm;
+  constexpr int KG = C.k_groups, KSTEPS = BK / KG, GROUP_THREADS = C.group_threads();
+  static_assert(BK % KG == 0 && KSTEPS % 2 == 0, "the k groups split each slab evenly, in pairs of steps");
+  static_assert(KG == 1 || !SK, "sliced k has no stream-K form");
+  static_assert((KG - 1) * 16 * RM * RN * GROUP_THREADS <= C.smem_bytes() / int(sizeof(T)),
+                "the ring must hold the other groups' partial tiles");
   constexpr int SA = BM + GemmTile::kPad, SB = BN + GemmTile::kPad;
   constexpr int A_STAGE = BK * SA, B_STAGE = BK * SB;
   static_assert(!C.a_mk, "gemm_body_fp keeps As[k][m]");
@@ -74,18 +120,19 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   struct Place {
     int m0, n0;         // the block's tile
     int a_off, b_off;   // this thread's fragment origin in a stage: As[k][a_off + ...], Bs likewise
+                        // (with k groups, at its group's first k row)
     int row0, col0;     // this thread's first row and column of c
     bool a_full, b_full;
     ALoader la;
     BLoader lb;
   };
   auto place = [&](int tid, int pid) {
-    const int lane = tid % 32, warp = tid / 32;
+    const int lane = tid % 32, warp = (tid % GROUP_THREADS) / 32, k0 = (tid / GROUP_THREADS) * KSTEPS;
     const TileOrigin tile = swizzled_tile<BM, BN>(p, pid);
     const int m0 = tile.m0, n0 = tile.n0;
     const int wm0 = (warp % WARPS_M) * C.wm, wn0 = (warp / WARPS_M) * C.wn;
     const int lm = lane / LN, ln = lane % LN;
-    return Place{m0, n0, wm0 + lm * 4, wn0 + ln * 4, m0 + wm0 + lm * 4, n0 + wn0 + ln * 4,
+    return Place{m0, n0, k0 * SA + wm0 + lm * 4, k0 * SB + wn0 + ln * 4, m0 + wm0 + lm * 4, n0 + wn0 + ln * 4,
                  m0 + BM <= p.m, n0 + BN <= p.n,
                  ALoader(static_cast<const T*>(p.a), p.lda, p.m, p.k, p.a_vec, m0, tid),
                  BLoader(static_cast<const T*>(p.b), p.ldb, p.n, p.k, p.b_vec, n0, tid)};
@@ -106,17 +153,17 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
   auto load_b = [&](const T* bs, int kk, int buf) { lds_fragment<RN, LN>(bs + kk * SB, bf[buf]); };
 
   int rs = 0;  // the buffer being read (slab t)
-  // One slab t: BK k steps, with the fragments of step kk + 1 loaded during step kk (across the
-  // slab boundary too); before the last step, the barrier and then `copies(ws)` (slab t + STAGES
-  // into the buffer ws that slab t leaves).
+  // One slab t: KSTEPS k steps (BK, or this thread's group's share of them), with the fragments of
+  // step kk + 1 loaded during step kk (across the slab boundary too); before the last step, the
+  // barrier and then `copies(ws)` (slab t + STAGES into the buffer ws that slab t leaves).
   auto slab_step = [&](int a_off, int b_off, auto copies) {
     const T* as = As + rs * A_STAGE + a_off;
     const T* bs = Bs + rs * B_STAGE + b_off;
     const int ws = rs;
 #pragma unroll
-    for (int kk = 0; kk < BK; ++kk) {
+    for (int kk = 0; kk < KSTEPS; ++kk) {
       const int cur = kk & 1, nxt = cur ^ 1;
-      if (kk == BK - 1) {
+      if (kk == KSTEPS - 1) {
         cp_async_wait<STAGES - 2>();
         __syncthreads();
         if (!LATE_COPY) copies(ws);
@@ -124,12 +171,12 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
         as = As + rs * A_STAGE + a_off;
         bs = Bs + rs * B_STAGE + b_off;
       }
-      const int kn = kk == BK - 1 ? 0 : kk + 1;
+      const int kn = kk == KSTEPS - 1 ? 0 : kk + 1;
       if (A_FIRST) load_a(as, kn, nxt);
       load_b(bs, kn, nxt);
       if (!A_FIRST) load_a(as, kn, nxt);
       outer_fma<SERPENTINE>(acc, af[cur], bf[cur]);
-      if (LATE_COPY && kk == BK - 1) copies(ws);
+      if (LATE_COPY && kk == KSTEPS - 1) copies(ws);
     }
   };
 
@@ -177,6 +224,8 @@ __device__ __forceinline__ void gemm_body_fp(const GemmArgs& p) {
     for (; t < pt.ke - pt.kb; ++t)
       slab_step(w.a_off, w.b_off, [&](int ws) { load_slab(w, pt.kb + t + STAGES, ws, pt.ke); });
     cp_async_wait<0>();
+    if constexpr (KG > 1)
+      if (!k_groups_sum<KG, GROUP_THREADS>(acc, As, fresh_tid())) return;
 
     // A part after a split tile's first is added to what is there (sk_wait / sk_signal in
     // gemm_common.cuh).

@@ -217,9 +217,14 @@ struct GemmTile {
   // of a cluster are the slices of k of one tile and sum their partial tiles through each other's
   // shared memory (gemm_common.cuh, cluster_sum_store), which must hold a whole bm x bn tile.
   int cluster = 0;
+  // Sliced k (64x128_sl, gemm_body_fp): groups of warps that each compute the whole bm x bn tile
+  // over their own bk / k_groups rows of every slab; group 0 adds the others' sums (through the
+  // shared ring) and stores c. 1 elsewhere.
+  int k_groups = 1;
   constexpr int lanes_m() const { return wm / (4 * rm); }
   constexpr int lanes_n() const { return wn / (4 * rn); }
-  constexpr int compute_threads() const { return (bm / wm) * (bn / wn) * 32; }
+  constexpr int group_threads() const { return (bm / wm) * (bn / wn) * 32; }  // one k group
+  constexpr int compute_threads() const { return group_threads() * k_groups; }
   constexpr int threads() const { return compute_threads() + producer_warps * 32; }
   static constexpr int kPad = 4;  // elements added to each shared-memory row: no bank conflicts
                                   // when a k-major operand is stored transposed
@@ -299,6 +304,25 @@ inline constexpr GemmTile kF32_64x128_fp{"gemm_sm80_f32_64x128_fp", 64, 128, 16,
 inline constexpr GemmTile kF32_64x128_sk{"gemm_sm80_f32_64x128_sk", 64, 128, 16, 32, 64, 2, 2, 4, 4, 3, 0, 1};
 inline constexpr GemmTile kF32_128x64_fp{"gemm_sm80_f32_128x64_fp", 128, 64, 16, 64, 32, 2, 2, 4, 4, 3};
 inline constexpr GemmTile kF32_128x64_sk{"gemm_sm80_f32_128x64_sk", 128, 64, 16, 64, 32, 2, 2, 4, 4, 3, 0, 1};
+// 64x128_sl ("sliced k", issue 16): 64x128_fp's tile and per-thread code in 8 warps (256 threads)
+// instead of 4: two groups of 4 warps, each computing the whole 64x128 tile over half of every
+// 32-deep slab (group g the k rows [16 g, 16 g + 16) of each slab: 16 k steps per barrier, as
+// 64x128_fp), sharing one cp.async ring that all 256 threads fill; at the end group 1 writes its
+// sums into the ring, one barrier, and group 0 adds them to its own (always group 0 + group 1: the
+// same bits every run) and stores c. Why: at n = 512-1024 a 64x128 tile is one block per SM, and
+// 64x128_fp's 4 warps (one per scheduler) hide no stall (its main loop ~52% of the SM's FFMA peak;
+// _ws's 8 computing warps reach 77%). 3 stages of 32 x (68 + 132) floats: 76800 bytes.
+// _sl: 1 block per SM by its launch bounds (sm_90a 155-168 registers, no spills); at n <= 1024 a
+// 64x128 grid has at most one block per SM anyway. _sl2: the same at 2 blocks per SM (128
+// registers; on sm_90a ptxas then keeps one 4-byte value in local memory in three of the four
+// layouts, stored once and loaded outside the k loop, on sm_80 8-24 bytes in all four; the SCHED
+// values are those with the fewest spills). First timings (H200, rr, docs/cuda.md): n = 1024
+// 57.1 us (_sl) against 61.4 for 64x128_fp. The tile model (tile_choice.cpp) weighs _sl and _slb
+// where their grid is at most one block an SM, never _sl2; PORTMAT_CUDA_TILE=64x128_sl /
+// 64x128_sl2 force them; _slb (below) is _sl's batched form for split-K
+// (PORTMAT_CUDA_SPLIT_TILE=64x128_sl).
+inline constexpr GemmTile kF32_64x128_sl{"gemm_sm80_f32_64x128_sl", 64, 128, 32, 32, 64, 2, 2, 3, 4, 1, 0, 0, 0, 0, 2};
+inline constexpr GemmTile kF32_64x128_sl2{"gemm_sm80_f32_64x128_sl2", 64, 128, 32, 32, 64, 2, 2, 3, 4, 2, 0, 0, 0, 0, 2};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
 
@@ -313,6 +337,8 @@ inline constexpr GemmTile kF32_128x256_fpb{"gemm_sm80_f32_128x256_fpb", 128, 256
 // 64x128_fp's and 128x64_fp's bodies over a stack: split-K's slices (cuda_backend.cpp, launch_split).
 inline constexpr GemmTile kF32_64x128_fpb{"gemm_sm80_f32_64x128_fpb", 64, 128, 16, 32, 64, 2, 2, 4, 4, 3};
 inline constexpr GemmTile kF32_128x64_fpb{"gemm_sm80_f32_128x64_fpb", 128, 64, 16, 64, 32, 2, 2, 4, 4, 3};
+// 64x128_sl's body over a stack (split-K's slices; PORTMAT_CUDA_SPLIT_TILE=64x128_sl).
+inline constexpr GemmTile kF32_64x128_slb{"gemm_sm80_f32_64x128_slb", 64, 128, 32, 32, 64, 2, 2, 3, 4, 1, 0, 0, 0, 0, 2};
 inline constexpr GemmTile kF32_64x64b{"gemm_sm80_f32_64x64b", 64, 64, 16, 32, 32, 2, 1, 4, 4, 4};
 inline constexpr GemmTile kF64_64x64b{"gemm_sm80_f64_64x64b", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
 // Split-K in one launch (sm_90: thread-block clusters of the slices of k, summed through
@@ -352,7 +378,8 @@ inline constexpr NamedTile kF32Tiles[] = {
     {"128x256_sk", &kF32_128x256_sk}, {"128x256_ws", &kF32_128x256_ws},
     {"128x256_wsk", &kF32_128x256_wsk}, {"64x128_fp", &kF32_64x128_fp},
     {"64x128_sk", &kF32_64x128_sk},   {"128x64_fp", &kF32_128x64_fp},
-    {"128x64_sk", &kF32_128x64_sk},
+    {"128x64_sk", &kF32_128x64_sk},   {"64x128_sl", &kF32_64x128_sl},
+    {"64x128_sl2", &kF32_64x128_sl2},
 };
 
 }  // namespace portmat::cuda
