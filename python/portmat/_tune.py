@@ -74,6 +74,8 @@ def _searches(shipped: dict, cpu: bool, nvidia: bool = False) -> list[tuple[dict
         # skipped, on older GPUs), and the slice depth and fragments again on top of them.
         gemm.append([dict(ASYNC=a) for a in (0, 2, 3, 4)])
         gemm.append([dict(KWG=k, DBF=d) for k in (8, 16) for d in (0, 1)])
+    # The launch order of the blocks: row by row, or in groups of block rows (L2 reuse).
+    gemm.append([dict(GROUPM=g) for g in (1, 8)])
     searches = [({**shipped, **GENERIC} if shipped.get("DIRECT") else dict(shipped), gemm)]
     if cpu:
         # The vector form: the register tile (rows x vectors: 12-16 accumulators fit AVX2's 16

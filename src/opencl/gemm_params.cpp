@@ -17,6 +17,7 @@ std::string GemmParams::invalid_reason() const {
   if (dbf != 0 && dbf != 1) return "DBF must be 0 or 1";
   if (maxregs != 0 && (maxregs < 32 || maxregs > 255)) return "MAXREGS must be 0 or 32-255";
   if (async != 0 && (async < 2 || async > 8)) return "ASYNC must be 0 (off) or 2-8 (slices in the ring)";
+  if (groupm < 1 || groupm > 64) return "GROUPM must be 1-64";
   if (vecw != 1 && vecw != 2 && vecw != 4 && vecw != 8 && vecw != 16) return "VECW must be 1, 2, 4, 8 or 16";
   if (nvec < 1 || nvec > 8) return "NVEC must be 1-8";
   if (pack < 0 || pack > 2) return "PACK must be 0, 1 or 2";
@@ -61,7 +62,7 @@ constexpr Field kFields[] = {{"MWG", &GemmParams::mwg},     {"NWG", &GemmParams:
                              {"DIRECT", &GemmParams::direct}, {"DBF", &GemmParams::dbf},
                              {"MAXREGS", &GemmParams::maxregs}, {"VECW", &GemmParams::vecw},
                              {"NVEC", &GemmParams::nvec}, {"PACK", &GemmParams::pack},
-                             {"ASYNC", &GemmParams::async}};
+                             {"ASYNC", &GemmParams::async}, {"GROUPM", &GemmParams::groupm}};
 }  // namespace
 
 std::string GemmParams::defines() const {
@@ -162,9 +163,12 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
       // staged through registers cannot afford). H200, 2026-12-03, kernel-only, in the same
       // rounds: 49.3 / 50.2 TFLOP/s at n = 4096 / 8192 against 48.8 / 49.5 for the set above
       // (cuBLAS 51.3). With a row-major a, which is transposed on the way, the ring lost
-      // (docs/opencl.md), so it is this layout's alone.
+      // (docs/opencl.md), so it is this layout's alone. Launched in groups of 8 block rows
+      // (GROUPM): 49.4 / 50.2 against 49.0 / 49.8 in the same rounds (2026-12-03 22:10 UTC);
+      // with a row-major a the grouping lost (47.0 / 47.7 against 47.5 / 48.1).
       p.async = 3;
       p.kwg = 16;
+      p.groupm = 8;
     }
   } else {
     // Other GPUs: measured on an H200 through NVIDIA's driver (record 2026-11-29_h200_opencl_tune.txt):

@@ -35,6 +35,8 @@ struct GemmParams {
   // >= 2: gemm.cl's ASYNC: slices copied to local memory by cp.async (inline PTX; NVIDIA GPUs of
   // compute capability 8.0 or later, refused elsewhere) into a ring of this many slices.
   int async = 0;
+  // > 1: gemm.cl's GROUPM: blocks launched in groups of this many block rows (L2 reuse).
+  int groupm = 1;
 
   int threads() const { return mdimc * ndimc; }
   // Columns of C per work-item of the direct kernel.

@@ -48,6 +48,10 @@ TEST(OpenClParams, DefaultsAreValidAndBadOnesAreNamed) {
   EXPECT_EQ(ring.local_bytes(4), 2 * portmat::opencl::parse_params(small + "KWG=8", {}).local_bytes(4));
   EXPECT_NE(portmat::opencl::parse_params("ASYNC=1", {}).invalid_reason().find("ASYNC"), std::string::npos);
   EXPECT_NE(portmat::opencl::parse_params("ASYNC=9", {}).invalid_reason().find("ASYNC"), std::string::npos);
+  // Groups of block rows: 1 (the launch order) to 64.
+  EXPECT_EQ(portmat::opencl::parse_params(small + "GROUPM=8", {}).invalid_reason(), "");
+  EXPECT_NE(portmat::opencl::parse_params("GROUPM=0", {}).invalid_reason().find("GROUPM"), std::string::npos);
+  EXPECT_NE(portmat::opencl::parse_params("GROUPM=65", {}).invalid_reason().find("GROUPM"), std::string::npos);
 }
 
 // NVIDIA's float32 on compute capability 8.0+: the cp.async ring only where no operand is
@@ -61,9 +65,11 @@ TEST(OpenClParams, CpAsyncRingOnlyForUntransposedOperandsOnNvidia) {
   const auto ring = choose_params(h200, DType::f32, 4096, 4096, 1, nullptr, true);
   EXPECT_EQ(ring.async, 3);
   EXPECT_EQ(ring.kwg, 16);
+  EXPECT_EQ(ring.groupm, 8);  // blocks launched in groups of 8 block rows
   EXPECT_EQ(ring.invalid_reason(), "");
   EXPECT_LE(ring.local_bytes(4), 49152u);
   EXPECT_EQ(choose_params(h200, DType::f32, 4096, 4096, 1, nullptr, false).async, 0);  // row-major a
+  EXPECT_EQ(choose_params(h200, DType::f32, 4096, 4096, 1, nullptr, false).groupm, 1);
   EXPECT_EQ(choose_params(older, DType::f32, 4096, 4096, 1, nullptr, true).async, 0);
   EXPECT_EQ(choose_params(h200, DType::f32, 1024, 1024, 1, nullptr, true).async, 0);  // 64 x 128 blocks
   EXPECT_EQ(choose_params(h200, DType::f64, 4096, 4096, 1, nullptr, true).async, 0);

@@ -40,6 +40,9 @@ VARIANTS = [
     "DIRECT=0,MWG=64,NWG=128,KWG=8,MDIMC=8,NDIMC=16,VWM=4,VWN=4,PADA=4,PADB=4,GVW=4,ASYNC=3,DBF=1",
     "DIRECT=0,MWG=32,NWG=64,KWG=2,MDIMC=8,NDIMC=8,VWM=2,VWN=4,PADA=2,PADB=4,GVW=1,ASYNC=2,DBF=1",
     "DIRECT=0,MWG=64,NWG=64,KWG=1,MDIMC=8,NDIMC=8,VWM=2,VWN=2,PADA=2,PADB=2,GVW=1,ASYNC=3",
+    # Blocks launched in groups of block rows (GROUPM), a last group shorter than the others: 5 x 5
+    # blocks of 32 in groups of 3 rows at 130 x 131.
+    "DIRECT=0,MWG=32,NWG=32,KWG=8,MDIMC=8,NDIMC=8,VWM=2,VWN=2,PADA=2,PADB=2,GVW=1,GROUPM=3",
 ]
 
 

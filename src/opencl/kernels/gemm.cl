@@ -68,6 +68,12 @@
                // multiply-adds). Needs an even KWG.
 #endif
 
+#ifndef GROUPM
+#define GROUPM 1  // > 1: work-groups run in groups of GROUPM block rows, column by column within a
+                  // group (the launch order is row by row otherwise), so that the blocks resident at
+                  // once share A's and B's panels in the L2 cache
+#endif
+
 #ifndef ASYNC
 #define ASYNC 0  // >= 2: a ring of ASYNC slices in local memory, filled ASYNC - 1 slices ahead of the
                  // multiply-adds by cp.async (NVIDIA GPUs of compute capability 8.0 or later, through
@@ -408,7 +414,16 @@ void gemm(const int M, const int N, const int K,
 
   const int tn = get_local_id(0), tm = get_local_id(1);
   const int tid = tm * NDIMC + tn;
+#if GROUPM > 1
+  // Block (bm, bn) of the launch's linear order: GROUPM block rows at a time, down each column.
+  const int blocks_n = get_num_groups(0), blocks_m = get_num_groups(1);
+  const int linear = get_group_id(1) * blocks_n + get_group_id(0);
+  const int first_m = linear / (GROUPM * blocks_n) * GROUPM, in_group = linear % (GROUPM * blocks_n);
+  const int rows_here = min(blocks_m - first_m, GROUPM);
+  const int row0 = (first_m + in_group % rows_here) * MWG, col0 = in_group / rows_here * NWG;
+#else
   const int row0 = get_group_id(1) * MWG, col0 = get_group_id(0) * NWG;
+#endif
   // A stack: work-group dimension 2 is the matrix, each operand's matrices `stride` elements
   // apart (0: one matrix for every product, a broadcast operand read in place).
   const long matrix = get_group_id(2);
