@@ -84,15 +84,14 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
     if (!best.tile || t < best.estimate_s) best = {tile, share_all, blocks, t, split};
   };
   for (const Candidate& c : candidates) {
-    if (c.dp->k_groups > 1 && sliced < 1) continue;
     const GemmTile& t = *c.dp;
     const bool big = &c == &candidates[0];
     const std::int64_t tiles = ceil_div(m, t.bm) * ceil_div(n, t.bn);
+    const bool one_block_an_sm = t.k_groups > 1;  // the sliced tile: only grids of at most one block an SM
+    if (one_block_an_sm && (sliced < 1 || tiles > s)) continue;
     const double tile_s = 2.0 * t.bm * t.bn * static_cast<double>(std::max<std::int64_t>(k, 1)) / c.flops_per_sm;
     const double start_s = kStartSlabs * 2.0 * t.bm * t.bn * 16.0 / c.flops_per_sm;
     const double hand_over_s = kHandOverS + kHandOverPerElementS * t.bm * t.bn;
-    const bool one_block_an_sm = t.k_groups > 1;  // the sliced tile: only grids of at most one block an SM
-    if (one_block_an_sm && tiles > s) continue;
     if (big && tiles >= s) {  // launch()'s hybrid grid: whole waves, then the rest shared
       consider(c.sk, false, 0, static_cast<double>(tiles) * tile_s / s + start_s + hand_over_s);
       continue;
