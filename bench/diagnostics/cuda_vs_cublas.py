@@ -7,7 +7,7 @@ sides", has the H200's figures.
 
   python3 bench/diagnostics/cuda_vs_cublas.py
   python3 bench/diagnostics/cuda_vs_cublas.py --shapes suite --variants "tiles:PORTMAT_CUDA_SHORT_K=0" --json out.json
-  python3 bench/diagnostics/cuda_vs_cublas.py --variants "sl:PORTMAT_CUDA_TILE=64x128_sl;sl2:PORTMAT_CUDA_TILE=64x128_sl2"
+  python3 bench/diagnostics/cuda_vs_cublas.py --variants "sl:PORTMAT_CUDA_TILE=64x128_sl;old:PORTMAT_CUDA_SLICED=0"
 
 `--shapes suite` takes `portmat bench`'s built-in suite (a vector as a side of 1); `--variants`
 times portmat again under each `NAME:VAR=VALUE,...` environment (the CUDA backend reads its knobs at

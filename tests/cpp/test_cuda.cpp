@@ -332,9 +332,9 @@ TEST(CudaGemm, SplitKCorrectAndDeterministic) {
   check_same_bits_every_run(dev, 200, 96, 3000, rng);
 }
 
-// The sliced-k tiles (64x128_sl, 64x128_sl2: two groups of 4 warps over the two halves of each
+// The sliced-k tile (64x128_sl: two groups of 4 warps over the two halves of each
 // 32-deep slab, group 1's sums added to group 0's through shared memory; gemm_tiles.h), forced by
-// PORTMAT_CUDA_TILE (the tile model does not choose them): sides of 1, 17, 63, 65, 127, 129 and
+// PORTMAT_CUDA_TILE whatever the tile model would choose: sides of 1, 17, 63, 65, 127, 129 and
 // 1000, k below one slab, not a multiple of 16 or of 32, and long enough for the unchecked copies
 // of interior slabs (k = 1024, and 1000 with a last slab of 8); every layout, with aligned (pad 0,
 // sizes multiples of 4: 16-byte copies) and unaligned (pad 3: element copies) leading dimensions;
@@ -342,21 +342,18 @@ TEST(CudaGemm, SplitKCorrectAndDeterministic) {
 TEST(CudaGemm, SlicedKTilesAwkwardShapesAndSameBits) {
   REQUIRE_CUDA();
   std::mt19937 rng(43);
-  for (const char* t : {"64x128_sl", "64x128_sl2"}) {
-    SCOPED_TRACE(t);
-    ScopedEnv tile("PORTMAT_CUDA_TILE", t);
-    for (const auto& s : {std::array<long, 3>{1, 1, 1}, {1, 17, 63}, {17, 1, 65}, {63, 65, 17}, {65, 63, 31},
-                          {127, 129, 33}, {129, 127, 47}, {1000, 17, 129}, {17, 1000, 100}, {65, 129, 1000}})
-      for (int layout = 0; layout < 4; ++layout)
-        for (int pad : {0, 3}) check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, pad, rng);
-    for (const auto& s : {std::array<long, 3>{128, 256, 1024}, {192, 256, 1000}, {1000, 128, 96}})
-      for (int layout = 0; layout < 4; ++layout)
-        for (int pad : {0, 3}) check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, pad, rng);
-    check_device_resident(dev, 65, 129, 1000, rng);
-    check_device_resident(dev, 200, 300, 97, rng);
-    check_same_bits_every_run(dev, 256, 384, 1000, rng);
-    check_same_bits_every_run(dev, 129, 1000, 333, rng);
-  }
+  ScopedEnv tile("PORTMAT_CUDA_TILE", "64x128_sl");
+  for (const auto& s : {std::array<long, 3>{1, 1, 1}, {1, 17, 63}, {17, 1, 65}, {63, 65, 17}, {65, 63, 31},
+                        {127, 129, 33}, {129, 127, 47}, {1000, 17, 129}, {17, 1000, 100}, {65, 129, 1000}})
+    for (int layout = 0; layout < 4; ++layout)
+      for (int pad : {0, 3}) check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, pad, rng);
+  for (const auto& s : {std::array<long, 3>{128, 256, 1024}, {192, 256, 1000}, {1000, 128, 96}})
+    for (int layout = 0; layout < 4; ++layout)
+      for (int pad : {0, 3}) check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, pad, rng);
+  check_device_resident(dev, 65, 129, 1000, rng);
+  check_device_resident(dev, 200, 300, 97, rng);
+  check_same_bits_every_run(dev, 256, 384, 1000, rng);
+  check_same_bits_every_run(dev, 129, 1000, 333, rng);
 }
 
 // The thin kernels (kernels/gemm_thin.cuh) whatever the model says (PORTMAT_CUDA_THIN=1): one,
@@ -660,24 +657,22 @@ TEST(CudaTileChoice, ClusterKernelsWhereTheyFit) {
     }
 }
 
-// The sliced-k tiles (gemm_tiles.h, 64x128_sl): listed for PORTMAT_CUDA_TILE with 8 warps in two k
+// The sliced-k tile (gemm_tiles.h, 64x128_sl): listed for PORTMAT_CUDA_TILE with 8 warps in two k
 // groups and a ring that holds group 1's partial tile, 2 blocks per SM within the H200's shared
 // memory (228 KiB an SM, 1 KiB of it reserved per block). The model takes 64x128_sl where a grid of
-// 64x128 tiles is at most one block an SM (n = 1024 on 132 SMs), never _sl2, and neither with
+// 64x128 tiles is at most one block an SM (n = 1024 on 132 SMs), and not with
 // sliced = 0 ($PORTMAT_CUDA_SLICED=0), with or without the sm_90a kernels and clusters.
 TEST(CudaTileChoice, SlicedKTiles) {
   using portmat::cuda::choose_f32_tile;
   namespace pc = portmat::cuda;
-  for (const char* name : {"64x128_sl", "64x128_sl2"}) {
-    const pc::GemmTile* t = nullptr;
-    for (const auto& named : pc::kF32Tiles)
-      if (std::string(named.short_name) == name) t = named.tile;
-    ASSERT_NE(t, nullptr) << name << " is not in kF32Tiles";
-    EXPECT_EQ(t->k_groups, 2) << name;
-    EXPECT_EQ(t->threads(), 256) << name;
-    EXPECT_GE(t->smem_bytes(), t->bm * t->bn * 4) << name << ": the ring holds group 1's tile";
-    EXPECT_LE(2 * (t->smem_bytes() + 1024), 228 * 1024) << name;
-  }
+  const pc::GemmTile* t = nullptr;
+  for (const auto& named : pc::kF32Tiles)
+    if (std::string(named.short_name) == "64x128_sl") t = named.tile;
+  ASSERT_NE(t, nullptr) << "64x128_sl is not in kF32Tiles";
+  EXPECT_EQ(t->k_groups, 2);
+  EXPECT_EQ(t->threads(), 256);
+  EXPECT_GE(t->smem_bytes(), t->bm * t->bn * 4) << "the ring holds group 1's tile";
+  EXPECT_LE(2 * (t->smem_bytes() + 1024), 228 * 1024);
   EXPECT_EQ(pc::kF32_64x128_slb.k_groups, 2);
   const pc::ClusterRoom h200 = [](const pc::GemmTile& t, int p) -> std::int64_t { return 8 * (16 * t.min_blocks / p); };
   for (long n = 64; n <= 8192; n *= 2)
@@ -688,7 +683,6 @@ TEST(CudaTileChoice, SlicedKTiles) {
           EXPECT_EQ(got.tile->k_groups, 1) << n << " " << k << ": " << got.tile->name;
         for (long m : {n, 64L})
           for (const auto& got : {choose_f32_tile(m, n, k, 132, ws, true), choose_f32_tile(m, n, k, 132, ws, true, h200)}) {
-            EXPECT_NE(got.tile, &pc::kF32_64x128_sl2) << m << " " << n << " " << k;
             const long tiles = (m + 63) / 64 * ((n + 127) / 128);
             if (got.tile->k_groups > 1)  // a grid of at most one block an SM
               EXPECT_LE(tiles * std::max<long>(got.split, 1), 132) << m << " " << n << " " << k;

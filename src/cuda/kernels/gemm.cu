@@ -31,7 +31,7 @@
 //  - gemm_body_db.cuh  gemm_body_db, fragments double-buffered in registers: _db, _ak;
 //  - gemm_body_fp.cuh  gemm_body_fp, unchecked copies inside: _fp, 128x128_fp, 64x128_fp,
 //                      128x64_fp, _fpa, the stream-K _sk of 128x256, 64x128 and 128x64, and
-//                      64x128_sl / _sl2 (sliced k: two groups of warps over halves of each slab);
+//                      64x128_sl (sliced k: two groups of warps over halves of each slab);
 //  - gemm_body_ws.cuh  gemm_body_ws, warp-specialized (sm_90a): _ws, stream-K _wsk;
 //  - gemm_batched.cuh  strided batches (_fpb, 64x128_fpb, 128x64_fpb, 64x128_slb, 64x64b, _small), split_sum
 //                      (split-K's sum of parts) and complex_b (complex b as real);
@@ -170,15 +170,11 @@ __global__ void PM_BOUNDS(kF32_128x64_sk) gemm_sm80_f32_128x64_sk_cr(GemmArgs p)
 __global__ void PM_BOUNDS(kF32_128x64_sk) gemm_sm80_f32_128x64_sk_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_sk, false, true, 2, true>(p); }
 
 // Sliced k (gemm_tiles.h, kF32_64x128_sl): 64x128_fp's code in two groups of 4 warps over the two
-// halves of each 32-deep slab; _sl2 the same at 2 blocks per SM (128 registers).
+// halves of each 32-deep slab.
 __global__ void PM_BOUNDS(kF32_64x128_sl) gemm_sm80_f32_64x128_sl_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sl, true, false, 2>(p); }
 __global__ void PM_BOUNDS(kF32_64x128_sl) gemm_sm80_f32_64x128_sl_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sl, true, true, 2>(p); }
 __global__ void PM_BOUNDS(kF32_64x128_sl) gemm_sm80_f32_64x128_sl_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sl, false, false, 3>(p); }
 __global__ void PM_BOUNDS(kF32_64x128_sl) gemm_sm80_f32_64x128_sl_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sl, false, true, 2>(p); }
-__global__ void PM_BOUNDS(kF32_64x128_sl2) gemm_sm80_f32_64x128_sl2_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sl2, true, false, 2>(p); }
-__global__ void PM_BOUNDS(kF32_64x128_sl2) gemm_sm80_f32_64x128_sl2_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sl2, true, true, 3>(p); }
-__global__ void PM_BOUNDS(kF32_64x128_sl2) gemm_sm80_f32_64x128_sl2_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sl2, false, false, 3>(p); }
-__global__ void PM_BOUNDS(kF32_64x128_sl2) gemm_sm80_f32_64x128_sl2_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sl2, false, true, 3>(p); }
 
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_rr(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, true, false>(p); }
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_rc(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, true, true>(p); }

@@ -313,16 +313,12 @@ inline constexpr GemmTile kF32_128x64_sk{"gemm_sm80_f32_128x64_sk", 128, 64, 16,
 // 64x128_fp's 4 warps (one per scheduler) hide no stall (its main loop ~52% of the SM's FFMA peak;
 // _ws's 8 computing warps reach 77%). 3 stages of 32 x (68 + 132) floats: 76800 bytes.
 // _sl: 1 block per SM by its launch bounds (sm_90a 155-168 registers, no spills); at n <= 1024 a
-// 64x128 grid has at most one block per SM anyway. _sl2: the same at 2 blocks per SM (128
-// registers; on sm_90a ptxas then keeps one 4-byte value in local memory in three of the four
-// layouts, stored once and loaded outside the k loop, on sm_80 8-24 bytes in all four; the SCHED
-// values are those with the fewest spills). First timings (H200, rr, docs/cuda.md): n = 1024
-// 57.1 us (_sl) against 61.4 for 64x128_fp. The tile model (tile_choice.cpp) weighs _sl and _slb
-// where their grid is at most one block an SM, never _sl2; PORTMAT_CUDA_TILE=64x128_sl /
-// 64x128_sl2 force them; _slb (below) is _sl's batched form for split-K
-// (PORTMAT_CUDA_SPLIT_TILE=64x128_sl).
+// 64x128 grid has at most one block per SM anyway (the same at 2 blocks per SM, capped at 128
+// registers, spilled and was never faster: docs/cuda.md). First timings (H200, rr, docs/cuda.md):
+// n = 1024 57.1 us against 61.4 for 64x128_fp. The tile model (tile_choice.cpp) weighs _sl and
+// _slb where their grid is at most one block an SM; PORTMAT_CUDA_TILE=64x128_sl forces it; _slb
+// (below) is _sl's batched form for split-K (PORTMAT_CUDA_SPLIT_TILE=64x128_sl).
 inline constexpr GemmTile kF32_64x128_sl{"gemm_sm80_f32_64x128_sl", 64, 128, 32, 32, 64, 2, 2, 3, 4, 1, 0, 0, 0, 0, 2};
-inline constexpr GemmTile kF32_64x128_sl2{"gemm_sm80_f32_64x128_sl2", 64, 128, 32, 32, 64, 2, 2, 3, 4, 2, 0, 0, 0, 0, 2};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
 
@@ -379,7 +375,6 @@ inline constexpr NamedTile kF32Tiles[] = {
     {"128x256_wsk", &kF32_128x256_wsk}, {"64x128_fp", &kF32_64x128_fp},
     {"64x128_sk", &kF32_64x128_sk},   {"128x64_fp", &kF32_128x64_fp},
     {"128x64_sk", &kF32_128x64_sk},   {"64x128_sl", &kF32_64x128_sl},
-    {"64x128_sl2", &kF32_64x128_sl2},
 };
 
 }  // namespace portmat::cuda
