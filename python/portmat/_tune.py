@@ -72,10 +72,14 @@ def _searches(shipped: dict, cpu: bool, nvidia: bool = False) -> list[tuple[dict
         gemm.append([dict(MAXREGS=r) for r in (0, 128)])
         # cp.async copies into a ring of slices (compute capability 8.0 or later; refused, so
         # skipped, on older GPUs), and the slice depth and fragments again on top of them.
-        gemm.append([dict(ASYNC=a) for a in (0, 2, 3, 4)])
+        # (The ring with 16-deep slices, launched in groups of 8 block rows, is what a column-major
+        # a gets by default: one alternative, since it wins only as a whole.)
+        gemm.append([dict(ASYNC=a) for a in (0, 2, 3, 4)] + [dict(ASYNC=3, KWG=16, GROUPM=8)])
         gemm.append([dict(KWG=k, DBF=d) for k in (8, 16) for d in (0, 1)])
     # The launch order of the blocks: row by row, or in groups of block rows (L2 reuse).
     gemm.append([dict(GROUPM=g) for g in (1, 8)])
+    if not cpu:  # a large product's row-major a copied column-major first (discrete devices only)
+        gemm.append([dict(TRANSA=t) for t in (0, 1)])
     searches = [({**shipped, **GENERIC} if shipped.get("DIRECT") else dict(shipped), gemm)]
     if cpu:
         # The vector form: the register tile (rows x vectors: 12-16 accumulators fit AVX2's 16

@@ -144,10 +144,12 @@ class Device {
 
   // Run-time tuning (OpenCL, `python -m portmat tune`): the key and the file this device's tuned
   // kernel parameters are stored under ({"", ""}: nothing to tune), and the parameters an
-  // (m x k) @ (k x n) product of `dtype` runs with now ("MWG=64,NWG=64,..."; "" where the backend
-  // has none).
+  // (m x k) @ (k x n) product of `dtype` with row-major operands runs with now ("MWG=64,NWG=64,...";
+  // "" where the backend has none).
   virtual std::pair<std::string, std::string> tuning_store() const { return {}; }
-  virtual std::string kernel_params(DType /*dtype*/, std::int64_t /*m*/, std::int64_t /*n*/) { return {}; }
+  virtual std::string kernel_params(DType /*dtype*/, std::int64_t /*m*/, std::int64_t /*n*/, std::int64_t /*k*/) {
+    return {};
+  }
 
   // c = a @ b with host operands and a row-major host result (c.col_stride == 1), M, N, K > 0,
   // in a dtype the device computes (computes()).

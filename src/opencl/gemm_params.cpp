@@ -21,6 +21,7 @@ std::string GemmParams::invalid_reason() const {
   if (vecw != 1 && vecw != 2 && vecw != 4 && vecw != 8 && vecw != 16) return "VECW must be 1, 2, 4, 8 or 16";
   if (nvec < 1 || nvec > 8) return "NVEC must be 1-8";
   if (pack < 0 || pack > 2) return "PACK must be 0, 1 or 2";
+  if (transa < 0 || transa > 2) return "TRANSA must be 0, 1 or 2";
   if (direct) {
     if (mwg < 1 || mwg > 32) return "MWG (rows per work-item of the direct kernel) must be 1-32";
     if (vecw == 1 && nvec != 1) return "NVEC needs VECW > 1 (the direct kernel's vector form)";
@@ -62,13 +63,15 @@ constexpr Field kFields[] = {{"MWG", &GemmParams::mwg},     {"NWG", &GemmParams:
                              {"DIRECT", &GemmParams::direct}, {"DBF", &GemmParams::dbf},
                              {"MAXREGS", &GemmParams::maxregs}, {"VECW", &GemmParams::vecw},
                              {"NVEC", &GemmParams::nvec}, {"PACK", &GemmParams::pack},
-                             {"ASYNC", &GemmParams::async}, {"GROUPM", &GemmParams::groupm}};
+                             {"ASYNC", &GemmParams::async}, {"GROUPM", &GemmParams::groupm},
+                             {"TRANSA", &GemmParams::transa}};
 }  // namespace
 
 std::string GemmParams::defines() const {
   std::string s;
   for (const Field& f : kFields)
-    if (f.member != &GemmParams::gvw)  // GVW is decided per problem (alignment, edges)
+    // GVW is decided per problem (alignment, edges); TRANSA is the host's alone.
+    if (f.member != &GemmParams::gvw && f.member != &GemmParams::transa)
       s += std::string(s.empty() ? "" : " ") + "-D" + f.key + "=" + std::to_string(this->*f.member);
   return s;
 }
@@ -150,9 +153,12 @@ GemmParams choose_params(const DeviceTraits& dev, DType dtype, long m, long n, l
     // MAXREGS = 128: ptxas gives the kernels with edge code (sizes that are not whole blocks) 137-143
     // registers, one 256-work-item group per SM; capped, they keep two, as the whole-block kernels
     // (126-128 registers by themselves) do. (Session 20: one group per SM ran 28.6 TFLOP/s at 4096.)
+    // TRANSA = 1: a large product with a row-major a runs on a column-major copy of it, in the
+    // set chosen for that layout (the ring below; opencl_backend.cpp, transpose_a_first).
     p.kwg = 8;
     p.pada = 0;
     p.maxregs = 128;
+    p.transa = 1;
     const long blocks = ((m + p.mwg - 1) / p.mwg) * ((n + p.nwg - 1) / p.nwg) * count;
     if (blocks < 2L * dev.compute_units) {
       p.mwg = 64;

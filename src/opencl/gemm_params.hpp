@@ -37,6 +37,10 @@ struct GemmParams {
   int async = 0;
   // > 1: gemm.cl's GROUPM: blocks launched in groups of this many block rows (L2 reuse).
   int groupm = 1;
+  // A row-major a (with a row-major b) copied column-major on the device before the product, which
+  // then runs with the parameters of that layout (opencl_backend.cpp, transpose_a_first): 0 never,
+  // 1 when the product is large enough, 2 always.
+  int transa = 0;
 
   int threads() const { return mdimc * ndimc; }
   // Columns of C per work-item of the direct kernel.

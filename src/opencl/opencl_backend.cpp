@@ -525,8 +525,13 @@ class OpenClDevice final : public core::Device {
   bool cp_async() const { return nv_cc_major_ >= 8; }
 
   std::pair<std::string, std::string> tuning_store() const override { return {tuning_key(info_), tuning_path()}; }
-  std::string kernel_params(DType dtype, std::int64_t m, std::int64_t n) override {
-    return params_for(dtype, m, n, 1).str();
+  std::string kernel_params(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) override {
+    const GemmParams p = params_for(dtype, m, n, 1);
+    if (transpose_a_first(p, m, n, k)) {  // enqueue_gemm: the column-major copy's parameters run it
+      const GemmParams t = params_for(dtype, m, n, 1, /*untransposed=*/true);
+      if (!t.direct) return t.str();
+    }
+    return p.str();
   }
 
   // Enqueues c = a @ b on buffers holding the matrices; returns the kernel's event. On `on` (the
@@ -552,6 +557,13 @@ class OpenClDevice final : public core::Device {
     if (p.direct && p.vecw > 1 && count == 1 && !forced && pack_direct(p, M, N, K))
       if (cl_event ev = enqueue_gemm_packed(p, am, a, bm, b, cm, c, on ? on : queue_, n_after, after, started))
         return ev;
+    if (!forced && count == 1 && !a.col_major && !b.col_major && transpose_a_first(p, M, N, K)) {
+      const GemmParams pt = params_for(a.dtype, M, N, 1, /*untransposed=*/true);
+      if (!pt.direct)
+        if (cl_event ev = enqueue_gemm_padded(pt, am, a, bm, b, cm, c, bases_aligned, on ? on : queue_, n_after, after,
+                                              started, /*transpose_a=*/true))
+          return ev;
+    }
     const bool edges = !p.direct && (M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0);
     if (edges && !forced && pad_to_blocks(M, N, K, count))
       if (cl_event ev = enqueue_gemm_padded(p, am, a, bm, b, cm, c, bases_aligned, on ? on : queue_, n_after, after,
@@ -642,6 +654,27 @@ class OpenClDevice final : public core::Device {
     return !shares_memory() && static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kPadMinMacs;
   }
 
+  // ---- a row-major a transposed first -----------------------------------------------------------
+  // gemm.cl reads a row-major a across its rows into local memory (through registers: 4-byte
+  // stores of a 16-byte load), while a column-major a, like a row-major b, goes in as it lies, by
+  // cp.async on NVIDIA's driver (the ring, ASYNC). H200, 2026-12-03, float32 kernel-only: 47.5 /
+  // 48.1 TFLOP/s at n = 4096 / 8192 with a row-major a against 49.4 / 50.2 with a column-major one
+  // (docs/opencl.md). A transposed copy of a (casts.cl's transpose_2d, padded to whole blocks in the
+  // same pass) costs two passes over a's M x K elements at memory speed, and saves a fraction
+  // kTransposeGain of the product, which is 2 M N K flops: so it pays when
+  //   kTransposeGain * 2 M N K / F > 2 M K e / BW + L,   i.e. N > e F / (kTransposeGain BW) (+ L),
+  // with F the kernel's rate, BW the copy's, e the element size and L a launch. That depends on N
+  // alone (and on the product being large enough to hide L): kTransposeMinN, kTransposeMinMacs.
+  // TRANSA (GemmParams::transa): 0 never, 1 by this rule on a discrete device, 2 always (tests).
+  static constexpr std::int64_t kTransposeMinN = 2048;
+  static constexpr double kTransposeMinMacs = 4e9;
+  bool transpose_a_first(const GemmParams& p, std::int64_t M, std::int64_t N, std::int64_t K) const {
+    if (p.direct || p.transa == 0) return false;
+    if (p.transa == 2) return true;
+    return !shares_memory() && N >= kTransposeMinN &&
+           static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kTransposeMinMacs;
+  }
+
   // The padded copies are leased from the device's pool and held here until the product's last
   // command is done; then they go back to the pool (swept at each padded product, and before an
   // allocation would pass portmat's device-memory cap), so nothing is reused while a queue may
@@ -665,19 +698,27 @@ class OpenClDevice final : public core::Device {
     }
   }
 
+  // casts.cl's copy_2d (dst's block = src's block, zeros beyond), or with `transpose` its
+  // transpose_2d (dst's dst_rows x dst_cols block = src's rows x cols block transposed, zeros beyond).
   cl_event enqueue_copy_2d(cl_command_queue q, cl_mem src, std::size_t src_off, std::int64_t src_ld,
                            std::int64_t rows, std::int64_t cols, cl_mem dst, std::size_t dst_off,
                            std::int64_t dst_ld, std::int64_t dst_rows, std::int64_t dst_cols, std::size_t es,
-                           cl_uint n_after, const cl_event* after) {
-    cl_kernel k = casts_kernel(es == 8 ? "copy_2d_b8" : "copy_2d_b4");
+                           cl_uint n_after, const cl_event* after, bool transpose = false) {
+    cl_kernel k = casts_kernel(transpose ? (es == 8 ? "transpose_2d_b8" : "transpose_2d_b4")
+                                         : (es == 8 ? "copy_2d_b8" : "copy_2d_b4"));
     const cl_long so = static_cast<cl_long>(src_off), sl = src_ld, r = rows, cc = cols,
                   dof = static_cast<cl_long>(dst_off), dl = dst_ld, dr = dst_rows, dcl = dst_cols;
     const void* args[] = {&src, &so, &sl, &r, &cc, &dst, &dof, &dl, &dr, &dcl};
     const std::size_t sizes[] = {sizeof src, sizeof so, sizeof sl, sizeof r, sizeof cc,
                                  sizeof dst, sizeof dof, sizeof dl, sizeof dr, sizeof dcl};
     for (cl_uint i = 0; i < 10; ++i) cl_check(cl_.SetKernelArg(k, i, sizes[i], args[i]), "clSetKernelArg(copy_2d)", where_);
-    const std::size_t local[2] = {64, 1};
-    const std::size_t global[2] = {static_cast<std::size_t>((dst_cols + 63) / 64 * 64), static_cast<std::size_t>(dst_rows)};
+    // transpose_2d: 32 x 32 tiles (x along dst's rows, y along its columns) of 32 x 8 work-items.
+    constexpr std::int64_t tile = 32, tile_rows = 8;
+    const std::size_t local[2] = {static_cast<std::size_t>(transpose ? 32 : 64),
+                                  static_cast<std::size_t>(transpose ? tile_rows : 1)};
+    const std::size_t global[2] = {
+        static_cast<std::size_t>(transpose ? (dst_rows + tile - 1) / tile * 32 : (dst_cols + 63) / 64 * 64),
+        static_cast<std::size_t>(transpose ? (dst_cols + tile - 1) / tile * tile_rows : dst_rows)};
     cl_event ev = nullptr;
     cl_check(cl_.EnqueueNDRangeKernel(q, k, 2, nullptr, global, local, n_after, after, &ev),
              "clEnqueueNDRangeKernel(copy_2d)", where_);
@@ -763,14 +804,15 @@ class OpenClDevice final : public core::Device {
   }
 
   // c = a @ b through padded copies (see pad_to_blocks); nullptr where the copies cannot be made.
+  // `transpose_a`: a (row-major) is copied column-major (see transpose_a_first), padded or not.
   cl_event enqueue_gemm_padded(const GemmParams& p, cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
                                const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c,
                                bool bases_aligned, cl_command_queue q, cl_uint n_after, const cl_event* after,
-                               cl_event* started) {
+                               cl_event* started, bool transpose_a = false) {
     const std::int64_t M = a.rows, N = b.cols, K = a.cols;
     auto whole = [](std::int64_t x, int t) { return (x + t - 1) / t * t; };
     const std::int64_t Mp = whole(M, p.mwg), Np = whole(N, p.nwg), Kp = whole(K, p.kwg);
-    const bool pad_a = Mp != M || Kp != K, pad_b = Kp != K || Np != N, pad_c = Mp != M || Np != N;
+    const bool pad_a = transpose_a || Mp != M || Kp != K, pad_b = Kp != K || Np != N, pad_c = Mp != M || Np != N;
     const std::size_t es = dtype_size(a.dtype);
     const std::size_t bytes_a = pad_a ? static_cast<std::size_t>(Mp * Kp) * es : 0,
                       bytes_b = pad_b ? static_cast<std::size_t>(Kp * Np) * es : 0,
@@ -794,13 +836,18 @@ class OpenClDevice final : public core::Device {
     auto list = [&] { return evs.empty() ? after : nullptr; };
     // An operand (rows x cols, padded to rp x cp) copied into `to`; its storage is rows-first, or
     // cols-first when it is column-major, and the copy keeps that layout.
-    auto pad = [&](const core::DeviceMatrix& x, cl_mem xm, std::int64_t rp, std::int64_t cp, ClBuffer* to) {
+    // With `flip` (a row-major operand only) the copy is column-major: its storage is cols-first.
+    auto pad = [&](const core::DeviceMatrix& x, cl_mem xm, std::int64_t rp, std::int64_t cp, ClBuffer* to,
+                   bool flip = false) {
       const std::int64_t sr = x.col_major ? x.cols : x.rows, sw = x.col_major ? x.rows : x.cols;
-      const std::int64_t pr = x.col_major ? cp : rp, pw = x.col_major ? rp : cp;
-      evs.push_back(enqueue_copy_2d(q, xm, x.offset, x.ld, sr, sw, to->mem(), 0, pw, pr, pw, es, waits(), list()));
-      return core::DeviceMatrix{to, 0, rp, cp, pw, x.col_major, x.dtype};
+      const bool col_major = x.col_major || flip;
+      const std::int64_t pr = col_major ? cp : rp, pw = col_major ? rp : cp;
+      evs.push_back(enqueue_copy_2d(q, xm, x.offset, x.ld, sr, sw, to->mem(), 0, pw, pr, pw, es, waits(), list(),
+                                    flip));
+      return core::DeviceMatrix{to, 0, rp, cp, pw, col_major, x.dtype};
     };
-    const core::DeviceMatrix pa = pad_a ? pad(a, am, Mp, Kp, a_pad) : a, pb = pad_b ? pad(b, bm, Kp, Np, b_pad) : b;
+    const core::DeviceMatrix pa = pad_a ? pad(a, am, Mp, Kp, a_pad, transpose_a) : a,
+                             pb = pad_b ? pad(b, bm, Kp, Np, b_pad) : b;
     const core::DeviceMatrix pc = pad_c ? core::DeviceMatrix{c_pad, 0, Mp, Np, Np, false, c.dtype} : c;
     const cl_mem pam = pad_a ? a_pad->mem() : am, pbm = pad_b ? b_pad->mem() : bm, pcm = pad_c ? c_pad->mem() : cm;
     evs.push_back(enqueue_gemm(pam, pa, pbm, pb, pcm, pc, bases_aligned || (pad_a && pad_b), 1, 0, 0, 0, q, waits(),

@@ -711,13 +711,14 @@ NB_MODULE(_ext, m) {
       "nothing is tuned");
   m.def(
       "kernel_params",
-      [](const std::string& device, const std::string& dtype, std::int64_t m, std::int64_t n) {
+      [](const std::string& device, const std::string& dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
         auto dev = portmat::core::open_device(device);
         const portmat::DType t = parse_dtype(dtype);
-        return without_gil([&] { return dev->kernel_params(t, m, n); });
+        return without_gil([&] { return dev->kernel_params(t, m, n, k > 0 ? k : n); });
       },
-      "device"_a, "dtype"_a, "m"_a, "n"_a,
-      "The kernel parameters an (m x k) @ (k x n) product runs with now ('MWG=64,...'; '' where there are none)");
+      "device"_a, "dtype"_a, "m"_a, "n"_a, "k"_a = 0,
+      "The kernel parameters an (m x k) @ (k x n) product of row-major operands runs with now ('MWG=64,...'; '' "
+      "where there are none); k = 0: k = n");
   m.def(
       "device_holds_address",
       [](const std::string& device, std::uintptr_t address) {

@@ -52,6 +52,13 @@ TEST(OpenClParams, DefaultsAreValidAndBadOnesAreNamed) {
   EXPECT_EQ(portmat::opencl::parse_params(small + "GROUPM=8", {}).invalid_reason(), "");
   EXPECT_NE(portmat::opencl::parse_params("GROUPM=0", {}).invalid_reason().find("GROUPM"), std::string::npos);
   EXPECT_NE(portmat::opencl::parse_params("GROUPM=65", {}).invalid_reason().find("GROUPM"), std::string::npos);
+  // A row-major a transposed first: 0, 1 (the size rule) or 2; the host's choice, not the kernel's,
+  // so not among the build options (one program for either value).
+  const auto transposing = portmat::opencl::parse_params(small + "TRANSA=2", {});
+  EXPECT_EQ(transposing.invalid_reason(), "");
+  EXPECT_EQ(transposing.defines(), portmat::opencl::parse_params(small + "TRANSA=0", {}).defines());
+  EXPECT_NE(transposing.str().find("TRANSA=2"), std::string::npos);
+  EXPECT_NE(portmat::opencl::parse_params("TRANSA=3", {}).invalid_reason().find("TRANSA"), std::string::npos);
 }
 
 // NVIDIA's float32 on compute capability 8.0+: the cp.async ring only where no operand is
@@ -73,6 +80,12 @@ TEST(OpenClParams, CpAsyncRingOnlyForUntransposedOperandsOnNvidia) {
   EXPECT_EQ(choose_params(older, DType::f32, 4096, 4096, 1, nullptr, true).async, 0);
   EXPECT_EQ(choose_params(h200, DType::f32, 1024, 1024, 1, nullptr, true).async, 0);  // 64 x 128 blocks
   EXPECT_EQ(choose_params(h200, DType::f64, 4096, 4096, 1, nullptr, true).async, 0);
+  // A row-major a may be transposed into that layout first (by the size rule) on NVIDIA's float32
+  // only, where it was measured; float64 and other vendors' GPUs leave it to `portmat tune`.
+  EXPECT_EQ(choose_params(h200, DType::f32, 4096, 4096, 1, nullptr, false).transa, 1);
+  EXPECT_EQ(choose_params(h200, DType::f64, 4096, 4096, 1, nullptr, false).transa, 0);
+  portmat::opencl::DeviceTraits other{portmat::DeviceKind::gpu, "Advanced Micro Devices, Inc.", 120, 32, true, false};
+  EXPECT_EQ(choose_params(other, DType::f32, 4096, 4096, 1, nullptr, false).transa, 0);
 }
 
 // CPU runtimes (Intel's, and PoCL, which names an Intel CPU's vendor "GenuineIntel") run the direct

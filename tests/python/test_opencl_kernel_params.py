@@ -143,6 +143,43 @@ def test_products_with_edges_on_padded_copies(dev, monkeypatch, rng):
         assert np.all(np.abs(c - want) <= bound)
 
 
+@pytest.mark.skipif(not OPENCL, reason="no OpenCL device here")
+@pytest.mark.parametrize("dev", OPENCL)
+@pytest.mark.parametrize("discrete", ["0", "1"])
+def test_row_major_a_transposed_first(dev, discrete, monkeypatch, rng):
+    """TRANSA=2 sends every single product with a row-major a and b through a column-major copy of
+    a (padded to whole blocks in the same pass where the product has edges; what NVIDIA's GPUs do
+    for large ones): gemm.cl's kernel (DIRECT=0 on CPU runtimes), sizes around the transpose's 32 x
+    32 tiles and the blocks, views, every dtype kind, NumPy in and out in place and pipelined,
+    device arrays; equal to the reference. Other layouts and stacks are left as they are."""
+    monkeypatch.setenv("PORTMAT_OPENCL_PARAMS", "DIRECT=0,MWG=32,NWG=64,KWG=8,MDIMC=8,NDIMC=8,VWM=2,VWN=4,"
+                                                "PADA=2,PADB=4,GVW=4,TRANSA=2")
+    monkeypatch.setenv("PORTMAT_OPENCL_TUNING", "off")
+    monkeypatch.setenv("PORTMAT_OPENCL_DISCRETE", discrete)
+    dtypes = [np.float32, np.int32, np.int64] + ([np.float64] if HAS_F64[dev] else [])
+    for m, k, n in [(64, 32, 64), (67, 37, 45), (33, 1, 70), (1, 300, 1), (96, 65, 128), (31, 33, 5)]:
+        for dt in dtypes:
+            if np.issubdtype(dt, np.integer):
+                a = rng.integers(-2**20, 2**20, (m, k)).astype(dt)
+                b = rng.integers(-2**20, 2**20, (k, n)).astype(dt)
+                np.testing.assert_array_equal(portmat.matmul(a, b, device=dev), np.matmul(a, b))
+                continue
+            a, b = rng.uniform(-1, 1, (m, k)).astype(dt), rng.uniform(-1, 1, (k, n)).astype(dt)
+            want, bound = _bound(a, b, dt)
+            c = portmat.matmul(a, b, device=dev)
+            assert np.all(np.abs(c - want) <= bound), (m, k, n, dt, np.max(np.abs(c - want)))
+    # Views (row stride and offset) as a, a stack beside it, and device arrays.
+    a = rng.uniform(-1, 1, (90, 80)).astype(np.float32)[3::2, 5:66]
+    b = rng.uniform(-1, 1, (61, 33)).astype(np.float32)
+    want, bound = _bound(a, b, np.float32)
+    assert np.all(np.abs(portmat.matmul(a, b, device=dev) - want) <= bound)
+    c = (portmat.asarray(np.ascontiguousarray(a), device=dev) @ portmat.asarray(b, device=dev)).numpy()
+    assert np.all(np.abs(c - want) <= bound)
+    s, t = rng.uniform(-1, 1, (3, 40, 36)).astype(np.float32), rng.uniform(-1, 1, (3, 36, 50)).astype(np.float32)
+    want, bound = _bound(s, t, np.float32)
+    assert np.all(np.abs(portmat.matmul(s, t, device=dev) - want) <= bound)
+
+
 @pytest.mark.skipif(not NVIDIA, reason="no NVIDIA OpenCL device here")
 @pytest.mark.parametrize("dev", sorted(NVIDIA))
 def test_untransposed_operands_on_nvidias_ring(dev, monkeypatch, rng):

@@ -64,18 +64,18 @@ def test_stored_parameters_apply_and_damage_is_ignored(cache):
     key, path = _ext.tuning_store(dev)
     env = {"PORTMAT_CACHE_DIR": str(cache)}
     shipped = _params_in_child(dev, env)
-    wanted = "MWG=32,NWG=32,KWG=16,MDIMC=8,NDIMC=8,VWM=4,VWN=4,PADA=4,PADB=0,GVW=4,DIRECT=0,DBF=1,MAXREGS=0,VECW=1,NVEC=1,PACK=1,ASYNC=0,GROUPM=1"
+    wanted = "MWG=32,NWG=32,KWG=16,MDIMC=8,NDIMC=8,VWM=4,VWN=4,PADA=4,PADB=0,GVW=4,DIRECT=0,DBF=1,MAXREGS=0,VECW=1,NVEC=1,PACK=1,ASYNC=0,GROUPM=1,TRANSA=0"
     assert wanted != shipped
     good = f"{key}\tfloat32\t{wanted}\t1.0\t128"
     (cache / "opencl-tuning.txt").write_text("\n".join([HEADER, good]) + "\n")
     assert _params_in_child(dev, env) == wanted
     # This process sees the change too (the file is read again when it changes).
     assert _ext.kernel_params(dev, "float32", 512, 512) == wanted
-    # An entry stored before tunables existed (DBF, MAXREGS, VECW, NVEC, PACK, ASYNC, GROUPM) still applies,
-    # with their defaults.
-    older = wanted.replace(",DBF=1,MAXREGS=0,VECW=1,NVEC=1,PACK=1,ASYNC=0,GROUPM=1", "")
+    # An entry stored before tunables existed (DBF, MAXREGS, VECW, NVEC, PACK, ASYNC, GROUPM, TRANSA) still applies,
+    # with their defaults (TRANSA too).
+    older = wanted.replace(",DBF=1,MAXREGS=0,VECW=1,NVEC=1,PACK=1,ASYNC=0,GROUPM=1,TRANSA=0", "")
     (cache / "opencl-tuning.txt").write_text("\n".join([HEADER, f"{key}\tfloat32\t{older}\t1.0\t128"]) + "\n")
-    assert _params_in_child(dev, env) == older + ",DBF=0,MAXREGS=0,VECW=1,NVEC=1,PACK=1,ASYNC=0,GROUPM=1"
+    assert _params_in_child(dev, env) == older + ",DBF=0,MAXREGS=0,VECW=1,NVEC=1,PACK=1,ASYNC=0,GROUPM=1,TRANSA=0"
     (cache / "opencl-tuning.txt").write_text("\n".join([HEADER, good]) + "\n")
     # The off switch and the override.
     assert _params_in_child(dev, {**env, "PORTMAT_OPENCL_TUNING": "off"}) == shipped

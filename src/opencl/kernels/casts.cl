@@ -206,3 +206,36 @@ PM_COMPLEX_B(double, complex_b_f64)
   }
 PM_COPY_2D(uint, copy_2d_b4)
 PM_COPY_2D(ulong, copy_2d_b8)
+
+// dst's transpose of src, padded: dst[j * dst_ld + i] = src(i, j) for i < rows, j < cols, zeros for
+// the rest of dst's dst_rows x dst_cols block (dst_rows >= cols, dst_cols >= rows). A row-major a
+// copied column-major before a large product, so that gemm.cl reads neither operand across its
+// rows (opencl_backend.cpp, transpose_a_first). One 32 x 32 tile a work-group of 32 x 8, through
+// local memory (rows of 33: no bank conflicts), so that reads and writes are both whole rows.
+// Launch: work-groups of TRANSPOSE_TILE x TRANSPOSE_ROWS; global size at least dst_rows (x, rounded
+// up to whole tiles) by dst_cols / (TRANSPOSE_TILE / TRANSPOSE_ROWS) (y, likewise).
+// (H200, 2026-12-04: 2.8-3.0 TB/s read and written at M = K = 4096-8192. A form with a bounds-free
+// path for inner tiles, and one with 64 x 64 tiles, were slower: docs/opencl.md.)
+#define TRANSPOSE_TILE 32
+#define TRANSPOSE_ROWS 8
+#define PM_TRANSPOSE_2D(T, NAME)                                                                    \
+  __kernel __attribute__((reqd_work_group_size(TRANSPOSE_TILE, TRANSPOSE_ROWS, 1))) void NAME(     \
+      __global const T* src, long src_off, long src_ld, long rows, long cols, __global T* dst,     \
+      long dst_off, long dst_ld, long dst_rows, long dst_cols) {                                   \
+    __local T tile[TRANSPOSE_TILE][TRANSPOSE_TILE + 1];                                             \
+    const int lx = (int)get_local_id(0), ly = (int)get_local_id(1);                                 \
+    const long j0 = (long)get_group_id(0) * TRANSPOSE_TILE, i0 = (long)get_group_id(1) * TRANSPOSE_TILE; \
+    for (int r = ly; r < TRANSPOSE_TILE; r += TRANSPOSE_ROWS) {                                     \
+      const long i = i0 + r, j = j0 + lx;                                                           \
+      /* clamped addresses, as in copy_2d */                                                        \
+      const T v = src[src_off + max(min(i, rows - 1), 0L) * src_ld + max(min(j, cols - 1), 0L)];    \
+      tile[r][lx] = (i < rows && j < cols) ? v : (T)0;                                              \
+    }                                                                                               \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                   \
+    for (int r = ly; r < TRANSPOSE_TILE; r += TRANSPOSE_ROWS) {                                     \
+      const long j = j0 + r, i = i0 + lx;                                                           \
+      if (j < dst_rows && i < dst_cols) dst[dst_off + j * dst_ld + i] = tile[lx][r];                \
+    }                                                                                               \
+  }
+PM_TRANSPOSE_2D(uint, transpose_2d_b4)
+PM_TRANSPOSE_2D(ulong, transpose_2d_b8)
