@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -527,11 +528,8 @@ class OpenClDevice final : public core::Device {
   std::pair<std::string, std::string> tuning_store() const override { return {tuning_key(info_), tuning_path()}; }
   std::string kernel_params(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) override {
     const GemmParams p = params_for(dtype, m, n, 1);
-    if (transpose_a_first(p, m, n, k)) {  // enqueue_gemm: the column-major copy's parameters run it
-      const GemmParams t = params_for(dtype, m, n, 1, /*untransposed=*/true);
-      if (!t.direct) return t.str();
-    }
-    return p.str();
+    const std::optional<GemmParams> t = transposed_params(p, dtype, m, n, k);
+    return (t ? *t : p).str();
   }
 
   // Enqueues c = a @ b on buffers holding the matrices; returns the kernel's event. On `on` (the
@@ -557,13 +555,11 @@ class OpenClDevice final : public core::Device {
     if (p.direct && p.vecw > 1 && count == 1 && !forced && pack_direct(p, M, N, K))
       if (cl_event ev = enqueue_gemm_packed(p, am, a, bm, b, cm, c, on ? on : queue_, n_after, after, started))
         return ev;
-    if (!forced && count == 1 && !a.col_major && !b.col_major && transpose_a_first(p, M, N, K)) {
-      const GemmParams pt = params_for(a.dtype, M, N, 1, /*untransposed=*/true);
-      if (!pt.direct)
-        if (cl_event ev = enqueue_gemm_padded(pt, am, a, bm, b, cm, c, bases_aligned, on ? on : queue_, n_after, after,
-                                              started, /*transpose_a=*/true))
+    if (!forced && count == 1 && !a.col_major && !b.col_major)
+      if (const std::optional<GemmParams> pt = transposed_params(p, a.dtype, M, N, K))
+        if (cl_event ev = enqueue_gemm_padded(*pt, am, a, bm, b, cm, c, bases_aligned, on ? on : queue_, n_after,
+                                              after, started, /*transpose_a=*/true))
           return ev;
-    }
     const bool edges = !p.direct && (M % p.mwg != 0 || N % p.nwg != 0 || K % p.kwg != 0);
     if (edges && !forced && pad_to_blocks(M, N, K, count))
       if (cl_event ev = enqueue_gemm_padded(p, am, a, bm, b, cm, c, bases_aligned, on ? on : queue_, n_after, after,
@@ -660,9 +656,9 @@ class OpenClDevice final : public core::Device {
   // cp.async on NVIDIA's driver (the ring, ASYNC). H200, 2026-12-03, float32 kernel-only: 47.5 /
   // 48.1 TFLOP/s at n = 4096 / 8192 with a row-major a against 49.4 / 50.2 with a column-major one
   // (docs/opencl.md). A transposed copy of a (casts.cl's transpose_2d, padded to whole blocks in the
-  // same pass) costs two passes over a's M x K elements at memory speed, and saves a fraction
-  // kTransposeGain of the product, which is 2 M N K flops: so it pays when
-  //   kTransposeGain * 2 M N K / F > 2 M K e / BW + L,   i.e. N > e F / (kTransposeGain BW) (+ L),
+  // same pass) costs two passes over a's M x K elements at memory speed, and saves a fraction g
+  // (about 4% on the H200) of the product, which is 2 M N K flops: so it pays when
+  //   g * 2 M N K / F > 2 M K e / BW + L,   i.e. N > e F / (g BW) (+ L),
   // with F the kernel's rate, BW the copy's, e the element size and L a launch. That depends on N
   // alone (and on the product being large enough to hide L): kTransposeMinN, kTransposeMinMacs.
   // TRANSA (GemmParams::transa): 0 never, 1 by this rule on a discrete device, 2 always (tests).
@@ -673,6 +669,15 @@ class OpenClDevice final : public core::Device {
     if (p.transa == 2) return true;
     return !shares_memory() && N >= kTransposeMinN &&
            static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) >= kTransposeMinMacs;
+  }
+  // The parameters a row-major-operand product with `p` runs in when its a is copied column-major
+  // first (those of that layout), or none when it is not: enqueue_gemm and kernel_params agree.
+  std::optional<GemmParams> transposed_params(const GemmParams& p, DType dtype, std::int64_t M, std::int64_t N,
+                                              std::int64_t K) {
+    if (!transpose_a_first(p, M, N, K)) return std::nullopt;
+    GemmParams t = params_for(dtype, M, N, 1, /*untransposed=*/true);
+    if (t.direct) return std::nullopt;
+    return t;
   }
 
   // The padded copies are leased from the device's pool and held here until the product's last
@@ -712,12 +717,13 @@ class OpenClDevice final : public core::Device {
     const std::size_t sizes[] = {sizeof src, sizeof so, sizeof sl, sizeof r, sizeof cc,
                                  sizeof dst, sizeof dof, sizeof dl, sizeof dr, sizeof dcl};
     for (cl_uint i = 0; i < 10; ++i) cl_check(cl_.SetKernelArg(k, i, sizes[i], args[i]), "clSetKernelArg(copy_2d)", where_);
-    // transpose_2d: 32 x 32 tiles (x along dst's rows, y along its columns) of 32 x 8 work-items.
+    // transpose_2d: tile x tile tiles (x along dst's rows, y along its columns) of tile x tile_rows
+    // work-items (casts.cl's TRANSPOSE_TILE, TRANSPOSE_ROWS).
     constexpr std::int64_t tile = 32, tile_rows = 8;
-    const std::size_t local[2] = {static_cast<std::size_t>(transpose ? 32 : 64),
+    const std::size_t local[2] = {static_cast<std::size_t>(transpose ? tile : 64),
                                   static_cast<std::size_t>(transpose ? tile_rows : 1)};
     const std::size_t global[2] = {
-        static_cast<std::size_t>(transpose ? (dst_rows + tile - 1) / tile * 32 : (dst_cols + 63) / 64 * 64),
+        static_cast<std::size_t>(transpose ? (dst_rows + tile - 1) / tile * tile : (dst_cols + 63) / 64 * 64),
         static_cast<std::size_t>(transpose ? (dst_cols + tile - 1) / tile * tile_rows : dst_rows)};
     cl_event ev = nullptr;
     cl_check(cl_.EnqueueNDRangeKernel(q, k, 2, nullptr, global, local, n_after, after, &ev),

@@ -72,7 +72,7 @@ def test_stored_parameters_apply_and_damage_is_ignored(cache):
     # This process sees the change too (the file is read again when it changes).
     assert _ext.kernel_params(dev, "float32", 512, 512) == wanted
     # An entry stored before tunables existed (DBF, MAXREGS, VECW, NVEC, PACK, ASYNC, GROUPM, TRANSA) still applies,
-    # with their defaults (TRANSA too).
+    # with their defaults.
     older = wanted.replace(",DBF=1,MAXREGS=0,VECW=1,NVEC=1,PACK=1,ASYNC=0,GROUPM=1,TRANSA=0", "")
     (cache / "opencl-tuning.txt").write_text("\n".join([HEADER, f"{key}\tfloat32\t{older}\t1.0\t128"]) + "\n")
     assert _params_in_child(dev, env) == older + ",DBF=0,MAXREGS=0,VECW=1,NVEC=1,PACK=1,ASYNC=0,GROUPM=1,TRANSA=0"
