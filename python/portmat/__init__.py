@@ -247,35 +247,17 @@ def get_precision() -> str:
     return _ext.get_precision()
 
 
-def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", precision=None):
-    """a @ b as np.matmul(a, b, out=out, dtype=dtype, casting=casting) computes it, on a portmat
-    device.
-
-    Every shape np.matmul takes: 1-D operands (a row or a column vector, the added axis removed
-    from the result), stacks of matrices whose leading axes broadcast, empty ones. Every dtype:
-    bool, every integer (wrapping around as NumPy's do), float16 (accumulated in float32),
-    float32, float64, complex64 and complex128, mixed pairs promoted as NumPy promotes them;
-    NumPy itself computes the dtypes portmat has no kernels for (object, longdouble). `out` may
-    be any array of the result's shape that NumPy's casting rules allow, any strides, even
-    overlapping a or b; it is returned. Any views are read in place where a kernel can.
-    Both 1-D: a NumPy scalar, as np.matmul returns.
-
-    device: a device (a spec such as 'cuda:0', 'opencl:1', 'gpu', 'cpu', or an entry of
-    devices()), None for the default, or a list / tuple of devices: one product split across
-    them, each computing a block of the result on a thread of its own (products under ~1e8 flops
-    run whole on the fastest; docs/usage.md, "Several devices"). 'cuda' means every CUDA device.
-
-    precision: how products computed in float32 arithmetic (float32, complex64, float16,
-    bfloat16) are computed: 'float32' (exact, the default), 'float32_tc', 'tf32', 'bfloat16'
-    (PRECISIONS; docs/usage.md has what each computes and its error), None: get_precision().
-    Other dtypes ignore it. Devices that cannot run a mode raise DeviceError naming it.
-    """
+def _matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", precision=None):
+    """portmat.matmul's general path (matmul's docstring, in src/python/module.cpp, says what it
+    computes). matmul is a C function (_ext.matmul) that does the common small case itself and
+    calls this, with the same arguments, for everything else."""
     mode = _precision_arg(precision)
-    # The common small case first, in one call (issue 16: NumPy's own call takes ~1.3-2.5 us at
-    # n = 8): plain 1-2 dimensional float32 / float64 arrays of one dtype, a small result, no dtype
-    # or casting asked, and out, if given, a plain array the result can go straight into.
-    # _ext.matmul_small returns None for anything else, and the general path below decides (and
-    # raises NumPy's errors).
+    # The common small case in one call, as matmul's C entry tries it (issue 16: NumPy's own call
+    # takes ~0.8-2.5 us at n = 8), here for the calls that entry leaves to this function (a
+    # precision named, say): plain 1-2 dimensional float32 / float64 arrays of one dtype, a small
+    # result, no dtype or casting asked, and out, if given, a plain array the result can go
+    # straight into. _ext.matmul_small returns None for anything else, and the general path below
+    # decides (and raises NumPy's errors).
     if dtype is None and casting == "same_kind" and (out is None or type(out) is _np.ndarray):
         c = _ext.matmul_small(a, b, "" if device is None else device, out, mode)
         if c is not None:
@@ -374,6 +356,9 @@ def matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", p
         return out
     return target[()] if target.ndim == 0 else target
 
+
+_ext.set_matmul_fallback(_matmul)
+matmul = _ext.matmul  # the fast path in C, then _matmul (docstring and signature from module.cpp)
 
 _PLAIN = (_np.ndarray, _np.memmap)
 

@@ -202,17 +202,18 @@ nb::capsule hold(std::shared_ptr<void> p) {
 }
 
 // ---- the small-product fast path ----------------------------------------------------------------
-// np.matmul takes ~1.3-2.5 us for an 8x8 product; portmat's general path (NumPy semantics in
+// np.matmul takes ~0.8-2.5 us for an 8x8 product; portmat's general path (NumPy semantics in
 // Python, three arrays through nanobind's DLPack import) took 3.3-3.9 us, of which the product
-// itself is 0.2. matmul_small does the common case in one call: plain float32 / float64 NumPy
-// arrays of 1-2 dimensions, the same dtype, native order and aligned, read through the buffer
-// protocol; the result allocated by numpy.empty, or a plain `out` written in place (7.5 -> 1.1 us
-// at 12 x 12 on the 2-core machine). Anything else returns None, and the caller takes the general
-// path (which also raises NumPy's errors).
+// itself is 0.2. The fast path does the common case in one call: plain float32 / float64 NumPy
+// arrays of 1-2 dimensions, the same dtype, native order and aligned; the result allocated by
+// numpy.empty, or a plain `out` written in place (7.5 -> 1.1 us at 12 x 12 on the 2-core machine).
+// Anything else is not handled, and the general path (python/portmat/__init__.py) decides (and
+// raises NumPy's errors). `portmat.matmul` itself is matmul_entry below, a C function that tries
+// this first: through a Python function the call cost ~0.18 us more (issue 16).
 PyTypeObject* ndarray_type = nullptr;  // numpy.ndarray
 PyObject* numpy_empty = nullptr;       // numpy.empty
-PyObject* float32_type = nullptr;      // numpy.float32, numpy.float64: empty's dtype argument
-PyObject* float64_type = nullptr;
+PyObject* float32_descr = nullptr;     // numpy.dtype('float32'), numpy.dtype('float64'): empty's
+PyObject* float64_descr = nullptr;     // dtype argument (0.05 us faster than the scalar types)
 
 // A Py_buffer released on scope exit.
 struct Buffer {
@@ -228,6 +229,39 @@ struct Buffer {
   }
 };
 
+// The head of NumPy's array object: PyArrayObject_fields (numpy/ndarraytypes.h), the fields its
+// PyArray_DATA / _NDIM / _DIMS / _STRIDES / _DESCR accessors read, public and unchanged from
+// NumPy 1.7 through 2.x. Read directly, an operand costs a few nanoseconds; through the buffer
+// protocol (which builds a format string) ~0.1 us, a tenth of an 8 x 8 product's call. The layout
+// is checked against the buffer protocol when the module loads (check_array_fields); where it
+// does not match, or an array's dtype is not one of the two canonical descriptors (a byte-swapped
+// or otherwise unusual one), the buffer protocol is used.
+struct NumpyArrayHead {
+  PyObject_HEAD
+  char* data;
+  int nd;
+  Py_ssize_t* dimensions;
+  Py_ssize_t* strides;
+  PyObject* base;
+  PyObject* descr;
+};
+bool array_head_ok = false;
+
+// An operand of the fast path: at most 2 dimensions, strides in bytes.
+struct SmallOperand {
+  void* data = nullptr;
+  int ndim = 0;
+  Py_ssize_t shape[2] = {0, 0};
+  Py_ssize_t strides[2] = {0, 0};
+  Py_ssize_t itemsize = 0;
+  portmat::DType dtype = portmat::DType::f32;
+  Py_ssize_t bytes() const {
+    Py_ssize_t n = itemsize;
+    for (int i = 0; i < ndim; ++i) n *= shape[i];
+    return n;
+  }
+};
+
 // The buffer's dtype when it is a native float32 or float64 ('f' / 'd', with or without '='
 // or '@'), else nothing.
 std::optional<portmat::DType> native_float(const Py_buffer& v) {
@@ -239,15 +273,63 @@ std::optional<portmat::DType> native_float(const Py_buffer& v) {
   return std::nullopt;
 }
 
-// The buffer as a matrix: a 2-D one as it is, a 1-D one as a row (`as_row`) or a column; nothing
+bool operand_from_buffer(const Py_buffer& v, SmallOperand& op) {
+  const auto t = native_float(v);
+  if (!t || v.ndim < 1 || v.ndim > 2) return false;
+  op.data = v.buf, op.ndim = v.ndim, op.itemsize = v.itemsize, op.dtype = *t;
+  for (int i = 0; i < v.ndim; ++i) op.shape[i] = v.shape[i], op.strides[i] = v.strides[i];
+  return true;
+}
+
+// A plain ndarray (exactly numpy.ndarray) of 1-2 dimensions of native float32 / float64 as an
+// operand, read from its head where that is known to work, else through `buf` (flags: what the
+// buffer must allow); false for anything else.
+bool small_operand(PyObject* o, Buffer& buf, int flags, SmallOperand& op) {
+  if (Py_TYPE(o) != ndarray_type) return false;
+  if (array_head_ok) {
+    const auto* h = reinterpret_cast<const NumpyArrayHead*>(o);
+    const bool f32 = h->descr == float32_descr;
+    if (f32 || h->descr == float64_descr) {
+      if (h->nd < 1 || h->nd > 2) return false;
+      op.data = h->data, op.ndim = h->nd, op.itemsize = f32 ? 4 : 8;
+      op.dtype = f32 ? portmat::DType::f32 : portmat::DType::f64;
+      for (int i = 0; i < h->nd; ++i) op.shape[i] = h->dimensions[i], op.strides[i] = h->strides[i];
+      return true;
+    }
+  }
+  return buf.get(o, flags) && operand_from_buffer(buf.view, op);
+}
+
+// Whether NumpyArrayHead reads arrays as the buffer protocol describes them: a strided 2-D view
+// and a 1-D array of each dtype, made by this process's NumPy.
+void check_array_fields(nb::module_& np) {
+  bool ok = true;
+  for (const char* dt : {"float32", "float64"}) {
+    nb::object base = np.attr("arange")(30, "dtype"_a = dt).attr("reshape")(5, 6);
+    nb::object views[] = {base[nb::make_tuple(nb::slice(1, 5, 1), nb::slice(0, 6, 2))],
+                          np.attr("arange")(7, "dtype"_a = dt)};
+    for (nb::handle v : views) {
+      Buffer buf;
+      if (!buf.get(v.ptr(), PyBUF_RECORDS_RO)) return;
+      const auto* h = reinterpret_cast<const NumpyArrayHead*>(v.ptr());
+      ok = ok && h->data == buf.view.buf && h->nd == buf.view.ndim &&
+           h->descr == (std::strcmp(dt, "float32") == 0 ? float32_descr : float64_descr);
+      for (int i = 0; ok && i < buf.view.ndim; ++i)
+        ok = h->dimensions[i] == buf.view.shape[i] && h->strides[i] == buf.view.strides[i];
+    }
+  }
+  array_head_ok = ok;
+}
+
+// The operand as a matrix: a 2-D one as it is, a 1-D one as a row (`as_row`) or a column; nothing
 // when an element or a stride is not a multiple of the element size.
-std::optional<portmat::MatrixView> matrix_of(const Py_buffer& v, portmat::DType t, bool as_row) {
+std::optional<portmat::MatrixView> matrix_of(const SmallOperand& v, bool as_row) {
   const Py_ssize_t es = v.itemsize;
-  if (reinterpret_cast<std::uintptr_t>(v.buf) % es != 0) return std::nullopt;
+  if (reinterpret_cast<std::uintptr_t>(v.data) % es != 0) return std::nullopt;
   for (int i = 0; i < v.ndim; ++i)
     if (v.strides[i] % es != 0) return std::nullopt;
   portmat::MatrixView m;
-  m.data = v.buf, m.dtype = t;
+  m.data = v.data, m.dtype = v.dtype;
   if (v.ndim == 2) {
     m.rows = v.shape[0], m.cols = v.shape[1];
     m.row_stride = v.strides[0] / es, m.col_stride = v.strides[1] / es;
@@ -264,9 +346,9 @@ std::optional<portmat::MatrixView> matrix_of(const Py_buffer& v, portmat::DType 
 constexpr Py_ssize_t kSmallResultBytes = Py_ssize_t(1) << 20;   // _host_memory.MIN_RESULT_BYTES
 constexpr Py_ssize_t kSmallOperandBytes = Py_ssize_t(4) << 20;  // _host_memory.MIN_OPERAND_BYTES
 
-// The bytes a buffer's elements span, [first, last): strides may be negative.
-std::pair<const char*, const char*> extent(const Py_buffer& v) {
-  const char* lo = static_cast<const char*>(v.buf);
+// The bytes an operand's elements span, [first, last): strides may be negative.
+std::pair<const char*, const char*> extent(const SmallOperand& v) {
+  const char* lo = static_cast<const char*>(v.data);
   const char* hi = lo + v.itemsize;
   for (int i = 0; i < v.ndim; ++i) {
     if (v.shape[i] == 0) return {lo, lo};
@@ -275,7 +357,7 @@ std::pair<const char*, const char*> extent(const Py_buffer& v) {
   }
   return {lo, hi};
 }
-bool overlap(const Py_buffer& x, const Py_buffer& y) {
+bool overlap(const SmallOperand& x, const SmallOperand& y) {
   const auto ex = extent(x), ey = extent(y);
   return ex.first < ey.second && ey.first < ex.second;
 }
@@ -286,11 +368,12 @@ std::optional<portmat::Precision> precision_arg(const std::string& s) {
   return portmat::precision_from_name(s);
 }
 
-// matmul_small's device argument as the core's spec: a str as it is, a DeviceInfo as its id
+// The fast path's device argument as the core's spec: a str as it is, a DeviceInfo as its id
 // (read here: through Python, DeviceInfo.id and the checks cost ~0.45 us, a third of an 8 x 8
-// product's call); false for anything else (a list of devices), which the general path takes.
-// None comes as "".
+// product's call); None as ""; false for anything else (a list of devices), which the general
+// path takes.
 bool small_device_spec(nb::handle device, std::string& spec) {
+  if (device.is_none()) return true;
   if (PyUnicode_CheckExact(device.ptr())) {
     Py_ssize_t size = 0;
     const char* s = PyUnicode_AsUTF8AndSize(device.ptr(), &size);
@@ -306,55 +389,137 @@ bool small_device_spec(nb::handle device, std::string& spec) {
   return true;
 }
 
-nb::object matmul_small(nb::handle a_obj, nb::handle b_obj, nb::handle device_obj, nb::handle out_obj,
-                        const std::string& precision) {
+// a @ b through the fast path: a new reference to the result (a new array, or `out`), or null,
+// with no Python error set, where the general path must decide. C++ errors propagate.
+PyObject* small_product(PyObject* a_obj, PyObject* b_obj, nb::handle device_obj, PyObject* out_obj,
+                        std::optional<portmat::Precision> mode) {
   std::string device;
-  if (!small_device_spec(device_obj, device)) return nb::none();
-  const std::optional<portmat::Precision> mode = precision_arg(precision);
-  if (Py_TYPE(a_obj.ptr()) != ndarray_type || Py_TYPE(b_obj.ptr()) != ndarray_type) return nb::none();
-  Buffer a, b;
+  if (!small_device_spec(device_obj, device)) return nullptr;
+  Buffer a_buf, b_buf;
+  SmallOperand va, vb;
   constexpr int flags = PyBUF_RECORDS_RO;  // strides and format, read-only arrays too
-  if (!a.get(a_obj.ptr(), flags) || !b.get(b_obj.ptr(), flags)) return nb::none();
-  const Py_buffer &va = a.view, &vb = b.view;
-  if (va.ndim < 1 || va.ndim > 2 || vb.ndim < 1 || vb.ndim > 2) return nb::none();
-  if (va.ndim == 1 && vb.ndim == 1) return nb::none();  // a scalar result: the general path
-  const auto t = native_float(va);
-  if (!t || native_float(vb) != t) return nb::none();
+  if (!small_operand(a_obj, a_buf, flags, va) || !small_operand(b_obj, b_buf, flags, vb)) return nullptr;
+  if (va.ndim == 1 && vb.ndim == 1) return nullptr;  // a scalar result: the general path
+  if (va.dtype != vb.dtype) return nullptr;
   const Py_ssize_t K = va.shape[va.ndim - 1];
-  if (vb.shape[0] != K || va.len >= kSmallOperandBytes || vb.len >= kSmallOperandBytes) return nb::none();
+  if (vb.shape[0] != K || va.bytes() >= kSmallOperandBytes || vb.bytes() >= kSmallOperandBytes) return nullptr;
   const Py_ssize_t M = va.ndim == 2 ? va.shape[0] : 1, N = vb.ndim == 2 ? vb.shape[1] : 1;
-  if (M * N * va.itemsize >= kSmallResultBytes) return nb::none();
-  const auto ma = matrix_of(va, *t, true), mb = matrix_of(vb, *t, false);
-  if (!ma || !mb) return nb::none();
+  if (M * N * va.itemsize >= kSmallResultBytes) return nullptr;
+  const auto ma = matrix_of(va, true), mb = matrix_of(vb, false);
+  if (!ma || !mb) return nullptr;
   // The result: (M, N), (N,) for a vector a, (M,) for a vector b. Into `out` when it is a plain
   // C-contiguous, writeable array of exactly that shape and dtype, apart from a and b (NumPy
   // computes overlapping operands as if they did not overlap: the general path copies).
   const int c_ndim = va.ndim == 1 || vb.ndim == 1 ? 1 : 2;
-  Buffer c;
+  Buffer c_buf;
+  SmallOperand vc;
   nb::object c_obj;
-  if (!out_obj.is_none()) {
-    if (Py_TYPE(out_obj.ptr()) != ndarray_type || !c.get(out_obj.ptr(), PyBUF_RECORDS)) return nb::none();
-    const Py_buffer& vc = c.view;
+  if (out_obj != Py_None) {
+    // PyBUF_RECORDS asks for a writeable buffer: a read-only out goes to the general path.
+    if (Py_TYPE(out_obj) != ndarray_type || !c_buf.get(out_obj, PyBUF_RECORDS) ||
+        !operand_from_buffer(c_buf.view, vc))
+      return nullptr;
     const bool shaped = vc.ndim == c_ndim && (c_ndim == 1 ? vc.shape[0] == (va.ndim == 1 ? N : M)
                                                           : vc.shape[0] == M && vc.shape[1] == N);
-    if (!shaped || native_float(vc) != t || reinterpret_cast<std::uintptr_t>(vc.buf) % vc.itemsize != 0 ||
+    if (!shaped || vc.dtype != va.dtype || reinterpret_cast<std::uintptr_t>(vc.data) % vc.itemsize != 0 ||
         vc.strides[c_ndim - 1] != vc.itemsize || (c_ndim == 2 && vc.strides[0] != N * vc.itemsize) ||
         overlap(vc, va) || overlap(vc, vb))
-      return nb::none();
+      return nullptr;
     c_obj = nb::borrow(out_obj);
   } else {
     nb::object shape = va.ndim == 1   ? nb::make_tuple(N)
                        : vb.ndim == 1 ? nb::make_tuple(M)
                                       : nb::make_tuple(M, N);
-    PyObject* args[2] = {shape.ptr(), *t == portmat::DType::f32 ? float32_type : float64_type};
+    PyObject* args[2] = {shape.ptr(), va.dtype == portmat::DType::f32 ? float32_descr : float64_descr};
     c_obj = nb::steal(PyObject_Vectorcall(numpy_empty, args, 2, nullptr));
     if (!c_obj.is_valid()) throw nb::python_error();
-    if (!c.get(c_obj.ptr(), PyBUF_RECORDS)) throw nb::python_error();
+    if (!small_operand(c_obj.ptr(), c_buf, PyBUF_RECORDS, vc)) throw nb::python_error();
   }
-  portmat::MatrixView mc{c.view.buf, M, N, N, 1, *t};
+  portmat::MatrixView mc{vc.data, M, N, N, 1, va.dtype};
   multiply_holding_gil_if_tiny(static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
                                [&] { portmat::matmul(*ma, *mb, mc, device, mode); });
-  return c_obj;
+  return c_obj.release().ptr();
+}
+
+nb::object matmul_small(nb::handle a_obj, nb::handle b_obj, nb::handle device_obj, nb::handle out_obj,
+                        const std::string& precision) {
+  PyObject* c = small_product(a_obj.ptr(), b_obj.ptr(), device_obj, out_obj.ptr(), precision_arg(precision));
+  return c ? nb::steal(c) : nb::none();
+}
+
+// portmat.matmul: the fast path above where the call allows it, else portmat's general matmul
+// (a Python function, python/portmat/__init__.py, registered by set_matmul_fallback), called with
+// the same arguments. The fast path takes a, b, an optional out (positional or keyword), device,
+// and dtype / casting / precision only at their defaults (None, 'same_kind', None); any other
+// keyword, a duplicate, a wrong count: the general path, whose errors are Python's own. A C++
+// error in the fast path also goes there: the general path runs the product again and raises
+// the error translated as every binding translates it (errors are the rare case; the cost of a
+// second try does not matter there).
+// portmat.matmul's docstring; its first lines give inspect.signature() the signature.
+constexpr const char* kMatmulDoc =
+    "matmul(a, b, /, out=None, *, dtype=None, device=None, casting='same_kind', precision=None)\n"
+    "--\n"
+    "\n"
+    "a @ b as np.matmul(a, b, out=out, dtype=dtype, casting=casting) computes it, on a portmat\n"
+    "device.\n"
+    "\n"
+    "Every shape np.matmul takes: 1-D operands (a row or a column vector, the added axis removed\n"
+    "from the result), stacks of matrices whose leading axes broadcast, empty ones. Every dtype:\n"
+    "bool, every integer (wrapping around as NumPy's do), float16 (accumulated in float32),\n"
+    "float32, float64, complex64 and complex128, mixed pairs promoted as NumPy promotes them;\n"
+    "NumPy itself computes the dtypes portmat has no kernels for (object, longdouble). `out` may\n"
+    "be any array of the result's shape that NumPy's casting rules allow, any strides, even\n"
+    "overlapping a or b; it is returned. Any views are read in place where a kernel can.\n"
+    "Both 1-D: a NumPy scalar, as np.matmul returns.\n"
+    "\n"
+    "device: a device (a spec such as 'cuda:0', 'opencl:1', 'gpu', 'cpu', or an entry of\n"
+    "devices()), None for the default, or a list / tuple of devices: one product split across\n"
+    "them, each computing a block of the result on a thread of its own (products under ~1e8 flops\n"
+    "run whole on the fastest; docs/usage.md, \"Several devices\"). 'cuda' means every CUDA device.\n"
+    "\n"
+    "precision: how products computed in float32 arithmetic (float32, complex64, float16,\n"
+    "bfloat16) are computed: 'float32' (exact, the default), 'float32_tc', 'tf32', 'bfloat16'\n"
+    "(PRECISIONS; docs/usage.md has what each computes and its error), None: get_precision().\n"
+    "Other dtypes ignore it. Devices that cannot run a mode raise DeviceError naming it.";
+
+PyObject* matmul_fallback = nullptr;
+
+PyObject* matmul_entry(PyObject*, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (!matmul_fallback) {
+    PyErr_SetString(PyExc_RuntimeError, "portmat._ext.matmul: the package has not registered its general path");
+    return nullptr;
+  }
+  bool fast = nargs == 2 || nargs == 3;
+  PyObject* out = nargs == 3 ? args[2] : Py_None;
+  PyObject* device = Py_None;
+  const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; fast && i < nkw; ++i) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, i);
+    PyObject* value = args[nargs + i];
+    if (PyUnicode_CompareWithASCIIString(key, "device") == 0) {
+      device = value;
+    } else if (PyUnicode_CompareWithASCIIString(key, "out") == 0) {
+      fast = nargs == 2;  // out twice: the general path's TypeError
+      out = value;
+    } else if (PyUnicode_CompareWithASCIIString(key, "casting") == 0) {
+      fast = PyUnicode_CheckExact(value) && PyUnicode_CompareWithASCIIString(value, "same_kind") == 0;
+    } else {  // dtype, precision at None; anything else is the general path's to judge
+      fast = value == Py_None && (PyUnicode_CompareWithASCIIString(key, "dtype") == 0 ||
+                                  PyUnicode_CompareWithASCIIString(key, "precision") == 0);
+    }
+  }
+  if (fast) {
+    try {
+      if (PyObject* c = small_product(args[0], args[1], device, out, std::nullopt)) return c;
+    } catch (nb::python_error& e) {
+      e.restore();
+      return nullptr;
+    } catch (...) {
+      // the general path raises it (see above)
+    }
+  }
+  return PyObject_Vectorcall(matmul_fallback, args, nargsf, kwnames);
 }
 
 // ---- arrays on a device (issue 17) --------------------------------------------------------------
@@ -519,8 +684,22 @@ NB_MODULE(_ext, m) {
     nb::module_ np = nb::module_::import_("numpy");
     ndarray_type = reinterpret_cast<PyTypeObject*>(nb::object(np.attr("ndarray")).release().ptr());
     numpy_empty = nb::object(np.attr("empty")).release().ptr();
-    float32_type = nb::object(np.attr("float32")).release().ptr();
-    float64_type = nb::object(np.attr("float64")).release().ptr();
+    float32_descr = nb::object(np.attr("dtype")("float32")).release().ptr();
+    float64_descr = nb::object(np.attr("dtype")("float64")).release().ptr();
+    check_array_fields(np);
+  }
+  m.def("fast_operands", [] { return array_head_ok; },
+        "Whether the fast path reads NumPy arrays' heads (else through the buffer protocol)");
+  m.def(
+      "set_matmul_fallback", [](nb::object f) { matmul_fallback = f.release().ptr(); }, "f",
+      "portmat's general matmul, which matmul calls where its fast path does not apply");
+  {
+    static PyMethodDef matmul_def = {"matmul", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&matmul_entry)),
+                                     METH_FASTCALL | METH_KEYWORDS, kMatmulDoc};
+    nb::object module_name = nb::str("portmat");
+    PyObject* f = PyCFunction_NewEx(&matmul_def, nullptr, module_name.ptr());
+    if (!f) throw nb::python_error();
+    m.attr("matmul") = nb::steal(f);
   }
   m.def("matmul_small", &matmul_small, "a"_a, "b"_a, "device"_a, "out"_a = nb::none(), "precision"_a = "",
         "a @ b for plain 1-2 dimensional float32 / float64 NumPy arrays of one dtype with a small "
