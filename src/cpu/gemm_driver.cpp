@@ -119,6 +119,7 @@ bool prefetch_b_enabled() {
 constexpr std::int64_t kMaxBlockGrowth = 16;
 constexpr std::int64_t kMaxTinyMBBytes = 8 << 20;
 constexpr std::int64_t kTinyMPanels = 8;
+constexpr double kMinResultBytesPerThread = 256 << 10;  // make_plan's threads, by c's bytes
 
 // The plan for c = a @ b.
 template <class T>
@@ -153,8 +154,20 @@ Plan make_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::
   p.ic_blocks = ceil_div(m, p.mc);
   const double flops = ElementOps<T>::flops_per_madd * m * n * k;
   p.threads = max_threads;
-  if (min_flops_per_thread > 0)
-    p.threads = static_cast<int>(std::min<double>(p.threads, flops / min_flops_per_thread));
+  // Threads: enough multiply-adds for each (min_flops_per_thread), or enough of c to write
+  // (kMinResultBytesPerThread). A short K writes a large c with few multiply-adds an element: c's
+  // stores set its time, and one core's stores do not reach the memory's speed. 2-core machine,
+  // float32, a process each, 3 alternating rounds of medians of 9 x 3-12 calls (us), threads by
+  // flops alone / now: (1024 x 2) @ (2 x 1024) 251-254 / 115-119, (384 x 16) @ (16 x 384) 42 /
+  // 23-33, (512 x 4) @ (4 x 512) 50-51 / 32-48. On the H200's 16-core host (2048 x 1) @ (1 x 2048)
+  // ran on 2 threads (611 us, against the GPU's 364 with the transfers; session 28): its 16 MiB of
+  // c now get all 16. (256 x 8) @ (8 x 256), 256 KiB of c, tied on two threads (11.2-15.3 against
+  // 9.6-12.5 us), hence twice the skinny streams' 128 KiB a thread.
+  if (min_flops_per_thread > 0) {
+    const double c_bytes = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(sizeof(T));
+    p.threads = static_cast<int>(std::min<double>(
+        p.threads, std::max(flops / min_flops_per_thread, c_bytes / kMinResultBytesPerThread)));
+  }
   p.threads = std::max(p.threads, 1);
   // Enough compute items per step to balance (4 per thread), but no smaller than needed: each
   // item re-reads its outer micro-panel, and a long run of inner panels amortises the claim.
@@ -688,6 +701,65 @@ void split_n(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::Ho
   }, &job);
 }
 
+// Whether a multi-threaded plan runs better as split_m: a product of one step (a single block of
+// each operand: squares up to n = 256 with AVX-512's blocks) with at least two A micro-panels a
+// thread and enough rows (below). The blocked plan's one step has every thread pack part of A and
+// part of B, wait for all of both, then compute, each thread reading the B panels the others
+// packed from their caches. Split along M, each thread runs a single-threaded plan on its own
+// rows: it packs its A rows and all of B itself, and waits for no other thread before its
+// multiply-adds. 2-core machine (Sapphire Rapids), float32, one process alternating 7-15 rounds,
+// medians (us): 256^3 138.5 -> 124.1 (MKL 110.2); 192^3, 256 x 64 @ 64 x 256, 65536 x 16 @ 16 x
+// 16, 2048 x 64 @ 64 x 2048, 256 x 256 @ 256 x 16 unchanged within 3%. Past one step (the same
+// split, each thread's plan stepping through B blocks of its own) it did not pay: 384^3 392 ->
+// 380, 512^3 906 -> 924, 768^3 2896 -> 2876.
+// The cost of the split: every thread packs all of B, (T - 1) / T of it more than in the blocked
+// plan, against (M / T) x K x N multiply-adds of its own: (T - 1) / M packed elements per
+// multiply-add. It is taken up to the ratio that paid at 256^3 on two threads, 1 / 256: M at least
+// kSplitMRowsPerExtraThread x (T - 1) (16 threads: M >= 3840).
+constexpr std::int64_t kSplitMRowsPerExtraThread = 256;
+bool split_m_enabled() {
+  static const bool on = !switched_off("PORTMAT_CPU_SPLIT_M");  // =0: off, for A/B measurements
+  return on;
+}
+template <class T>
+bool split_m_wins(const GemmConfig<T>& cfg, const Plan& p) {
+  return split_m_enabled() && p.threads >= 2 && p.pc_blocks == 1 && p.ic_blocks == 1 && p.jc_blocks == 1 &&
+         ceil_div(p.m, cfg.mr) >= 2 * p.threads && p.m >= kSplitMRowsPerExtraThread * (p.threads - 1);
+}
+
+template <class T>
+struct SplitM {
+  const GemmConfig<T>* cfg;
+  const core::HostMatrix* a;
+  const core::HostMatrix* b;
+  T* c;
+  std::int64_t ldc, m, panels;
+  int parts;
+  std::atomic<int> next{0};
+};
+
+// Rows of c in `threads` equal parts of whole micro-panels, claimed (a thread that never shows up
+// leaves its part to the others), each a single-threaded plan that packs its own A rows and B.
+template <class T>
+void split_m(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
+             std::int64_t ldc, const Plan& plan, ThreadPool& pool) {
+  SplitM<T> job{&cfg, &a, &b, c, ldc, plan.m, ceil_div(plan.m, cfg.mr), plan.threads};
+  pool.run(plan.threads, [](void* ctx, int) {
+    auto& j = *static_cast<SplitM<T>*>(ctx);
+    Scratch& scratch = thread_scratch();
+    for (int x; (x = j.next.fetch_add(1, std::memory_order_relaxed)) < j.parts;) {
+      std::int64_t p0, p1;
+      share(j.panels, j.parts, x, p0, p1);
+      const std::int64_t r0 = p0 * j.cfg->mr, r1 = std::min(j.m, p1 * j.cfg->mr);
+      if (r1 <= r0) continue;
+      core::HostMatrix a = *j.a;
+      a.rows = r1 - r0;
+      a.offset += static_cast<std::size_t>(a.col_major ? r0 : r0 * a.ld);
+      run_plan(*j.cfg, a, *j.b, j.c + r0 * j.ldc, j.ldc, make_plan(*j.cfg, a, *j.b, 1, 0.0, false), scratch, nullptr);
+    }
+  }, &job);
+}
+
 template <class T>
 void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
           std::int64_t ldc, int threads, double min_flops_per_thread) {
@@ -701,6 +773,7 @@ void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostM
   std::lock_guard<std::mutex> lock(pool.lock());
   if (split_k_wins(plan, sizeof(T))) return split_k(cfg, a, b, c, ldc, plan.threads, pool);
   if (split_n_wins(cfg, plan)) return split_n(cfg, a, b, c, ldc, plan, pool);
+  if (split_m_wins(cfg, plan)) return split_m(cfg, a, b, c, ldc, plan, pool);
   run_plan(cfg, a, b, c, ldc, plan, shared, &pool);
 }
 
@@ -710,6 +783,7 @@ std::string gemm_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const
   const Plan plan = make_plan(cfg, a, b, threads, min_flops_per_thread);
   return plan.threads > 1 && split_k_wins(plan, sizeof(T)) ? "split_k"
          : plan.threads > 1 && split_n_wins(cfg, plan)    ? "split_n"
+         : plan.threads > 1 && split_m_wins(cfg, plan)    ? "split_m"
                                                           : "blocked";
 }
 template std::string gemm_plan<float>(const GemmConfig<float>&, const core::HostMatrix&, const core::HostMatrix&,

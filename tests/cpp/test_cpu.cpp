@@ -642,6 +642,28 @@ void check_driver_split_n(const GemmConfig<T>& table) {
 TEST_P(KernelSets, DriverSplitNFloat32) { check_driver_split_n(set().f32); }
 TEST_P(KernelSets, DriverSplitNFloat64) { check_driver_split_n(set().f64); }
 
+template <class T>
+void check_driver_split_m(const GemmConfig<T>& table) {
+  SCOPED_TRACE(table.kernel);
+  std::mt19937 rng(23);
+  // One step (a single block of each operand) and at least 256 rows a thread past the first:
+  // threads take halves (thirds) of c's rows, each a single-threaded plan packing all of B
+  // (split_m). Every layout, 2 and 3 threads, rows off the tiles. Where a set's blocks make it
+  // more than one step, any plan, checked alike.
+  for (bool a_col : {false, true})
+    for (bool b_col : {false, true})
+      for (auto [m, k, n, threads] : {std::tuple{259, 150, 77, 2}, {515, 61, 250, 3}}) {
+        const bool one_step = m <= table.mc && k <= table.kc && n <= table.nc;
+        EXPECT_LE(run_driver<T>(table, m, k, n, a_col, b_col, threads, rng, 0.0, one_step ? "split_m" : nullptr), 1.0)
+            << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
+      }
+  // A short K and a large c, with the default work per thread: threads by c's bytes (make_plan).
+  for (auto [m, k, n, threads] : {std::tuple{1024, 2, 1000, 2}, {700, 3, 901, 3}, {300, 1, 2000, 2}})
+    EXPECT_LE(run_driver<T>(table, m, k, n, false, false, threads, rng), 1.0) << m << "x" << k << "x" << n;
+}
+TEST_P(KernelSets, DriverSplitMFloat32) { check_driver_split_m(set().f32); }
+TEST_P(KernelSets, DriverSplitMFloat64) { check_driver_split_m(set().f64); }
+
 TEST_P(KernelSets, DriverPipelineFewRowsAndShortK) {
   // One step per outer block with the table's block sizes (few rows against many kc blocks of a
   // wide b, or a short k against several nc blocks): make_plan double-buffers the outer block and
