@@ -552,6 +552,11 @@ class OpenClDevice final : public core::Device {
     GemmParams p = forced ? *forced : params_for(a.dtype, M, N, count, a.col_major && !b.col_major);
     if (p.direct && std::max({a.span(), b.span(), c.span()}) > 2147483647u)  // its int indices (gemm_direct.cl)
       p = choose_params(traits(/*direct_ok=*/false), a.dtype, M, N, count);
+    if (!forced && count == 1 && !c.col_major && !splitting_)
+      if (const std::int64_t slices = split_k_slices(p, M, N, K, dtype_size(a.dtype)); slices > 1)
+        if (cl_event ev = enqueue_gemm_split_k(slices, am, a, bm, b, cm, c, bases_aligned, on ? on : queue_, n_after,
+                                               after, started))
+          return ev;
     if (p.direct && p.vecw > 1 && count == 1 && !forced && pack_direct(p, M, N, K))
       if (cl_event ev = enqueue_gemm_packed(p, am, a, bm, b, cm, c, on ? on : queue_, n_after, after, started))
         return ev;
@@ -729,6 +734,100 @@ class OpenClDevice final : public core::Device {
     cl_check(cl_.EnqueueNDRangeKernel(q, k, 2, nullptr, global, local, n_after, after, &ev),
              "clEnqueueNDRangeKernel(copy_2d)", where_);
     return ev;
+  }
+
+  // ---- split-K: a small result over a long k -----------------------------------------------------
+  // A product whose result is far fewer work-groups than the device has compute units runs all of k
+  // in each of them, one after another: (1 x 2^20) @ (2^20 x 1) took 150 ms NumPy in and out on the
+  // H200 through NVIDIA's driver (one work-group; the CUDA backend 0.21 ms; session 28). So k is
+  // cut into slices, each a product of its own: the whole slices are one batched launch (a's and
+  // b's slices a stack with steps along k) into a workspace, a shorter last slice a launch of its
+  // own, and casts.cl's sum_slices adds them into c in slice order (the same bits every run).
+  // Slices: enough for two work-groups a compute unit, each at least kSplitMinSliceK deep and a
+  // multiple of kSplitSliceAlign (whole KWG blocks, aligned vector loads), the workspace at most
+  // kSplitMaxBytes. Only on GPUs, and only where the result's work-groups are at most one in
+  // kSplitIdle of the compute units: CPU runtimes ran a stack's matrices one after another (Intel's,
+  // 2-core machine: 4 x (1 x 262144) @ (262144 x 1) 15.7 ms against 5.9 for one, and the dot
+  // product of 2^20 split in 4 10-12 ms against 11.4 unsplit), and on a GPU the rule is kept to
+  // products that leave it mostly idle until it has been measured there (not yet: docs/opencl.md).
+  // PORTMAT_OPENCL_SPLIT_K: 0 never, 1 the rule, 2 wherever k makes two slices (the tests).
+  static constexpr std::int64_t kSplitMinSliceK = 1024, kSplitSliceAlign = 64, kSplitIdle = 4;
+  static constexpr double kSplitMaxBytes = 64 << 20;
+  bool splitting_ = false;  // inside enqueue_gemm_split_k: its slices are not split again
+
+  std::int64_t split_k_slices(const GemmParams& p, std::int64_t M, std::int64_t N, std::int64_t K,
+                              std::size_t es) const {
+    const long knob = env_long("PORTMAT_OPENCL_SPLIT_K", 1);
+    if (knob == 2) return K >= 2 * kSplitSliceAlign ? std::min<std::int64_t>(K / kSplitSliceAlign, 4) : 1;
+    if (knob != 1 || info_.kind != DeviceKind::gpu || K < 2 * kSplitMinSliceK) return 1;
+    const std::int64_t groups =
+        p.direct ? static_cast<std::int64_t>(whole_groups((N + p.direct_cols() - 1) / p.direct_cols(), p.ndimc) / p.ndimc *
+                                              (whole_groups((M + p.mwg - 1) / p.mwg, p.mdimc) / p.mdimc))
+                 : ((M + p.mwg - 1) / p.mwg) * ((N + p.nwg - 1) / p.nwg);
+    const std::int64_t want = (2 * static_cast<std::int64_t>(info_.compute_units) + groups - 1) / std::max<std::int64_t>(groups, 1);
+    const double room = kSplitMaxBytes / (static_cast<double>(es) * static_cast<double>(M) * static_cast<double>(N));
+    const std::int64_t slices = std::min({want, K / kSplitMinSliceK, static_cast<std::int64_t>(std::min(room, 1e9))});
+    return slices >= 2 && want >= 2 * kSplitIdle ? slices : 1;
+  }
+
+  cl_event enqueue_gemm_split_k(std::int64_t slices, cl_mem am, const core::DeviceMatrix& a, cl_mem bm,
+                                const core::DeviceMatrix& b, cl_mem cm, const core::DeviceMatrix& c, bool bases_aligned,
+                                cl_command_queue q, cl_uint n_after, const cl_event* after, cl_event* started) {
+    const std::int64_t M = a.rows, N = b.cols, K = a.cols;
+    const char* sum = a.dtype == DType::f32   ? "sum_slices_f32"
+                      : a.dtype == DType::f64 ? "sum_slices_f64"
+                      : a.dtype == DType::u32 ? "sum_slices_u32"
+                      : a.dtype == DType::u64 ? "sum_slices_u64"
+                                              : nullptr;
+    if (!sum) return nullptr;
+    const std::int64_t ks = ((K + slices - 1) / slices + kSplitSliceAlign - 1) / kSplitSliceAlign * kSplitSliceAlign;
+    const std::int64_t full = K / ks, rest = K - full * ks, parts = full + (rest > 0 ? 1 : 0);
+    if (parts < 2) return nullptr;
+    sweep_padded();
+    PadPending held{nullptr, {}};
+    try {
+      held.buffers.emplace_back(lease(static_cast<std::size_t>(parts * M * N) * dtype_size(a.dtype)));
+    } catch (const OutOfDeviceMemory&) {
+      return nullptr;  // the lease goes back to the pool
+    }
+    ClBuffer* w = held.buffers[0].get();
+    struct Splitting {
+      bool& flag;
+      ~Splitting() { flag = false; }
+    } splitting{splitting_ = true};
+    // Slice s of a is its columns [s ks, s ks + ks), of b its rows: steps along k in each layout.
+    const std::int64_t a_step = a.col_major ? ks * a.ld : ks, b_step = b.col_major ? ks : ks * b.ld;
+    core::DeviceMatrix as = a, bs = b;
+    as.cols = ks, bs.rows = ks;
+    std::vector<cl_event> evs;  // in queue order; the first waits for `after`
+    evs.push_back(enqueue_gemm(am, as, bm, bs, w->mem(), core::DeviceMatrix{w, 0, M, N, N, false, c.dtype},
+                               bases_aligned, full, a_step, b_step, M * N, q, n_after, after));
+    if (rest > 0) {
+      as.cols = rest, bs.rows = rest;
+      as.offset += static_cast<std::size_t>(full * a_step), bs.offset += static_cast<std::size_t>(full * b_step);
+      evs.push_back(enqueue_gemm(am, as, bm, bs, w->mem(),
+                                 core::DeviceMatrix{w, static_cast<std::size_t>(full * M * N), M, N, N, false, c.dtype},
+                                 bases_aligned, 1, 0, 0, 0, q));
+    }
+    cl_kernel k = casts_kernel(sum);
+    const cl_mem wm = w->mem();
+    const cl_long n_parts = parts, m64 = M, n64 = N, c_off = static_cast<cl_long>(c.offset), ldc = c.ld;
+    const void* args[] = {&wm, &n_parts, &m64, &n64, &cm, &c_off, &ldc};
+    const std::size_t sizes[] = {sizeof wm, sizeof n_parts, sizeof m64, sizeof n64, sizeof cm, sizeof c_off, sizeof ldc};
+    for (cl_uint i = 0; i < 7; ++i) cl_check(cl_.SetKernelArg(k, i, sizes[i], args[i]), "clSetKernelArg(sum_slices)", where_);
+    const std::size_t global[2] = {static_cast<std::size_t>(N), static_cast<std::size_t>(M)};
+    cl_event done = nullptr;
+    cl_check(cl_.EnqueueNDRangeKernel(q, k, 2, nullptr, global, nullptr, 0, nullptr, &done),
+             "clEnqueueNDRangeKernel(sum_slices)", where_);
+    for (std::size_t i = 1; i < evs.size(); ++i) cl_.ReleaseEvent(evs[i]);
+    if (started)
+      *started = evs.front();
+    else
+      cl_.ReleaseEvent(evs.front());
+    held.done = done;
+    cl_.RetainEvent(held.done);
+    pad_pending_.push_back(std::move(held));
+    return done;
   }
 
   // ---- packed panels for the direct kernel on CPU runtimes ---------------------------------------

@@ -146,6 +146,49 @@ def test_products_with_edges_on_padded_copies(dev, monkeypatch, rng):
 @pytest.mark.skipif(not OPENCL, reason="no OpenCL device here")
 @pytest.mark.parametrize("dev", OPENCL)
 @pytest.mark.parametrize("discrete", ["0", "1"])
+def test_split_k_slices_add_up_to_the_product(dev, discrete, monkeypatch, rng):
+    """PORTMAT_OPENCL_SPLIT_K=2 cuts the k of every single product with k >= 128 into slices (a
+    batched launch of the whole ones, a launch for a shorter last one, and sum_slices; what a GPU
+    does for a small result over a long k): k a multiple of the slices or not, both layouts, views,
+    every dtype kind (integers equal NumPy's), NumPy in and out in place and pipelined, vectors,
+    device arrays; equal to the reference."""
+    monkeypatch.setenv("PORTMAT_OPENCL_SPLIT_K", "2")
+    monkeypatch.setenv("PORTMAT_OPENCL_DISCRETE", discrete)
+    dtypes = [np.float32, np.int32, np.int64] + ([np.float64] if HAS_F64[dev] else [])
+    for m, k, n in [(1, 4097, 1), (7, 128, 5), (33, 200, 17), (64, 1000, 64), (3, 130, 70), (70, 513, 2)]:
+        for dt in dtypes:
+            for a_col, b_col in ((False, False), (True, False), (False, True), (True, True)):
+                if np.issubdtype(dt, np.integer):
+                    a = rng.integers(-2**20, 2**20, (m, k)).astype(dt)
+                    b = rng.integers(-2**20, 2**20, (k, n)).astype(dt)
+                else:
+                    a, b = rng.uniform(-1, 1, (m, k)).astype(dt), rng.uniform(-1, 1, (k, n)).astype(dt)
+                a = np.asfortranarray(a) if a_col else a
+                b = np.asfortranarray(b) if b_col else b
+                c = portmat.matmul(a, b, device=dev)
+                if np.issubdtype(dt, np.integer):
+                    np.testing.assert_array_equal(c, np.matmul(a, b))
+                    continue
+                want, bound = _bound(a, b, dt)
+                assert np.all(np.abs(c - want) <= bound), (m, k, n, dt, a_col, b_col)
+    # Vectors (a dot product, a matrix times a vector), a view, device arrays; the same bits twice.
+    x, y = rng.uniform(-1, 1, 5000).astype(np.float32), rng.uniform(-1, 1, 5000).astype(np.float32)
+    d = portmat.matmul(x, y, device=dev)
+    assert abs(float(d) - float(x.astype(np.float64) @ y)) <= 5000 * 2**-23 * float(np.abs(x) @ np.abs(y))
+    assert portmat.matmul(x, y, device=dev) == d
+    a = rng.uniform(-1, 1, (90, 3000)).astype(np.float32)[3::2, 5:2966]
+    b = rng.uniform(-1, 1, (2961, 9)).astype(np.float32)
+    want, bound = _bound(a, b, np.float32)
+    assert np.all(np.abs(portmat.matmul(a, b, device=dev) - want) <= bound)
+    v = b[:, 4].copy()
+    assert np.all(np.abs(portmat.matmul(a, v, device=dev) - want[:, 4]) <= bound[:, 4])
+    ad, bd = portmat.asarray(np.ascontiguousarray(a), device=dev), portmat.asarray(b, device=dev)
+    assert np.all(np.abs((ad @ bd).numpy() - want) <= bound)
+
+
+@pytest.mark.skipif(not OPENCL, reason="no OpenCL device here")
+@pytest.mark.parametrize("dev", OPENCL)
+@pytest.mark.parametrize("discrete", ["0", "1"])
 def test_row_major_a_transposed_first(dev, discrete, monkeypatch, rng):
     """TRANSA=2 sends every single product with a row-major a and b through a column-major copy of
     a (padded to whole blocks in the same pass where the product has edges; what NVIDIA's GPUs do

@@ -239,3 +239,23 @@ PM_COPY_2D(ulong, copy_2d_b8)
   }
 PM_TRANSPOSE_2D(uint, transpose_2d_b4)
 PM_TRANSPOSE_2D(ulong, transpose_2d_b8)
+
+// c = the sum of `slices` partial products w[s] (each m x n, dense, row-major, one after another),
+// added in slice order, so every run gives the same bits: split-K's second launch
+// (opencl_backend.cpp, enqueue_gemm_split_k). One work-item per element of c (global size at
+// least n by m); integers wrap as NumPy's do.
+#define PM_SUM_SLICES(T, NAME)                                                                      \
+  __kernel void NAME(__global const T* w, long slices, long m, long n, __global T* c, long c_off,  \
+                     long ldc) {                                                                    \
+    const long j = get_global_id(0), i = get_global_id(1);                                         \
+    if (i >= m || j >= n) return;                                                                   \
+    T s = w[i * n + j];                                                                             \
+    for (long t = 1; t < slices; ++t) s += w[(t * m + i) * n + j];                                  \
+    c[c_off + i * ldc + j] = s;                                                                     \
+  }
+PM_SUM_SLICES(float, sum_slices_f32)
+PM_SUM_SLICES(uint, sum_slices_u32)
+PM_SUM_SLICES(ulong, sum_slices_u64)
+#ifdef cl_khr_fp64
+PM_SUM_SLICES(double, sum_slices_f64)
+#endif
