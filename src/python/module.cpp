@@ -255,9 +255,9 @@ struct SmallOperand {
   Py_ssize_t strides[2] = {0, 0};
   Py_ssize_t itemsize = 0;
   portmat::DType dtype = portmat::DType::f32;
-  Py_ssize_t bytes() const {
-    Py_ssize_t n = itemsize;
-    for (int i = 0; i < ndim; ++i) n *= shape[i];
+  double bytes() const {
+    double n = static_cast<double>(itemsize);
+    for (int i = 0; i < ndim; ++i) n *= static_cast<double>(shape[i]);
     return n;
   }
 };
@@ -402,9 +402,14 @@ PyObject* small_product(PyObject* a_obj, PyObject* b_obj, nb::handle device_obj,
   if (va.ndim == 1 && vb.ndim == 1) return nullptr;  // a scalar result: the general path
   if (va.dtype != vb.dtype) return nullptr;
   const Py_ssize_t K = va.shape[va.ndim - 1];
-  if (vb.shape[0] != K || va.bytes() >= kSmallOperandBytes || vb.bytes() >= kSmallOperandBytes) return nullptr;
+  if (vb.shape[0] != K || va.bytes() >= static_cast<double>(kSmallOperandBytes) ||
+      vb.bytes() >= static_cast<double>(kSmallOperandBytes))
+    return nullptr;
   const Py_ssize_t M = va.ndim == 2 ? va.shape[0] : 1, N = vb.ndim == 2 ? vb.shape[1] : 1;
-  if (M * N * va.itemsize >= kSmallResultBytes) return nullptr;
+  // In floating point: M x N of hostile empty operands ((2^40, 0) @ (0, 2^30)) overflows an integer.
+  if (static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(va.itemsize) >=
+      static_cast<double>(kSmallResultBytes))
+    return nullptr;
   const auto ma = matrix_of(va, true), mb = matrix_of(vb, false);
   if (!ma || !mb) return nullptr;
   // The result: (M, N), (N,) for a vector a, (M,) for a vector b. Into `out` when it is a plain

@@ -142,3 +142,16 @@ def test_fast_path_under_many_threads(rng):
 
     with ThreadPoolExecutor(8) as ex:
         assert all(ex.map(work, range(32)))
+
+
+def test_hostile_empty_shapes_raise_as_numpy():
+    # M x N of empty operands can overflow a 64-bit size: NumPy's error, not a crash or a wrong size.
+    for m, n in ((2**40, 2**30), (2**31, 2**33)):
+        a, b = np.empty((m, 0), np.float32), np.empty((0, n), np.float32)
+        with pytest.raises(ValueError) as ours:
+            portmat.matmul(a, b)
+        with pytest.raises(ValueError) as theirs:
+            np.matmul(a, b)
+        assert type(ours.value) is type(theirs.value)
+    c = portmat.matmul(np.empty((5, 0), np.float64), np.empty((0, 7), np.float64))
+    assert c.shape == (5, 7) and c.dtype == np.float64 and not c.any()
