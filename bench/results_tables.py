@@ -26,7 +26,7 @@ ROOT = os.path.dirname(HERE)
 MACHINES = {
     "h200": ("H200 machine: one NVIDIA H200 (141 GB HBM3e, 132 SMs) with a 16-core Xeon host, "
              "CUDA 13.0, driver 580", "`bash bench/h200.sh` on that machine"),
-    "2core": ("2-core development VM without a GPU (x86-64; the CPU model varies between sessions: \"AMD EPYC\" with AVX2 on 2026-12-01), 24 GiB, the kind CI "
+    "2core": ("2-core development VM without a GPU (x86-64; the CPU model varies between sessions: an AMD EPYC Zen 3 with AVX2, an Intel Xeon (Sapphire Rapids) and an AMD EPYC Zen 4 with AVX-512; each file names its CPU), 24 GiB, the kind CI "
               "runs on; OpenCL through PoCL", "`make bench`"),
 }
 DEVICE_NAMES = {"cuda": "CUDA", "cpu": "native CPU", "opencl-gpu": "OpenCL (GPU)",
