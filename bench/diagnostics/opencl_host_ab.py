@@ -3,8 +3,10 @@ backend on the same GPU, in alternating rounds in one process (issue 19, issue 1
 
   python3 bench/diagnostics/opencl_host_ab.py --device opencl:1
   python3 bench/diagnostics/opencl_host_ab.py --device opencl:1 --shapes 4096,4096,4096 --var PORTMAT_OPENCL_CHUNK_MB --values 8,16,32
+  python3 bench/diagnostics/opencl_host_ab.py --device opencl:1 --shapes="-,1048576,-;16,65536,16" --var PORTMAT_OPENCL_SPLIT_K --values 1,0
 
-Each shape (M,K,N; float32, fresh C-contiguous operands, NumPy results) is timed for: the OpenCL
+Each shape (M,K,N; M or N "-" for a 1-D vector, as in `portmat bench --shapes`, then written
+--shapes=...; float32, fresh C-contiguous operands, NumPy results) is timed for: the OpenCL
 device with every value of --var (default PORTMAT_OPENCL_PIPELINE = 1 and 0), and cuda:0 when
 there is one. The OpenCL knobs are read on every call, so one process alternates them: each round
 times --repeat calls per entry, in turn; medians over all rounds. Every entry's result is checked
@@ -24,6 +26,9 @@ import portmat
 
 
 def rel_err(c, a, b):
+    if a.ndim == 1 or b.ndim == 1:  # a vector product: the whole reference is cheap
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        return float(np.linalg.norm(c - ref) / np.linalg.norm(ref))
     rows = np.linspace(0, a.shape[0] - 1, min(64, a.shape[0])).astype(int)
     ref = a[rows].astype(np.float64) @ b.astype(np.float64)
     return float(np.linalg.norm(c[rows] - ref) / np.linalg.norm(ref))
@@ -49,9 +54,13 @@ def main():
     rng = np.random.default_rng(19)
     records = []
     for shape in args.shapes.split(";"):
-        m, k, n = (int(x) for x in shape.split(","))
-        a = rng.standard_normal((m, k), dtype=np.float32)
-        b = rng.standard_normal((k, n), dtype=np.float32)
+        ms, ks, ns = shape.split(",")
+        k = int(ks)
+        m, n = (None if x.strip() == "-" else int(x) for x in (ms, ns))
+        a = rng.standard_normal((k,) if m is None else (m, k), dtype=np.float32)
+        b = rng.standard_normal((k,) if n is None else (k, n), dtype=np.float32)
+        name = f"{'' if m is None else f'({m} x '}{k}{'' if m is None else ')'} @ " \
+               f"{'' if n is None else '('}{k}{'' if n is None else f' x {n})'}"
         times = {label: [] for label, _, _ in entries}
         errs = {}
 
@@ -78,9 +87,9 @@ def main():
             med = statistics.median(ms)
             q = statistics.quantiles(ms, n=4)
             ratio = f"  {med / (base * 1e3):.2f}x CUDA" if base else ""
-            print(f"({m} x {k}) @ ({k} x {n})  {label:45s} {med:9.3f} ms (quartiles {q[0]:.3f}-{q[2]:.3f})"
+            print(f"{name}  {label:45s} {med:9.3f} ms (quartiles {q[0]:.3f}-{q[2]:.3f})"
                   f"{ratio}  relerr {errs[label]:.1e}", flush=True)
-            records.append({"m": m, "k": k, "n": n, "entry": label, "median_ms": med, "q1_ms": q[0],
+            records.append({"m": m, "k": k, "n": n, "shape": name, "entry": label, "median_ms": med, "q1_ms": q[0],
                             "q3_ms": q[2], "calls": len(ms), "relerr": errs[label]})
     if args.json:
         old = json.load(open(args.json)) if os.path.exists(args.json) else []
