@@ -258,24 +258,15 @@ const KernelSet& active_kernel_set() {
   return chosen;
 }
 
-double measure_core_peak(const KernelSet& set) {
-#if defined(__x86_64__) || defined(_M_X64) || defined(__aarch64__)
-  float (*loop)(long) = nullptr;
-  double flops_per_round = 0;
-#if defined(__aarch64__)
-  if (std::strcmp(set.isa, "neon") == 0) loop = fma_loop_neon_f32, flops_per_round = 12 * 4 * 2;
-#else
-  if (std::strcmp(set.isa, "avx512") == 0)
-    loop = fma_loop_avx512_f32, flops_per_round = 12 * 16 * 2;
-  else if (std::strcmp(set.isa, "avx2") == 0)
-    loop = fma_loop_avx2_f32, flops_per_round = 12 * 8 * 2;
-#endif
-  if (!loop) return 0.0;
-  // 300000 rounds = 3.6M FMA instructions: ~0.55 ms per try at two per cycle, long enough to
-  // measure the clock the core sustains under AVX-512 load rather than its first burst (on the
-  // 2-core VM, 0.05 ms tries gave 209-242 GFLOP/s per core from one process to the next, 0.7 ms
-  // tries 213-218). The best of a few tries skips the first one's frequency ramp (AVX-512
-  // licence) and any interruption; ~3 ms once, when the device is first opened.
+namespace {
+
+// The flop/s of one FMA loop on this core (fma_chains: 12 independent chains a round).
+// 300000 rounds = 3.6M FMA instructions: ~0.55 ms per try at two per cycle, long enough to
+// measure the clock the core sustains under AVX-512 load rather than its first burst (on the
+// 2-core VM, 0.05 ms tries gave 209-242 GFLOP/s per core from one process to the next, 0.7 ms
+// tries 213-218). The best of a few tries skips the first one's frequency ramp (AVX-512
+// licence) and any interruption; ~3 ms once per loop and process.
+[[maybe_unused]] double fma_rate(float (*loop)(long), double flops_per_round) {
   constexpr long rounds = 300000;
   volatile float sink = loop(rounds);
   double best = 0.0;
@@ -286,9 +277,48 @@ double measure_core_peak(const KernelSet& set) {
     if (s > 0) best = std::max(best, rounds * flops_per_round / s);
   }
   return best;
-#else
+}
+
+#if defined(__x86_64__) || defined(_M_X64)
+// Each measured once per process (the device's peak and wide_fma_at_half_rate share them); only
+// called where the CPU has the ISA.
+double avx512_fma_rate() {
+  static const double r = fma_rate(fma_loop_avx512_f32, 12 * 16 * 2);
+  return r;
+}
+double avx2_fma_rate() {
+  static const double r = fma_rate(fma_loop_avx2_f32, 12 * 8 * 2);
+  return r;
+}
+#endif
+
+}  // namespace
+
+double measure_core_peak(const KernelSet& set) {
+#if defined(__aarch64__)
+  if (std::strcmp(set.isa, "neon") == 0) return fma_rate(fma_loop_neon_f32, 12 * 4 * 2);
+#elif defined(__x86_64__) || defined(_M_X64)
+  if (std::strcmp(set.isa, "avx512") == 0) return avx512_fma_rate();
+  if (std::strcmp(set.isa, "avx2") == 0) return avx2_fma_rate();
+#endif
   (void)set;
   return 0.0;
+}
+
+bool wide_fma_at_half_rate() {
+#if defined(__x86_64__) || defined(_M_X64)
+  static const bool half = [] {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+      return false;
+    // A core with full-width 512-bit FMA units measures about twice AVX2's flops; one that splits
+    // each 512-bit FMA in two, about the same (2-core Zen 4, 2026-12-04: 116.8 against 117.3 GFLOP/s
+    // a core).
+    return avx512_fma_rate() < 1.4 * avx2_fma_rate();
+  }();
+  return half;
+#else
+  return false;
 #endif
 }
 

@@ -36,4 +36,10 @@ const KernelSet& active_kernel_set();
 // has no FMA loop (scalar).
 double measure_core_peak(const KernelSet& set);
 
+// Whether this core runs a 512-bit FMA at the rate of a 256-bit one, as two halves (AMD's Zen 4),
+// so that AVX-512 gives the flops per cycle of AVX2: its measured AVX-512 FMA loop under 1.4x the
+// AVX2 one's flop/s. False without AVX-512. Measured once per process (~6 ms; the device's peak
+// reuses the AVX-512 figure).
+bool wide_fma_at_half_rate();
+
 }  // namespace portmat::cpu

@@ -261,11 +261,23 @@ const SmallKernels& small_kernels() {
 
 }  // namespace
 
+std::int64_t small_elements() {
+  static const std::int64_t limit = [] {
+    if (const char* e = std::getenv("PORTMAT_CPU_SMALL_ELEMENTS"); e && *e) {
+      char* end = nullptr;
+      const long long v = std::strtoll(e, &end, 10);
+      if (end != e && *end == '\0' && v > 0) return static_cast<std::int64_t>(v);
+    }
+    return small_kernels().vector_bytes == 64 && wide_fma_at_half_rate() ? kSmallElementsHalfRate : kSmallElements;
+  }();
+  return limit;
+}
+
 bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size) {
   const auto bytes = static_cast<std::int64_t>(size);
   if (M <= 0 || N <= 0 || K <= 0) return false;
   if (N <= kSkinnyMax && M > kSkinnyMax) return false;  // skinny.hpp's dots: one pass over a
-  if (M * K + K * N + M * N <= kSmallElements) return true;  // small
+  if (M * K + K * N + M * N <= small_elements()) return true;  // small
   if (N <= kSkinnyMax) return false;
   // A short k (one strip's worth) and few rows: c, as large as b or more, is written once from the
   // tiles, and b is read once; the packed GEMM packs all of b first for at most 64 multiply-adds

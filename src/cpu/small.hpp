@@ -26,6 +26,19 @@ namespace portmat::cpu {
 // skinny.hpp's dot-product kernel reads in one pass.
 constexpr std::int64_t kSmallElements = std::int64_t(1) << 17;
 
+// The limit where the small path runs AVX-512 tiles on a core that executes each 512-bit FMA as
+// two halves (wide_fma_at_half_rate, kernel_table.hpp: AMD's Zen 4): 4 MiB of float32, squares up
+// to 591. There the unpacked tiles beat the packed GEMM well past L2 (2-core Zen 4, float32,
+// GFLOP/s, unpacked / packed / NumPy: 256^3 211 / 183 / 170, 512^3 215 / 196 / 193, 256 x 1024 @
+// 1024 x 256 222 / 189 / 195, 100 x 5000 @ 5000 x 100 153 / 118 / 123; float64 512^3 108 / 85 /
+// 80; docs/cpu.md). Where 512-bit FMAs run at full rate the packed GEMM's are twice as fast as the
+// unpacked tiles' B loads from L2 allow (not measured past kSmallElements), so it keeps its limit.
+constexpr std::int64_t kSmallElementsHalfRate = std::int64_t(1) << 20;
+
+// The limit in use: kSmallElements, kSmallElementsHalfRate where it applies, or
+// $PORTMAT_CPU_SMALL_ELEMENTS (a positive count, for A/B measurements; read once per process).
+std::int64_t small_elements();
+
 // Past that size, products with at most kStripBytes of columns (16 floats, 8 doubles: one strip
 // of the tiles; more than skinny.hpp's few) are still unpacked: 6-row tiles read a in place, once,
 // and b's strip (K x N) stays in L2. The packed GEMM would copy a first, a second pass over

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -372,20 +373,22 @@ void check_small() {
       EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0)
           << m << "x" << k << "x" << n << " pad " << pad << " threads " << threads;
     }
-  std::vector<T> x(400 * 400), y(400 * 400);
-  portmat::core::HostMatrix big{x.data(), 0, 400, 400, 400, false, dtype_of<T>()};
+  // Every matrix described below holds 1.25M elements at most; those that must be refused are past
+  // either size limit (kSmallElementsHalfRate too: 3 x 600^2 elements for the square).
+  std::vector<T> x(25000 * 50), y(25000 * 50);
+  portmat::core::HostMatrix big{x.data(), 0, 600, 600, 600, false, dtype_of<T>()};
   portmat::core::HostMatrix sq{x.data(), 0, 8, 8, 8, false, dtype_of<T>()};
   portmat::core::HostMatrix col{x.data(), 0, 8, 8, 8, true, dtype_of<T>()};
   portmat::core::HostMatrix tall{x.data(), 0, 64, 8, 8, false, dtype_of<T>()};
   portmat::core::HostMatrix narrow{x.data(), 0, 8, 2, 2, false, dtype_of<T>()};
-  EXPECT_FALSE(portmat::cpu::small_gemm<T>(big, big, y.data(), 400));
-  // Past kSmallElements only one strip of columns (64 bytes) or a narrow b of at most
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(big, big, y.data(), 600));
+  // Past the size limit only one strip of columns (64 bytes) or a narrow b of at most
   // kSmallBBytes, and not skinny.hpp's few.
-  portmat::core::HostMatrix tall_a{x.data(), 0, 3000, 50, 50, false, dtype_of<T>()};
+  portmat::core::HostMatrix tall_a{x.data(), 0, 25000, 50, 50, false, dtype_of<T>()};
   const std::int64_t wide = portmat::cpu::kNarrowBytes / sizeof(T) + 1;
   portmat::core::HostMatrix wide_b{x.data(), 0, 50, wide, wide, false, dtype_of<T>()};
   portmat::core::HostMatrix four_b{x.data(), 0, 50, 4, 4, false, dtype_of<T>()};
-  portmat::core::HostMatrix long_a{x.data(), 0, 50, 2000, 2000, false, dtype_of<T>()};
+  portmat::core::HostMatrix long_a{x.data(), 0, 600, 2000, 2000, false, dtype_of<T>()};
   portmat::core::HostMatrix long_b{x.data(), 0, 2000, 16, 16, false, dtype_of<T>()};  // 128 KiB of doubles
   portmat::core::HostMatrix long_b32{x.data(), 0, 2000, 32, 32, false, dtype_of<T>()};
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall_a, wide_b, y.data(), wide));
@@ -563,6 +566,43 @@ void check_complex_driver(GemmConfig<C> cfg) {
 
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat32) { check_skinny<float>(); }
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat64) { check_skinny<double>(); }
+// The size limit in use (small.hpp, small_elements): the base one, or the larger one exactly where
+// the small path runs AVX-512 tiles on a core with half-rate 512-bit FMAs; products up to it are
+// taken (a 256^3 and an oblong one past the base limit, checked against the reference where this
+// CPU takes them), products past it are not.
+TEST(CpuSmall, SizeLimitFollowsTheCore) {
+  const std::int64_t limit = portmat::cpu::small_elements();
+  if (!std::getenv("PORTMAT_CPU_SMALL_ELEMENTS")) {
+    const bool wide = std::string(portmat::cpu::active_kernel_set().isa) == "avx512";
+    EXPECT_EQ(limit, wide && portmat::cpu::wide_fma_at_half_rate() ? portmat::cpu::kSmallElementsHalfRate
+                                                                   : portmat::cpu::kSmallElements);
+  }
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f")) EXPECT_FALSE(portmat::cpu::wide_fma_at_half_rate());
+#else
+  EXPECT_FALSE(portmat::cpu::wide_fma_at_half_rate());
+#endif
+  EXPECT_EQ(portmat::cpu::small_shape(256, 256, 256, 4), limit >= 3 * 256 * 256);
+  EXPECT_FALSE(portmat::cpu::small_shape(600, 600, 600, 4));
+  std::mt19937 rng(11);
+  for (auto [m, k, n] : {std::tuple{256, 256, 256}, {100, 1000, 170}}) {
+    if (m * k + k * n + m * n > limit) continue;
+    for (int threads : {1, 2}) {
+      auto a = random_vector<float>(m * k, rng);
+      auto b = random_vector<float>(k * n, rng);
+      std::vector<float> c(m * n);
+      portmat::core::HostMatrix ha{a.data(), 0, m, k, k, false, DType::f32};
+      portmat::core::HostMatrix hb{b.data(), 0, k, n, n, false, DType::f32};
+      ASSERT_TRUE(portmat::cpu::small_gemm<float>(ha, hb, c.data(), n, threads));
+      MatrixView va{a.data(), m, k, k, 1, DType::f32};
+      MatrixView vb{b.data(), k, n, n, 1, DType::f32};
+      MatrixView vc{c.data(), m, n, n, 1, DType::f32};
+      EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0) << m << "x" << k << "x" << n;
+    }
+  }
+}
+
 TEST(CpuSmall, EveryTileRemainderFloat32) { check_small<float>(); }
 TEST(CpuSmall, EveryTileRemainderFloat64) { check_small<double>(); }
 
