@@ -31,8 +31,9 @@ constexpr std::int64_t kSmallElements = std::int64_t(1) << 17;
 // to 591. There the unpacked tiles beat the packed GEMM well past L2 (2-core Zen 4, float32,
 // GFLOP/s, unpacked / packed / NumPy: 256^3 211 / 183 / 170, 512^3 215 / 196 / 193, 256 x 1024 @
 // 1024 x 256 222 / 189 / 195, 100 x 5000 @ 5000 x 100 153 / 118 / 123; float64 512^3 108 / 85 /
-// 80; docs/cpu.md). Where 512-bit FMAs run at full rate the packed GEMM's are twice as fast as the
-// unpacked tiles' B loads from L2 allow (not measured past kSmallElements), so it keeps its limit.
+// 80; docs/cpu.md). Where 512-bit FMAs run at full rate the packed GEMM does twice the flops a
+// cycle, and whether the unpacked tiles (4 vectors of b loaded a k step) keep up with it past
+// kSmallElements is not measured, so the limit stays kSmallElements there.
 constexpr std::int64_t kSmallElementsHalfRate = std::int64_t(1) << 20;
 
 // The limit in use: kSmallElements, kSmallElementsHalfRate where it applies, or
