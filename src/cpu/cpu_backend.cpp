@@ -122,6 +122,11 @@ class CpuDevice final : public core::Device {
     info_.compute_units = configured_threads();
     info_.supports_f64 = true;
     info_.peak_gflops = measure_core_peak(kernels_) * info_.compute_units / 1e9;
+    // The small path's size limit is settled here, while the registry probes this backend under
+    // the lock that fork() waits for: its first call measures two FMA loops (~6 ms,
+    // wide_fma_at_half_rate), and a child forked while another thread was inside that static's
+    // initialisation would wait for its guard forever (Process.ForkWhileAnotherThreadIsInsideACpuProduct).
+    (void)small_elements();
     result_pool_ = std::make_shared<core::HostBlockPool>(
         std::min<std::size_t>(info_.memory_bytes / 16, std::size_t(1) << 30), info_.memory_bytes / 4,
         core::allocate_huge_aligned, [](void* p) { std::free(p); });
