@@ -51,6 +51,28 @@ def _bound(a, b, dtype):
     return a @ b, 4 * a.shape[-1] * np.finfo(dtype).eps * (np.abs(a) @ np.abs(b)) + 1e-300
 
 
+def _check_every_layout(dev, rng, shapes, dtypes, int_span):
+    """Fresh (m x k) @ (k x n) on dev for each shape and dtype, a and b each row- and column-major:
+    integers (drawn from +-int_span) equal to NumPy's, floats within _bound of the reference."""
+    for m, k, n in shapes:
+        for dt in dtypes:
+            for a_col in (False, True):
+                for b_col in (False, True):
+                    if np.issubdtype(dt, np.integer):
+                        a = rng.integers(-int_span, int_span, (m, k), dtype=dt)
+                        b = rng.integers(-int_span, int_span, (k, n), dtype=dt)
+                    else:
+                        a, b = rng.uniform(-1, 1, (m, k)).astype(dt), rng.uniform(-1, 1, (k, n)).astype(dt)
+                    a = np.asfortranarray(a) if a_col else a
+                    b = np.asfortranarray(b) if b_col else b
+                    c = portmat.matmul(a, b, device=dev)
+                    if np.issubdtype(dt, np.integer):
+                        np.testing.assert_array_equal(c, np.matmul(a, b))
+                        continue
+                    want, bound = _bound(a, b, dt)
+                    assert np.all(np.abs(c - want) <= bound), (m, k, n, dt, a_col, b_col)
+
+
 @pytest.mark.skipif(not OPENCL, reason="no OpenCL device here")
 @pytest.mark.parametrize("dev", OPENCL)
 @pytest.mark.parametrize("params", VARIANTS)
@@ -117,23 +139,8 @@ def test_products_with_edges_on_padded_copies(dev, monkeypatch, rng):
     monkeypatch.setenv("PORTMAT_OPENCL_PAD", "1")
     monkeypatch.setenv("PORTMAT_OPENCL_DISCRETE", "1")
     dtypes = [np.float32, np.int64] + ([np.float64] if HAS_F64[dev] else [])
-    for m, k, n in [(67, 37, 45), (130, 9, 131), (5, 1, 70), (1, 300, 1), (200, 8, 64)]:
-        for dt in dtypes:
-            for a_col in (False, True):
-                for b_col in (False, True):
-                    if np.issubdtype(dt, np.integer):
-                        a = rng.integers(-2**40, 2**40, (m, k), dtype=dt)
-                        b = rng.integers(-2**40, 2**40, (k, n), dtype=dt)
-                    else:
-                        a, b = rng.uniform(-1, 1, (m, k)).astype(dt), rng.uniform(-1, 1, (k, n)).astype(dt)
-                    a = np.asfortranarray(a) if a_col else a
-                    b = np.asfortranarray(b) if b_col else b
-                    c = portmat.matmul(a, b, device=dev)
-                    if np.issubdtype(dt, np.integer):
-                        np.testing.assert_array_equal(c, np.matmul(a, b))
-                        continue
-                    want, bound = _bound(a, b, dt)
-                    assert np.all(np.abs(c - want) <= bound), (m, k, n, dt, a_col, b_col)
+    _check_every_layout(dev, rng, [(67, 37, 45), (130, 9, 131), (5, 1, 70), (1, 300, 1), (200, 8, 64)], dtypes,
+                        2**40)
     # A view in place of a, and device arrays (the result's block copied back into a portmat array).
     a = rng.uniform(-1, 1, (90, 80)).astype(np.float32)[3::2, 5:66]
     b = rng.uniform(-1, 1, (61, 33)).astype(np.float32)
@@ -155,22 +162,8 @@ def test_split_k_slices_add_up_to_the_product(dev, discrete, monkeypatch, rng):
     monkeypatch.setenv("PORTMAT_OPENCL_SPLIT_K", "2")
     monkeypatch.setenv("PORTMAT_OPENCL_DISCRETE", discrete)
     dtypes = [np.float32, np.int32, np.int64] + ([np.float64] if HAS_F64[dev] else [])
-    for m, k, n in [(1, 4097, 1), (7, 128, 5), (33, 200, 17), (64, 1000, 64), (3, 130, 70), (70, 513, 2)]:
-        for dt in dtypes:
-            for a_col, b_col in ((False, False), (True, False), (False, True), (True, True)):
-                if np.issubdtype(dt, np.integer):
-                    a = rng.integers(-2**20, 2**20, (m, k)).astype(dt)
-                    b = rng.integers(-2**20, 2**20, (k, n)).astype(dt)
-                else:
-                    a, b = rng.uniform(-1, 1, (m, k)).astype(dt), rng.uniform(-1, 1, (k, n)).astype(dt)
-                a = np.asfortranarray(a) if a_col else a
-                b = np.asfortranarray(b) if b_col else b
-                c = portmat.matmul(a, b, device=dev)
-                if np.issubdtype(dt, np.integer):
-                    np.testing.assert_array_equal(c, np.matmul(a, b))
-                    continue
-                want, bound = _bound(a, b, dt)
-                assert np.all(np.abs(c - want) <= bound), (m, k, n, dt, a_col, b_col)
+    _check_every_layout(dev, rng, [(1, 4097, 1), (7, 128, 5), (33, 200, 17), (64, 1000, 64), (3, 130, 70), (70, 513, 2)],
+                        dtypes, 2**20)
     # Vectors (a dot product, a matrix times a vector), a view, device arrays; the same bits twice.
     x, y = rng.uniform(-1, 1, 5000).astype(np.float32), rng.uniform(-1, 1, 5000).astype(np.float32)
     d = portmat.matmul(x, y, device=dev)
