@@ -664,41 +664,26 @@ bool split_n_wins(const GemmConfig<T>& cfg, const Plan& p) {
 }
 
 template <class T>
-struct SplitN {
-  GemmConfig<T> cfg;  // A outer, blocks for one thread's L2
-  const core::HostMatrix* a;
-  const core::HostMatrix* b;
-  T* c;
-  std::int64_t ldc, n, chunk, chunks;
-  std::atomic<std::int64_t> next{0};
-};
-
-template <class T>
 void split_n(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
              std::int64_t ldc, const Plan& plan, ThreadPool& pool) {
-  SplitN<T> job{cfg, &a, &b, c, ldc, plan.n, 0, 0};
   // A outer: the A block (every row, one kc block) packed once per chunk and each A micro-panel
   // kept in L1 while the kernel walks a B block in L2, writing c along its rows.
-  job.cfg.a_outer = true;
-  job.cfg.mc = round_up(plan.m, cfg.mr);
-  job.cfg.kc = plan.kc;
-  job.cfg.nc = std::max<std::int64_t>(
+  GemmConfig<T> part_cfg = cfg;  // A outer, blocks for one thread's L2
+  part_cfg.a_outer = true;
+  part_cfg.mc = round_up(plan.m, cfg.mr);
+  part_cfg.kc = plan.kc;
+  part_cfg.nc = std::max<std::int64_t>(
       cfg.nr, kSplitNBlockBytes / (plan.kc * static_cast<std::int64_t>(sizeof(T))) / cfg.nr * cfg.nr);
   // Chunks of whole blocks, about four a thread (a late thread holds the others up by one).
-  job.chunk = round_up(ceil_div(plan.n, 4 * plan.threads), job.cfg.nc);
-  job.chunks = ceil_div(plan.n, job.chunk);
-  pool.run(plan.threads, [](void* ctx, int) {
-    auto& j = *static_cast<SplitN<T>*>(ctx);
-    Scratch& scratch = thread_scratch();
-    for (std::int64_t x; (x = j.next.fetch_add(1, std::memory_order_relaxed)) < j.chunks;) {
-      const std::int64_t j0 = x * j.chunk, n = std::min(j.chunk, j.n - j0);
-      core::HostMatrix b = *j.b;  // columns [j0, j0 + n) of b and c
-      b.cols = n;
-      b.offset += static_cast<std::size_t>(b.col_major ? j0 * b.ld : j0);
-      // Its own block sizes: not widened for few rows (make_plan), which would leave L2.
-      run_plan(j.cfg, *j.a, b, j.c + j0, j.ldc, make_plan(j.cfg, *j.a, b, 1, 0.0, false), scratch, nullptr);
-    }
-  }, &job);
+  const std::int64_t chunk = round_up(ceil_div(plan.n, 4 * plan.threads), part_cfg.nc);
+  run_parts_locked(pool, ceil_div(plan.n, chunk), plan.threads, [&](std::int64_t x) {
+    const std::int64_t j0 = x * chunk, n = std::min(chunk, plan.n - j0);
+    core::HostMatrix cols = b;  // columns [j0, j0 + n) of b and c
+    cols.cols = n;
+    cols.offset += static_cast<std::size_t>(b.col_major ? j0 * b.ld : j0);
+    // Its own block sizes: not widened for few rows (make_plan), which would leave L2.
+    run_plan(part_cfg, a, cols, c + j0, ldc, make_plan(part_cfg, a, cols, 1, 0.0, false), thread_scratch(), nullptr);
+  });
 }
 
 // Whether a multi-threaded plan runs better as split_m: a product of one step (a single block of
@@ -727,37 +712,22 @@ bool split_m_wins(const GemmConfig<T>& cfg, const Plan& p) {
          ceil_div(p.m, cfg.mr) >= 2 * p.threads && p.m >= kSplitMRowsPerExtraThread * (p.threads - 1);
 }
 
-template <class T>
-struct SplitM {
-  const GemmConfig<T>* cfg;
-  const core::HostMatrix* a;
-  const core::HostMatrix* b;
-  T* c;
-  std::int64_t ldc, m, panels;
-  int parts;
-  std::atomic<int> next{0};
-};
-
 // Rows of c in `threads` equal parts of whole micro-panels, claimed (a thread that never shows up
 // leaves its part to the others), each a single-threaded plan that packs its own A rows and B.
 template <class T>
 void split_m(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
              std::int64_t ldc, const Plan& plan, ThreadPool& pool) {
-  SplitM<T> job{&cfg, &a, &b, c, ldc, plan.m, ceil_div(plan.m, cfg.mr), plan.threads};
-  pool.run(plan.threads, [](void* ctx, int) {
-    auto& j = *static_cast<SplitM<T>*>(ctx);
-    Scratch& scratch = thread_scratch();
-    for (int x; (x = j.next.fetch_add(1, std::memory_order_relaxed)) < j.parts;) {
-      std::int64_t p0, p1;
-      share(j.panels, j.parts, x, p0, p1);
-      const std::int64_t r0 = p0 * j.cfg->mr, r1 = std::min(j.m, p1 * j.cfg->mr);
-      if (r1 <= r0) continue;
-      core::HostMatrix a = *j.a;
-      a.rows = r1 - r0;
-      a.offset += static_cast<std::size_t>(a.col_major ? r0 : r0 * a.ld);
-      run_plan(*j.cfg, a, *j.b, j.c + r0 * j.ldc, j.ldc, make_plan(*j.cfg, a, *j.b, 1, 0.0, false), scratch, nullptr);
-    }
-  }, &job);
+  const std::int64_t panels = ceil_div(plan.m, cfg.mr);
+  run_parts_locked(pool, plan.threads, plan.threads, [&](std::int64_t x) {
+    std::int64_t p0, p1;
+    share(panels, plan.threads, static_cast<int>(x), p0, p1);
+    const std::int64_t r0 = p0 * cfg.mr, r1 = std::min(plan.m, p1 * cfg.mr);
+    if (r1 <= r0) return;
+    core::HostMatrix rows = a;
+    rows.rows = r1 - r0;
+    rows.offset += static_cast<std::size_t>(a.col_major ? r0 : r0 * a.ld);
+    run_plan(cfg, rows, b, c + r0 * ldc, ldc, make_plan(cfg, rows, b, 1, 0.0, false), thread_scratch(), nullptr);
+  });
 }
 
 template <class T>

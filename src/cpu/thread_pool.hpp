@@ -77,10 +77,9 @@ class ThreadPool {
 // CPUs this process may run on.
 int configured_threads();
 
-// Runs f(part) for part < parts on up to `threads` threads of the pool (parts claimed from a
-// counter, so a descheduled thread delays nobody), or on this thread alone.
+// run_parts on `pool`, whose lock the caller already holds (the GEMM driver's plans).
 template <class F>
-void run_parts(std::int64_t parts, int threads, F&& f) {
+void run_parts_locked(ThreadPool& pool, std::int64_t parts, int threads, F&& f) {
   if (threads <= 1 || parts <= 1) {
     for (std::int64_t p = 0; p < parts; ++p) f(p);
     return;
@@ -90,12 +89,20 @@ void run_parts(std::int64_t parts, int threads, F&& f) {
     std::int64_t parts;
     std::atomic<std::int64_t> next{0};
   } job{f, parts};
-  ThreadPool& pool = ThreadPool::instance();
-  std::lock_guard<std::mutex> lock(pool.lock());
   pool.run(static_cast<int>(std::min<std::int64_t>(threads, parts)), [](void* ctx, int) {
     auto& j = *static_cast<Job*>(ctx);
     for (std::int64_t p; (p = j.next.fetch_add(1, std::memory_order_relaxed)) < j.parts;) j.f(p);
   }, &job);
+}
+
+// Runs f(part) for part < parts on up to `threads` threads of the pool (parts claimed from a
+// counter, so a descheduled thread delays nobody), or on this thread alone.
+template <class F>
+void run_parts(std::int64_t parts, int threads, F&& f) {
+  if (threads <= 1 || parts <= 1) return run_parts_locked(ThreadPool::instance(), parts, threads, f);
+  ThreadPool& pool = ThreadPool::instance();
+  std::lock_guard<std::mutex> lock(pool.lock());
+  run_parts_locked(pool, parts, threads, f);
 }
 
 // ---- implementation of the template ------------------------------------------------------------
