@@ -56,23 +56,35 @@ struct Registry {
   std::vector<std::unique_ptr<Slot>> slots;  // make_backends() order, fixed
 };
 
-// Held while a backend is probed and while set_default_device() changes the default; taken around
-// fork() as well (see registry()), so that a child never inherits it held.
+// Held while a backend is probed, while the registry is built and while set_default_device()
+// changes the default; taken around fork() as well, so that a child never inherits it held.
 std::mutex registry_mutex;
 std::string default_spec;  // set_default_device(); empty = automatic
+std::atomic<Registry*> g_registry{nullptr};
 
+// The fork handlers are installed when the library is loaded, not at the first call: glibc runs
+// neither side of a handler installed while a fork() is under way (another thread's prepare
+// handlers run with its lock released), so a first matmul in one thread racing os.fork() in
+// another left registry_mutex held in the child by a thread it does not have (CI, session 30: a
+// forked child hung in open_device_for).
+const bool registry_fork_handlers = [] {
+  on_fork([] { registry_mutex.lock(); }, [] { registry_mutex.unlock(); }, [] { registry_mutex.unlock(); });
+  return true;
+}();
+
+// Built under registry_mutex (never a function-local static, whose guard a fork() in the middle of
+// its initialisation would leave taken in the child).
 Registry& registry() {
-  static Registry* reg = [] {
-    auto* r = new Registry;  // leaked on purpose: drivers must not be torn down at exit
-    for (auto& b : make_backends()) {
-      r->slots.push_back(std::make_unique<Slot>());
-      r->slots.back()->backend = std::move(b);
-    }
-    on_fork([] { registry_mutex.lock(); }, [] { registry_mutex.unlock(); },
-            [] { registry_mutex.unlock(); });
-    return r;
-  }();
-  return *reg;
+  if (Registry* r = g_registry.load(std::memory_order_acquire)) return *r;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  if (Registry* r = g_registry.load(std::memory_order_relaxed)) return *r;
+  auto* r = new Registry;  // leaked on purpose: drivers must not be torn down at exit
+  for (auto& b : make_backends()) {
+    r->slots.push_back(std::make_unique<Slot>());
+    r->slots.back()->backend = std::move(b);
+  }
+  g_registry.store(r, std::memory_order_release);
+  return *r;
 }
 
 // Printable in an error message: bytes outside printable ASCII (a non-UTF-8 environment value,

@@ -108,19 +108,28 @@ void WaitWord::notify_all() {
 
 namespace {
 std::atomic<ThreadPool*> g_pool{nullptr};
-}
+
+// A child made by fork() has none of the workers, and may have inherited run_mutex_ held by a
+// thread that was inside a product: its pool is dropped (left as it is, like the parent's pool at
+// exit) and the child makes its own at its first product. The handler runs while the child has one
+// thread; it is installed when the library is loaded, since one installed while another thread
+// forks runs in neither process (registry.cpp says more).
+const bool pool_fork_handler = [] {
+  core::on_fork(nullptr, nullptr, [] { g_pool.store(nullptr, std::memory_order_relaxed); });
+  return true;
+}();
+}  // namespace
 
 ThreadPool& ThreadPool::instance() {
-  static const bool ready = [] {
-    // A child made by fork() has none of the workers, and may have inherited run_mutex_ held by
-    // a thread that was inside a product: it gets a pool of its own (the old one is left as it
-    // is, like the parent's pool at exit). The child handler runs while the child has one thread.
-    core::on_fork(nullptr, nullptr, [] { g_pool.store(new ThreadPool, std::memory_order_release); });
-    g_pool.store(new ThreadPool, std::memory_order_release);  // leaked on purpose (see header)
-    return true;
-  }();
-  (void)ready;
-  return *g_pool.load(std::memory_order_acquire);
+  // No function-local static: a fork() while another thread initialised one would leave its guard
+  // taken in the child. Two first callers may both make a pool; one is kept, the other (no
+  // workers yet) deleted.
+  ThreadPool* p = g_pool.load(std::memory_order_acquire);
+  if (p) return *p;
+  auto* fresh = new ThreadPool;  // leaked on purpose (see header)
+  if (g_pool.compare_exchange_strong(p, fresh, std::memory_order_acq_rel)) return *fresh;
+  delete fresh;
+  return *p;
 }
 
 void ThreadPool::grow(int workers) {

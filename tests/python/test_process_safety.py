@@ -118,8 +118,10 @@ def test_fork_while_another_thread_is_inside_a_cpu_product():
         pytest.skip("no native CPU backend")
     code = FORKED_CHILD + """
 stop = False
+# The operands are drawn before the thread starts: a thread inside NumPy's generator when fork()
+# comes leaves the generator's lock held in the child, whose own draws then wait forever.
+a, b = rand(400, 400), rand(400, 400)
 def busy():
-    a, b = rand(400, 400), rand(400, 400)
     while not stop:
         portmat.matmul(a, b, device="cpu:0")
 t = threading.Thread(target=busy)
