@@ -261,23 +261,40 @@ const SmallKernels& small_kernels() {
 
 }  // namespace
 
-std::int64_t small_elements() {
-  static const std::int64_t limit = [] {
+namespace {
+// $PORTMAT_CPU_SMALL_ELEMENTS as a positive count, else 0.
+std::int64_t small_elements_set() {
+  static const std::int64_t set = [] {
     if (const char* e = std::getenv("PORTMAT_CPU_SMALL_ELEMENTS"); e && *e) {
       char* end = nullptr;
       const long long v = std::strtoll(e, &end, 10);
       if (end != e && *end == '\0' && v > 0) return static_cast<std::int64_t>(v);
     }
+    return std::int64_t(0);
+  }();
+  return set;
+}
+}  // namespace
+
+std::int64_t small_elements() {
+  static const std::int64_t limit = [] {
+    if (const std::int64_t set = small_elements_set()) return set;
     return small_kernels().vector_bytes == 64 && wide_fma_at_half_rate() ? kSmallElementsHalfRate : kSmallElements;
   }();
   return limit;
 }
 
-bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size) {
+std::int64_t small_elements(int threads) {
+  const std::int64_t one = small_elements();
+  if (threads <= 1 || small_elements_set() || small_kernels().vector_bytes != 64) return one;
+  return std::max(one, std::min(kSmallElementsPerThread * threads, kSmallElementsHalfRate));
+}
+
+bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size, int threads) {
   const auto bytes = static_cast<std::int64_t>(size);
   if (M <= 0 || N <= 0 || K <= 0) return false;
   if (N <= kSkinnyMax && M > kSkinnyMax) return false;  // skinny.hpp's dots: one pass over a
-  if (M * K + K * N + M * N <= small_elements()) return true;  // small
+  if (M * K + K * N + M * N <= small_elements(threads)) return true;  // small
   if (N <= kSkinnyMax) return false;
   // A short k (one strip's worth) and few rows: c, as large as b or more, is written once from the
   // tiles, and b is read once; the packed GEMM packs all of b first for at most 64 multiply-adds
@@ -291,6 +308,43 @@ bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t siz
   return N * bytes <= kStripBytes || (M > kSkinnyMax && N * bytes <= kNarrowBytes && K * N * bytes <= kSmallBBytes);
 }
 
+// Fewer register tiles than threads and a long K ((16 x 65536) @ (65536 x 16): three 6-row tiles
+// of one strip): the tiles alone kept three threads busy, each reading all of b, and on the H200's
+// 16-core host the product took 335 us on 4, 8 or 16 threads alike (the GPU, with its transfers,
+// 218). So the threads also split K: blocks of `bm` rows x `bn` columns of c by slices of K, each
+// product of a block and a slice into partial sums of its own, added up in slice order (the same
+// bits on every run with the same thread count).
+constexpr std::int64_t kSmallSliceK = 1024;
+template <class T>
+void small_gemm_sliced(const T* pa, std::int64_t lda, const T* pb, std::int64_t ldb, T* c, std::int64_t ldc,
+                       std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t bm, std::int64_t bn,
+                       int threads) {
+  const std::int64_t blocks_m = (M + bm - 1) / bm, blocks_n = (N + bn - 1) / bn, blocks = blocks_m * blocks_n;
+  // About two pieces a thread, each slice at least kSmallSliceK deep.
+  const std::int64_t slices =
+      std::clamp<std::int64_t>((2 * threads + blocks - 1) / blocks, 1, K / kSmallSliceK);
+  const std::int64_t depth = (K + slices - 1) / slices;
+  std::vector<T> partial(static_cast<std::size_t>(slices * M * N));
+  run_parts(blocks * slices, threads, [&](std::int64_t p) {
+    const std::int64_t q = p / blocks, blk = p % blocks;
+    const std::int64_t i0 = blk / blocks_n * bm, j0 = blk % blocks_n * bn, k0 = q * depth;
+    const std::int64_t m = std::min(bm, M - i0), n = std::min(bn, N - j0), k = std::min(depth, K - k0);
+    T* out = partial.data() + q * M * N + i0 * N + j0;
+    if constexpr (std::is_same_v<T, float>)
+      small_kernels().f32(pa + i0 * lda + k0, lda, pb + k0 * ldb + j0, ldb, out, N, m, n, k);
+    else
+      small_kernels().f64(pa + i0 * lda + k0, lda, pb + k0 * ldb + j0, ldb, out, N, m, n, k);
+  });
+  for (std::int64_t i = 0; i < M; ++i) {
+    T* row = c + i * ldc;
+    std::memcpy(row, partial.data() + i * N, static_cast<std::size_t>(N) * sizeof(T));
+    for (std::int64_t q = 1; q < slices; ++q) {
+      const T* part = partial.data() + q * M * N + i * N;
+      for (std::int64_t j = 0; j < N; ++j) row[j] += part[j];
+    }
+  }
+}
+
 template <class T>
 bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads) {
   // PORTMAT_CPU_SMALL=0: every product to skinny.hpp or the packed GEMM (A/B measurements; read
@@ -300,7 +354,7 @@ bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std:
     return !(e && std::strcmp(e, "0") == 0);
   }();
   const std::int64_t M = a.rows, K = a.cols, N = b.cols;
-  if (!enabled || !small_shape(M, K, N, sizeof(T))) return false;
+  if (!enabled || !small_shape(M, K, N, sizeof(T), threads)) return false;
   // Rows must be contiguous: a column-major matrix qualifies only as one row of adjacent columns.
   if ((a.col_major && (M > 1 || a.ld != 1)) || (b.col_major && (K > 1 || b.ld != 1))) return false;
   const T* pa = static_cast<const T*>(a.data) + a.offset;
@@ -317,7 +371,13 @@ bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std:
   // c has more of those; two parts a thread, claimed as they finish.
   const std::int64_t W = 2 * small_kernels().vector_bytes / static_cast<std::int64_t>(sizeof(T));
   const std::int64_t row_tiles = (M + kRows - 1) / kRows, col_strips = (N + W - 1) / W;
-  const std::int64_t parts = std::min<std::int64_t>(2 * threads, std::max(row_tiles, col_strips));
+  const std::int64_t tiles = std::max(row_tiles, col_strips);
+  if (threads > 1 && tiles < threads && K >= 2 * kSmallSliceK) {
+    const bool by_rows = row_tiles >= col_strips;
+    small_gemm_sliced<T>(pa, lda, pb, ldb, c, ldc, M, N, K, by_rows ? kRows : M, by_rows ? N : W, threads);
+    return true;
+  }
+  const std::int64_t parts = std::min<std::int64_t>(2 * threads, tiles);
   if (threads <= 1 || parts <= 1) {
     run(pa, pb, c, M, N);
     return true;

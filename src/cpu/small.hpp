@@ -33,12 +33,26 @@ constexpr std::int64_t kSmallElements = std::int64_t(1) << 17;
 // 1024 x 256 222 / 189 / 195, 100 x 5000 @ 5000 x 100 153 / 118 / 123; float64 512^3 108 / 85 /
 // 80; docs/cpu.md). Where 512-bit FMAs run at full rate the packed GEMM does twice the flops a
 // cycle, and whether the unpacked tiles (4 vectors of b loaded a k step) keep up with it past
-// kSmallElements is not measured, so the limit stays kSmallElements there.
+// kSmallElements is not measured on one thread, so the limit stays kSmallElements there.
 constexpr std::int64_t kSmallElementsHalfRate = std::int64_t(1) << 20;
 
-// The limit in use: kSmallElements, kSmallElementsHalfRate where it applies, or
+// On several threads a full-rate AVX-512 core's limit grows with the threads, kSmallElementsPerThread
+// each, up to kSmallElementsHalfRate: the packed GEMM's steps wait for every thread, and the
+// unpacked tiles, each thread on its own rows, do not. The H200's 16-core host (Xeon, AVX-512 at
+// full rate), float32, GFLOP/s, a process per variant, 3 alternating rounds, medians, unpacked /
+// packed / NumPy: on 16 threads 256^3 864 / 369 / 473, 512^3 963 / 804 / 802; on 2 threads
+// (PORTMAT_NUM_THREADS=2, OPENBLAS_NUM_THREADS=2) 256^3 198 / 136 / 124, 512^3 152 / 199 / 193
+// (session 30). AVX2-only cores keep kSmallElements: not measured there.
+constexpr std::int64_t kSmallElementsPerThread = std::int64_t(1) << 17;
+
+// The limit in use on one thread: kSmallElements, kSmallElementsHalfRate where it applies, or
 // $PORTMAT_CPU_SMALL_ELEMENTS (a positive count, for A/B measurements; read once per process).
 std::int64_t small_elements();
+
+// The limit for a product shared by `threads`: small_elements(), raised on full-rate AVX-512 cores
+// (kSmallElementsPerThread), never past kSmallElementsHalfRate; $PORTMAT_CPU_SMALL_ELEMENTS, when
+// set, on any thread count.
+std::int64_t small_elements(int threads);
 
 // Past that size, products with at most kStripBytes of columns (16 floats, 8 doubles: one strip
 // of the tiles; more than skinny.hpp's few) are still unpacked: 6-row tiles read a in place, once,
@@ -68,7 +82,7 @@ constexpr std::int64_t kShortKRows = 64;
 
 // Whether small_gemm takes an M x K x N product of `size`-byte elements, by its shape (it also
 // needs a and b row-major).
-bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size);
+bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size, int threads = 1);
 
 // c (row-major, ldc) = a @ b when a and b are row-major (their rows contiguous) and the product is
 // small as above; returns false, touching nothing, otherwise.

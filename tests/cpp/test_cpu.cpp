@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -585,6 +586,21 @@ TEST(CpuSmall, SizeLimitFollowsTheCore) {
 #endif
   EXPECT_EQ(portmat::cpu::small_shape(256, 256, 256, 4), limit >= 3 * 256 * 256);
   EXPECT_FALSE(portmat::cpu::small_shape(600, 600, 600, 4));
+  // On several threads: never below the one-thread limit, growing with the threads, never past
+  // kSmallElementsHalfRate unless set; on full-rate AVX-512 cores 2^17 a thread.
+  EXPECT_EQ(portmat::cpu::small_elements(1), limit);
+  for (int threads : {2, 3, 8, 16, 64}) {
+    const std::int64_t t_limit = portmat::cpu::small_elements(threads);
+    EXPECT_GE(t_limit, portmat::cpu::small_elements(threads - 1));
+    EXPECT_EQ(portmat::cpu::small_shape(256, 256, 256, 4, threads), t_limit >= 3 * 256 * 256);
+    if (std::getenv("PORTMAT_CPU_SMALL_ELEMENTS")) {
+      EXPECT_EQ(t_limit, limit);
+    } else if (portmat::cpu::small_elements(threads) != limit) {
+      EXPECT_EQ(std::string(portmat::cpu::active_kernel_set().isa), "avx512");
+      EXPECT_EQ(t_limit, std::min(portmat::cpu::kSmallElementsPerThread * threads, portmat::cpu::kSmallElementsHalfRate));
+    }
+  }
+  EXPECT_FALSE(portmat::cpu::small_shape(600, 600, 600, 4, 64));
   std::mt19937 rng(11);
   for (auto [m, k, n] : {std::tuple{256, 256, 256}, {100, 1000, 170}}) {
     if (m * k + k * n + m * n > limit) continue;
@@ -602,6 +618,39 @@ TEST(CpuSmall, SizeLimitFollowsTheCore) {
     }
   }
 }
+
+// Fewer register tiles than threads and a long K: the threads split K into slices (small.cpp,
+// small_gemm_sliced). Blocks by rows and by columns, remainders of every kind, both dtypes; within
+// the reference's bound on every thread count, and the same bits on a second run.
+template <class T>
+void check_small_long_k() {
+  std::mt19937 rng(17);
+  constexpr DType dt = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  int taken = 0;
+  for (auto [m, k, n] : {std::tuple{16, 65536, 16}, {5, 4096, 16}, {6, 3001, 7}, {1, 2500, 16}, {13, 2048, 32},
+                         {3, 4097, 64}, {7, 2049, 3}}) {
+    if (!portmat::cpu::small_shape(m, k, n, sizeof(T))) continue;
+    ++taken;
+    auto a = random_vector<T>(static_cast<std::size_t>(m) * k, rng);
+    auto b = random_vector<T>(static_cast<std::size_t>(k) * n, rng);
+    portmat::core::HostMatrix ha{a.data(), 0, m, k, k, false, dt};
+    portmat::core::HostMatrix hb{b.data(), 0, k, n, n, false, dt};
+    MatrixView va{a.data(), m, k, k, 1, dt};
+    MatrixView vb{b.data(), k, n, n, 1, dt};
+    for (int threads : {1, 2, 3, 8}) {
+      std::vector<T> c(static_cast<std::size_t>(m) * n, T(-7)), again(c.size(), T(-9));
+      ASSERT_TRUE(portmat::cpu::small_gemm<T>(ha, hb, c.data(), n, threads));
+      ASSERT_TRUE(portmat::cpu::small_gemm<T>(ha, hb, again.data(), n, threads));
+      MatrixView vc{c.data(), m, n, n, 1, dt};
+      EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0) << m << "x" << k << "x" << n << " on " << threads;
+      EXPECT_EQ(std::memcmp(c.data(), again.data(), c.size() * sizeof(T)), 0) << m << "x" << k << "x" << n;
+    }
+  }
+  EXPECT_GE(taken, 3);  // the slices are exercised, whatever the size limit
+}
+
+TEST(CpuSmall, LongKSplitIntoSlicesFloat32) { check_small_long_k<float>(); }
+TEST(CpuSmall, LongKSplitIntoSlicesFloat64) { check_small_long_k<double>(); }
 
 TEST(CpuSmall, EveryTileRemainderFloat32) { check_small<float>(); }
 TEST(CpuSmall, EveryTileRemainderFloat64) { check_small<double>(); }
