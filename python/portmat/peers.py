@@ -133,7 +133,9 @@ class TorchPeer:
 
     def host(self, a, b):
         c = self._on_device(a) @ self._on_device(b)
-        return c.float().cpu().numpy()
+        # bfloat16 results come back as float32 (NumPy has no bfloat16); every other dtype as it
+        # is (a cast to float32 failed float64's check and dropped complex parts).
+        return (c.float() if self.bf16 else c).cpu().numpy()
 
     def resident(self, a, b, repeat, launches=1):
         """The faster of two timings: `launches` products queued from Python, and the same
