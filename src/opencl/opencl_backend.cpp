@@ -446,6 +446,23 @@ class OpenClDevice final : public core::Device {
     return static_cast<std::size_t>((items + group - 1) / group) * static_cast<std::size_t>(group);
   }
 
+  // The work-items of one product's launch of gemm.cl (a work-group per NWG x MWG block) or
+  // gemm_direct.cl (a work-item per direct_cols() columns and MWG rows, in whole work-groups):
+  // along c's columns (dimension 0, ndimc a group) and rows (dimension 1, mdimc a group).
+  struct GemmGrid {
+    std::size_t cols, rows;
+    std::int64_t groups(const GemmParams& p) const {
+      return static_cast<std::int64_t>(cols / static_cast<std::size_t>(p.ndimc) * (rows / static_cast<std::size_t>(p.mdimc)));
+    }
+  };
+  static GemmGrid gemm_grid(const GemmParams& p, std::int64_t M, std::int64_t N) {
+    if (p.direct)
+      return {whole_groups((N + p.direct_cols() - 1) / p.direct_cols(), p.ndimc),
+              whole_groups((M + p.mwg - 1) / p.mwg, p.mdimc)};
+    return {static_cast<std::size_t>((N + p.nwg - 1) / p.nwg) * p.ndimc,
+            static_cast<std::size_t>((M + p.mwg - 1) / p.mwg) * p.mdimc};
+  }
+
   // `packed`: gemm_direct.cl's program with PACKED=1, whose gemm reads the panels its pack_a and
   // pack_b write; `name` picks one of the three.
   cl_kernel kernel_for(const GemmParams& p, bool a_col, bool b_col, bool edges, int gvw, DType dtype,
@@ -596,14 +613,8 @@ class OpenClDevice final : public core::Device {
       cl_check(cl_.SetKernelArg(k, i, sizes[i], args[i]), "clSetKernelArg(gemm)", where_);
     const std::size_t local[3] = {static_cast<std::size_t>(p.ndimc),
                                   static_cast<std::size_t>(p.mdimc), 1};
-    // gemm.cl: a work-group per NWG x MWG block; gemm_direct.cl: a work-item per direct_cols()
-    // columns and MWG rows, in whole work-groups.
-    const std::size_t global[3] = {
-        p.direct ? whole_groups((N + p.direct_cols() - 1) / p.direct_cols(), p.ndimc)
-                 : static_cast<std::size_t>((N + p.nwg - 1) / p.nwg) * p.ndimc,
-        p.direct ? whole_groups((M + p.mwg - 1) / p.mwg, p.mdimc)
-                 : static_cast<std::size_t>((M + p.mwg - 1) / p.mwg) * p.mdimc,
-        static_cast<std::size_t>(count)};
+    const GemmGrid grid = gemm_grid(p, M, N);
+    const std::size_t global[3] = {grid.cols, grid.rows, static_cast<std::size_t>(count)};
     cl_event ev = nullptr;
     cl_int err = cl_.EnqueueNDRangeKernel(on ? on : queue_, k, 3, nullptr, global, local, n_after, after, &ev);
     cl_check(err, "clEnqueueNDRangeKernel(gemm)",
@@ -749,7 +760,8 @@ class OpenClDevice final : public core::Device {
   // kSplitIdle of the compute units: CPU runtimes ran a stack's matrices one after another (Intel's,
   // 2-core machine: 4 x (1 x 262144) @ (262144 x 1) 15.7 ms against 5.9 for one, and the dot
   // product of 2^20 split in 4 10-12 ms against 11.4 unsplit), and on a GPU the rule is kept to
-  // products that leave it mostly idle until it has been measured there (not yet: docs/opencl.md).
+  // products that leave it mostly idle. Measured on the H200 (session 30, docs/opencl.md): the dot
+  // product 150 -> 0.71 ms, (16 x 65536) @ (65536 x 16) 11.0 -> 0.53 ms, NumPy in and out.
   // PORTMAT_OPENCL_SPLIT_K: 0 never, 1 the rule, 2 wherever k makes two slices (the tests).
   static constexpr std::int64_t kSplitMinSliceK = 1024, kSplitSliceAlign = 64, kSplitIdle = 4;
   static constexpr double kSplitMaxBytes = 64 << 20;
@@ -760,10 +772,7 @@ class OpenClDevice final : public core::Device {
     const long knob = env_long("PORTMAT_OPENCL_SPLIT_K", 1);
     if (knob == 2) return K >= 2 * kSplitSliceAlign ? std::min<std::int64_t>(K / kSplitSliceAlign, 4) : 1;
     if (knob != 1 || info_.kind != DeviceKind::gpu || K < 2 * kSplitMinSliceK) return 1;
-    const std::int64_t groups =
-        p.direct ? static_cast<std::int64_t>(whole_groups((N + p.direct_cols() - 1) / p.direct_cols(), p.ndimc) / p.ndimc *
-                                              (whole_groups((M + p.mwg - 1) / p.mwg, p.mdimc) / p.mdimc))
-                 : ((M + p.mwg - 1) / p.mwg) * ((N + p.nwg - 1) / p.nwg);
+    const std::int64_t groups = gemm_grid(p, M, N).groups(p);
     const std::int64_t want = (2 * static_cast<std::int64_t>(info_.compute_units) + groups - 1) / std::max<std::int64_t>(groups, 1);
     const double room = kSplitMaxBytes / (static_cast<double>(es) * static_cast<double>(M) * static_cast<double>(N));
     const std::int64_t slices = std::min({want, K / kSplitMinSliceK, static_cast<std::int64_t>(std::min(room, 1e9))});
