@@ -4,6 +4,7 @@
 // -ffp-contract=fast (cpu.cmake) so that acc + a * b becomes one FMA where the CPU has it.
 #include "cpu/small.hpp"
 #include "cpu/kernel_table.hpp"
+#include "cpu/partial_sums.hpp"
 #include "cpu/skinny.hpp"
 #include "cpu/thread_pool.hpp"
 #include "cpu/vector_ext.hpp"
@@ -335,14 +336,7 @@ void small_gemm_sliced(const T* pa, std::int64_t lda, const T* pb, std::int64_t 
     else
       small_kernels().f64(pa + i0 * lda + k0, lda, pb + k0 * ldb + j0, ldb, out, N, m, n, k);
   });
-  for (std::int64_t i = 0; i < M; ++i) {
-    T* row = c + i * ldc;
-    std::memcpy(row, partial.data() + i * N, static_cast<std::size_t>(N) * sizeof(T));
-    for (std::int64_t q = 1; q < slices; ++q) {
-      const T* part = partial.data() + q * M * N + i * N;
-      for (std::int64_t j = 0; j < N; ++j) row[j] += part[j];
-    }
-  }
+  add_parts_rows(partial.data(), M * N, N, static_cast<int>(slices), static_cast<int>(M), N, c, 1, ldc, threads);
 }
 
 template <class T>
