@@ -1024,7 +1024,7 @@ class CudaDevice final : public core::Device {
   }
 
   // A product with a short k (ShortKChoice; kernels/gemm_short_k.cuh): one launch, blocks of
-  // 4 * 256 / ct rows by 4 * ct columns of c.
+  // rt * 256 / ct rows by 4 * ct columns of c.
   void launch_short_k(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
                       const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
                       std::int64_t k, const ShortKChoice& t) {
@@ -1038,10 +1038,13 @@ class CudaDevice final : public core::Device {
     args.m = static_cast<int>(m), args.n = static_cast<int>(n), args.k = static_cast<int>(k);
     args.a_col = am.col_major, args.b_col = bm.col_major;
     args.c_vec = c % 16 == 0 && ldc % 4 == 0;
-    const int wide = t.ct == 32;
-    CUfunction& f = short_k_functions_[wide];
-    if (!f) f = named_function(wide ? "short_k_f32_c32" : "short_k_f32_c4");
-    const std::int64_t tm = 4 * (256 / t.ct), tn = 4 * t.ct;
+    // 16-byte loads: aligned, and k a multiple of 4 where k is the operand's contiguous index.
+    args.a_vec = a % 16 == 0 && am.ld % 4 == 0 && (am.col_major || k % 4 == 0);
+    args.b_vec = b % 16 == 0 && bm.ld % 4 == 0 && (!bm.col_major || k % 4 == 0);
+    const int kind = t.ct == 32 ? (t.rt == 2 ? 2 : 1) : 0;
+    CUfunction& f = short_k_functions_[kind];
+    if (!f) f = named_function(kind == 2 ? "short_k_f32_c32_r2" : kind == 1 ? "short_k_f32_c32" : "short_k_f32_c4");
+    const std::int64_t tm = t.rt * (256 / t.ct), tn = 4 * t.ct;
     void* params[] = {&args};
     if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>((m + tm - 1) / tm), static_cast<unsigned>((n + tn - 1) / tn),
                                             1, 256, 1, 1, 0, stream, params, nullptr))
@@ -1426,7 +1429,7 @@ class CudaDevice final : public core::Device {
   std::map<std::pair<const GemmTile*, int>, CUfunction> tile_functions_;  // function(): tile, layout
   std::map<std::pair<const GemmTile*, int>, int> cluster_room_;  // cluster_room(): tile, slices; -1 none
   CUfunction thin_functions_[3][5] = {};  // launch_thin: [axpy, dots, dots_wk][short side 1, 2, 4, 8, 16]
-  CUfunction short_k_functions_[2] = {};  // launch_short_k: [128 columns a block (else 16)]
+  CUfunction short_k_functions_[3] = {};  // launch_short_k: 16 columns a block, 128, 128 with 2 rows a thread
   bool knobs_ = true;                     // a PORTMAT_CUDA_ variable is set (ready())
   struct PlanKey {
     std::int64_t m, n, k;

@@ -2,6 +2,7 @@
 #include "cuda/tile_choice.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace portmat::cuda {
@@ -177,6 +178,7 @@ constexpr double kThinBlockBytesPerS = 60e9, kThinBlockFmaPerS = 60e9;
 constexpr double kThinStartS = 4.0e-6, kThinSumS = 3.0e-6, kThinSumBytesPerS = 5.0e12;
 constexpr double kThinFusedSumS = 1.0e-6;  // the last blocks reading every slice's part (not measured alone)
 constexpr double kThinSmallBytes = 1 << 20;
+constexpr double kThinShortWeight = 0.5;  // a byte of the short operand (L2) against one of L (memory)
 constexpr std::int64_t kThinBlocksPerSm = 2;  // __launch_bounds__(256, 2)
 
 }  // namespace
@@ -234,6 +236,7 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   // whole grid: a warp's load then brings a fraction of its 512 bytes) and its warps' rows;
   // thin_axpy's lanes along r.
   const int level = t.sc == 1 ? 0 : t.sc == 2 ? 1 : t.sc == 4 ? 2 : t.sc == 8 ? 3 : 4;
+  const std::int64_t chunk = t.wk ? 2048 : 256;  // k a block takes through shared memory at a time
   const double bytes = 4.0 * (static_cast<double>(R) * k + static_cast<double>(S) * k + static_cast<double>(R) * S);
   auto estimate = [&](std::int64_t kslice, std::int64_t parts) {
     const double lanes = t.dots ? std::min(1.0, static_cast<double>(std::min(k, kslice)) / (t.wk ? 1024.0 : 128.0))
@@ -242,18 +245,39 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
                                : 1.0;
     const double blocks = static_cast<double>(row_blocks * parts);
     const double block_rate = kThinBlockBytesPerS * kThinBytesPerS[level] / kThinBytesPerS[0];
-    const double rate = lanes * std::min(kThinBytesPerS[level], blocks * block_rate * rows);
+    // An SM with one block streams about three quarters of what it does with two (the block's
+    // loads in flight): the full rate scaled by how many of the GPU's slots the grid fills.
+    const double slots = static_cast<double>(kThinBlocksPerSm * s_count);
+    const double fill = std::min(1.0, blocks / slots);
+    const double rate = lanes * std::min(kThinBytesPerS[level] * (0.5 + 0.5 * fill), blocks * block_rate * rows);
     const double fma_rate = static_cast<double>(std::min<std::int64_t>(row_blocks * parts, kThinBlocksPerSm * s_count)) *
                             kThinBlockFmaPerS * rows;
-    double sec = kThinStartS + std::max(bytes / rate, static_cast<double>(R) * k * t.sc / fma_rate);
+    // Every block reads the short operand's chunks of its slice (whole chunks, through L2), and a
+    // grid past the GPU's slots runs in waves, the last as long as a full one.
+    const double chunked = static_cast<double>(ceil_div(std::min(k, kslice), chunk) * chunk);
+    const double short_bytes = blocks * chunked * t.sc * 4.0 * kThinShortWeight;
+    const double waves = blocks > slots ? std::ceil(blocks / slots) * slots / blocks : 1.0;
+    double sec = kThinStartS + std::max((bytes + short_bytes) * waves / rate, static_cast<double>(R) * k * t.sc / fma_rate);
     ThinChoice sliced = t;
     sliced.slices = parts;
     if (parts > 1)
       sec += (thin_sum_fused(sliced, S) ? kThinFusedSumS : kThinSumS) + 4.0 * R * S * (parts + 1) / kThinSumBytesPerS;
     return sec;
   };
-  t = with_thin_slices(t, m, n, k, bytes < kThinSmallBytes || row_blocks >= want ? 1 : ceil_div(want, row_blocks));
+  // The slices: the count with the smallest estimate, from one up to what fills the slots (fewer
+  // where that is a wave and a half: 4096 x 4096 @ 4096 x 16 ran 41 us in 2 slices, 52 in 3; more
+  // than that slowed the dot product, 256 slices of 4096 8.9 us, 512 of 2048 10.7).
+  t = with_thin_slices(t, m, n, k, 1);
   t.estimate_s = estimate(t.kslice, t.slices);
+  const std::int64_t most = bytes < kThinSmallBytes || row_blocks >= want ? 1 : ceil_div(want, row_blocks);
+  for (std::int64_t p = 2; p <= most; ++p) {
+    const ThinChoice c = with_thin_slices(t, m, n, k, p);
+    if (c.slices == t.slices) continue;
+    if (const double e = estimate(c.kslice, c.slices); e < t.estimate_s) {
+      t = c;
+      t.estimate_s = e;
+    }
+  }
   t.use = t.estimate_s < tile_estimate_s;
   return t;
 }
@@ -264,10 +288,12 @@ namespace {
 // cuda_vs_cublas.py --shapes suite with PORTMAT_CUDA_SHORT_K=0 / 1, us, tiles -> short-k):
 // (2048 x 1) @ (1 x 2048) 10.8 -> 7.6, (2048 x 8) @ (8 x 2048) 10.8 -> 10.4, (65536 x 16) @
 // (16 x 16) 11.9 -> 7.5, (16 x 16) @ (16 x 65536) 9.2 -> 8.0, every product of at most 256 x 256
-// results 0.1-1.5 us slower. So the tiles stream about 2.0 TB/s and the short-k kernel 2.8; its
+// results 0.1-1.5 us slower. So the tiles stream about 2.0 TB/s and the short-k kernel 2.8 (3.4 since
+// its copies load 16 bytes a thread: session 31, graph-timed (65536 x 16) @ (16 x 16) 6.6 -> 5.2 us,
+// (4096 x 32) @ (32 x 4096) 68 -> 49); its
 // multiply-adds (shared-memory operands, 4 x 4 a thread) are taken at 20 TFLOP/s, and it must win
 // by kShortKMargin (below a few MB the two are within the noise of a launch, and the tiles stay).
-constexpr double kStreamStartS = 4.0e-6, kShortKBytesPerS = 2.8e12, kShortKFlops = 20e12;
+constexpr double kStreamStartS = 4.0e-6, kShortKBytesPerS = 3.4e12, kShortKFlops = 20e12;
 constexpr double kTileBytesPerS = 2.0e12, kShortKMargin = 1.1;
 }  // namespace
 
@@ -275,9 +301,13 @@ ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, doub
   ShortKChoice t;
   if (k <= 0 || k > kShortKMax || m <= 0 || n <= 0) return t;
   const int ct = n <= 16 ? 4 : 32;
-  const std::int64_t tn = 4 * ct, tm = 4 * (256 / ct);
+  // 2 rows a thread (16-row blocks) where 4 (32-row blocks) would leave more rows idle: 16 x 16 @
+  // 16 x 65536 ran 4.8 us against 5.5 (session 31).
+  const int rt = ct == 32 && ceil_div(m, 16) * 16 < ceil_div(m, 32) * 32 ? 2 : 4;
+  const std::int64_t tn = 4 * ct, tm = rt * (256 / ct);
   if (ceil_div(n, tn) > 65535 || ceil_div(m, tm) > INT32_MAX) return t;  // beyond its grid
   t.ct = ct;
+  t.rt = rt;
   const double bytes = 4.0 * (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
   t.estimate_s = kStreamStartS + std::max(bytes / kShortKBytesPerS, 2.0 * m * n * k / kShortKFlops);
   t.use = kShortKMargin * t.estimate_s < std::max(tile_estimate_s, kStreamStartS + bytes / kTileBytesPerS);

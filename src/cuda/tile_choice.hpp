@@ -105,10 +105,12 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
 // is bytes (c's, and the long operand's) at memory speed plus a launch; the tile model counts
 // flops only, which for k = 1-32 is a small part of what the tiles take. `use`: the short-k
 // estimate beats the tiles' estimate with that bytes floor added (the tiles write c too).
-// ct: the kernel's threads across a block's columns (4: 16 columns, for n <= 16; else 32: 128).
+// ct: the kernel's threads across a block's columns (4: 16 columns, for n <= 16; else 32: 128);
+// rt: rows of c a thread (4, or 2 with 32 threads across where that idles fewer of a block's rows).
 struct ShortKChoice {
   bool use = false;
   int ct = 0;
+  int rt = 4;
   double estimate_s = 0.0;
 };
 ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s);

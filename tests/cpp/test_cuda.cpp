@@ -382,7 +382,8 @@ TEST(CudaGemm, ThinCorrectAndDeterministic) {
 }
 
 // The short-k kernel (kernels/gemm_short_k.cuh) whatever the model says (PORTMAT_CUDA_SHORT_K=1):
-// k from 1 to kShortKMax, results of at most 16 columns (its 16-column blocks) and wider ones (128),
+// k from 1 to kShortKMax (multiples of 4: 16-byte copies where aligned), results of at most 16
+// columns (its 16-column blocks) and wider ones (128, in blocks of 32 rows and of 16),
 // partial blocks of rows and columns, c's rows as float4 stores (ldc = n + 1 a multiple of 4 at
 // offset 0) and not, every layout and offset (check_device_resident).
 TEST(CudaGemm, ShortKCorrect) {
@@ -390,7 +391,8 @@ TEST(CudaGemm, ShortKCorrect) {
   std::mt19937 rng(37);
   ScopedEnv short_k("PORTMAT_CUDA_SHORT_K", "1");
   for (const auto& s : {std::array<long, 3>{2048, 2047, 1}, {300, 2000, 7}, {7000, 15, 16}, {16, 20001, 16}, {33, 17, 32},
-                        {1000, 131, 31}, {5, 3, 2}, {257, 16, 9}}) {
+                        {1000, 131, 31}, {5, 3, 2}, {257, 16, 9}, {16, 70001, 16}, {40, 3001, 8}, {4001, 13, 4},
+                        {3, 129, 32}}) {
     SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
     check_device_resident(dev, s[0], s[1], s[2], rng);
   }
@@ -693,6 +695,41 @@ TEST(CudaTileChoice, SlicedKTiles) {
     EXPECT_EQ(choose_f32_tile(1024, 1024, 1024, 132, ws, true).tile, &pc::kF32_64x128_sl);
     EXPECT_EQ(choose_f32_tile(1024, 1024, 1024, 132, ws, false).tile, &pc::kF32_64x128_sl);
   }
+}
+
+// The thin kernels' model (tile_choice.cpp, choose_thin) on the H200's 132 SMs: a long k over too
+// few blocks of rows is split, but never into a wave and a bit (the last blocks then run alone: 4096
+// x 4096 @ 4096 x 16 took 52 us in 3 slices, 384 blocks, against 41 in 2, session 31); the slices
+// stay within split-K's workspace and cover k.
+TEST(CudaThinChoice, SlicesFillTheGpuWithoutAPartialWave) {
+  namespace pc = portmat::cuda;
+  const long slots = 2 * 132;  // __launch_bounds__(256, 2)
+  for (long s : {1L, 2L, 4L, 8L, 16L})
+    for (bool few_rows : {false, true}) {
+      const long m = few_rows ? s : 4096, n = few_rows ? 4096 : s;
+      const auto t = pc::choose_thin(m, n, 4096, false, false, 132, 1.0);
+      ASSERT_TRUE(t.use) << m << " x " << n;
+      const long row_blocks = (4096 + t.rows_per_block - 1) / t.rows_per_block;
+      EXPECT_GT(t.slices, 1) << m << " x " << n << ": " << row_blocks << " blocks of rows";
+      EXPECT_LE(row_blocks * t.slices, slots) << m << " x " << n << ": " << t.slices << " slices";
+      EXPECT_GE(t.slices * t.kslice, 4096);
+      EXPECT_LT((t.slices - 1) * t.kslice, 4096);
+    }
+}
+
+// The short-k kernel's shape: 16 columns a block for results of at most 16 columns, else 128; 2 rows
+// a thread (16-row blocks) where 4 (32-row blocks) would idle more rows.
+TEST(CudaShortKChoice, BlockShapeFollowsTheResult) {
+  namespace pc = portmat::cuda;
+  EXPECT_EQ(pc::choose_short_k(65536, 16, 16, 1.0).ct, 4);
+  EXPECT_EQ(pc::choose_short_k(65536, 16, 16, 1.0).rt, 4);
+  EXPECT_EQ(pc::choose_short_k(16, 65536, 16, 1.0).ct, 32);
+  EXPECT_EQ(pc::choose_short_k(16, 65536, 16, 1.0).rt, 2);
+  EXPECT_EQ(pc::choose_short_k(2048, 2048, 8, 1.0).rt, 4);
+  EXPECT_EQ(pc::choose_short_k(40, 2048, 8, 1.0).rt, 2);   // 48 rows in 16s, 64 in 32s
+  EXPECT_EQ(pc::choose_short_k(60, 2048, 8, 1.0).rt, 4);   // 64 either way
+  EXPECT_TRUE(pc::choose_short_k(65536, 16, 16, 1.0).use);
+  EXPECT_FALSE(pc::choose_short_k(4096, 4096, 33, 1.0).use);  // past kShortKMax
 }
 
 // ---- precision modes (issue 18): the tensor-core kernels, gemm_tc.cuh ------------------------------

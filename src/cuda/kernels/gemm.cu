@@ -272,9 +272,10 @@ PM_THIN_WK(1) PM_THIN_WK(2) PM_THIN_WK(4)
 __global__ void __launch_bounds__(256) thin_sum_f32(ThinSumArgs p) { thin_sum_body(p); }
 
 // Short inner dimension (gemm_short_k.cuh): 256 threads a block, 4 or 32 of them across 16 or 128
-// columns of c.
-__global__ void __launch_bounds__(256) short_k_f32_c4(ShortKArgs p) { short_k_body<4>(p); }
-__global__ void __launch_bounds__(256) short_k_f32_c32(ShortKArgs p) { short_k_body<32>(p); }
+// columns of c, 4 (or 2: _r2) rows of c a thread.
+__global__ void __launch_bounds__(256) short_k_f32_c4(ShortKArgs p) { short_k_body<4, 4>(p); }
+__global__ void __launch_bounds__(256) short_k_f32_c32(ShortKArgs p) { short_k_body<32, 4>(p); }
+__global__ void __launch_bounds__(256) short_k_f32_c32_r2(ShortKArgs p) { short_k_body<32, 2>(p); }
 
 // Tensor cores (gemm_tc.cuh), float32 operands in the precision modes: tf32 (one TF32 product),
 // f32x3 (float32_tc: the hi/lo split, three TF32 products), bf16 (operands rounded to bfloat16).

@@ -160,15 +160,17 @@ struct ThinArgs {
 
 // The short-k kernels (gemm_short_k.cuh): c (m x n, row-major, ldc) = a (m x k) @ b (k x n) for
 // k <= kShortKMax, float32; a(i, kk) at a[i * lda + kk] (a[kk * lda + i] with a_col), b(kk, j) at
-// b[kk * ldb + j] (b[j * ldb + kk] with b_col). c_vec: c and ldc allow 16-byte stores. Grid: x over
-// blocks of rows, y over blocks of columns.
+// b[kk * ldb + j] (b[j * ldb + kk] with b_col). c_vec: c and ldc allow 16-byte stores. a_vec, b_vec:
+// the operand's copy may load 16 bytes at a time (its pointer 16-byte aligned, ld a multiple of 4,
+// and k a multiple of 4 where k is its contiguous index). Grid: x over blocks of rows, y over
+// blocks of columns.
 inline constexpr int kShortKMax = 32;
 struct ShortKArgs {
   const void* a;
   const void* b;
   void* c;
   long long lda, ldb, ldc;
-  int m, n, k, a_col, b_col, c_vec;
+  int m, n, k, a_col, b_col, c_vec, a_vec, b_vec;
 };
 
 // thin_sum: c's (i, j) at c[i * ors + j * oss] = the sum over q < count, in that order, of
