@@ -7,9 +7,11 @@ sides", has the H200's figures.
 
   python3 bench/diagnostics/cuda_vs_cublas.py
   python3 bench/diagnostics/cuda_vs_cublas.py --shapes suite --variants "tiles:PORTMAT_CUDA_SHORT_K=0" --json out.json
+  python3 bench/diagnostics/cuda_vs_cublas.py --shapes shapes.txt      # one M,K,N a line
   python3 bench/diagnostics/cuda_vs_cublas.py --variants "sl:PORTMAT_CUDA_TILE=64x128_sl;old:PORTMAT_CUDA_SLICED=0"
 
-`--shapes suite` takes `portmat bench`'s built-in suite (a vector as a side of 1); `--variants`
+`--shapes suite` takes `portmat bench`'s built-in suite (a vector as a side of 1), `--shapes FILE`
+the products of a file (one M,K,N a line, as `portmat bench --shapes`); `--variants`
 times portmat again under each `NAME:VAR=VALUE,...` environment (the CUDA backend reads its knobs at
 every call), in the same rounds. `graph:PORTMAT_CUDA_TIME_GRAPH=1` times portmat's 10 products as
 a CUDA graph's replay, like cuBLAS's graph column (a knob set costs each queued launch a little
@@ -71,15 +73,19 @@ def parse_variants(text):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", choices=["default", "suite"], default="default")
+    ap.add_argument("--shapes", default="default",
+                    help="default, suite (portmat bench's suite) or a file of M,K,N lines")
     ap.add_argument("--variants", default="")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.shapes == "suite":
         from portmat.bench import SUITE
         shapes = [(m or 1, k, n or 1) for m, k, n in SUITE]
-    else:
+    elif args.shapes == "default":
         shapes = SHAPES
+    else:
+        with open(args.shapes) as f:
+            shapes = [tuple(int(x) for x in line.split(",")) for line in f if line.strip() and not line.startswith("#")]
     variants = parse_variants(args.variants)
     dev = next(d.id for d in portmat.devices() if d.backend == "cuda")
     names = "".join(f", {name} us" for name, _ in variants)
