@@ -611,6 +611,7 @@ class CudaDevice final : public core::Device {
     ThinChoice thin;
     TileChoice tile;
     ShortKChoice short_k;
+    ResidentChoice resident;
   };
   Plan plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, bool whole) {
     const PlanKey key{m, n, k, static_cast<int>(dtype) * 8 + a_col * 4 + b_col * 2 + whole};
@@ -619,7 +620,12 @@ class CudaDevice final : public core::Device {
     Plan p{};
     p.tile = choose_tile(dtype, m, n, k, whole);
     if (dtype == DType::f32) p.thin = thin_choice(m, n, k, a_col, b_col, p.tile.estimate_s);
-    if (dtype == DType::f32 && !p.thin.use) p.short_k = short_k_choice(m, n, k, p.tile.estimate_s);
+    if (dtype == DType::f32 && !p.thin.use) {
+      p.short_k = short_k_choice(m, n, k, p.tile.estimate_s);
+      p.resident = resident_choice(m, n, k, a_col, b_col, p.short_k.use ? p.short_k.estimate_s
+                                                                         : tiles_with_bytes_s(m, n, k, p.tile.estimate_s));
+      if (p.resident.use) p.short_k.use = false;
+    }
     if (knobs_) return p;
     if (plans_.size() >= kMaxPlans) plans_.clear();
     plans_.emplace(key, p);
@@ -702,6 +708,18 @@ class CudaDevice final : public core::Device {
     // PORTMAT_CUDA_THIN_SLICES=S: k in about S slices, whatever the model says (measurements).
     if (const long slices = knob("PORTMAT_CUDA_THIN_SLICES", 0); slices > 0 && t.possible)
       t = with_thin_slices(t, m, n, k, slices);
+    return t;
+  }
+
+  // Whether a float32 product runs on the resident kernels (tile_choice.hpp, choose_resident).
+  // PORTMAT_CUDA_RESIDENT=0 never, =1 whenever k and a side of c are at most kResidentMax
+  // (measurements, tests); a tile or split forced by a knob keeps the tiles.
+  ResidentChoice resident_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col,
+                                 double other_s) const {
+    const long env = knob("PORTMAT_CUDA_RESIDENT", -1);
+    if (env == 0 || knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) return {};
+    ResidentChoice t = choose_resident(m, n, k, a_col, b_col, info_.compute_units, other_s);
+    if (env == 1) t.use = t.possible;
     return t;
   }
 
@@ -813,6 +831,8 @@ class CudaDevice final : public core::Device {
       return launch_tc(stream, a, am, 0, b, bm, 0, c, ldc, 0, m, n, k, 1, accumulate);
     const Plan planned = plan(am.dtype, m, n, k, am.col_major, bm.col_major, whole);
     if (!accumulate && planned.thin.use) return launch_thin(stream, a, am, b, bm, c, ldc, m, n, k, planned.thin);
+    if (!accumulate && planned.resident.use)
+      return launch_resident(stream, a, am, b, bm, c, ldc, m, n, k, planned.resident);
     if (!accumulate && planned.short_k.use)
       return launch_short_k(stream, a, am, b, bm, c, ldc, m, n, k, planned.short_k);
     const TileChoice choice = accumulate ? TileChoice{&kF32_128x256_fpa, false, 0, 0.0} : planned.tile;
@@ -1049,6 +1069,42 @@ class CudaDevice final : public core::Device {
     if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>((m + tm - 1) / tm), static_cast<unsigned>((n + tn - 1) / tn),
                                             1, 256, 1, 1, 0, stream, params, nullptr))
       cu_check(r, "cuLaunchKernel(short-k gemm)", product_text(where_, m, n, k, " with short_k"));
+  }
+
+  // A product with k and a side of c at most kResidentMax (ResidentChoice; kernels/
+  // gemm_resident.cuh): one launch of t.blocks blocks walking L's 128-row tiles. The views as in
+  // launch_thin: few columns, L = a and out = c; few rows, L = b^T and out = c^T.
+  void launch_resident(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
+                       const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
+                       std::int64_t k, const ResidentChoice& t) {
+    if (m > INT32_MAX || n > INT32_MAX || k > kResidentMax || std::min(m, n) > kResidentMax || t.blocks <= 0)
+      throw std::logic_error("CUDA gemm: a resident-operand product out of the kernel's range");
+    ResidentArgs args{};
+    const core::DeviceMatrix& lm = t.few_rows ? bm : am;
+    const CUdeviceptr l = t.few_rows ? b : a;
+    args.l = reinterpret_cast<const void*>(l);
+    args.ldl = lm.ld;
+    if (t.few_rows) {  // L(r, kk) = b(kk, r); Sh(kk, s) = a(s, kk); out(r, s) = c(s, r)
+      args.sh = reinterpret_cast<const void*>(a);
+      args.sk = am.col_major ? am.ld : 1, args.ss = am.col_major ? 1 : am.ld;
+      args.r = static_cast<int>(n), args.s = static_cast<int>(m);
+      args.ors = 1, args.oss = ldc;
+    } else {  // L = a; Sh = b; out = c
+      args.sh = reinterpret_cast<const void*>(b);
+      args.sk = bm.col_major ? 1 : bm.ld, args.ss = bm.col_major ? bm.ld : 1;
+      args.r = static_cast<int>(m), args.s = static_cast<int>(n);
+      args.ors = ldc, args.oss = 1;
+    }
+    args.out = reinterpret_cast<void*>(c);
+    args.k = static_cast<int>(k);
+    args.vec = l % 16 == 0 && lm.ld % 4 == 0;
+    args.out_vec = c % 16 == 0 && ldc % 4 == 0;
+    const char* name = t.lk ? "resident_f32_lk" : "resident_f32_lr";
+    CUfunction f = smem_function(name, resident_smem_bytes(t.lk));
+    void* params[] = {&args};
+    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(t.blocks), 1, 1, 256, 1, 1, resident_smem_bytes(t.lk),
+                                            stream, params, nullptr))
+      cu_check(r, "cuLaunchKernel(resident gemm)", product_text(where_, m, n, k, std::string(" with ") + name));
   }
 
   // The split-K workspace of launches on `stream` (one per stream, like the stream-K flags: the

@@ -294,8 +294,17 @@ namespace {
 // multiply-adds (shared-memory operands, 4 x 4 a thread) are taken at 20 TFLOP/s, and it must win
 // by kShortKMargin (below a few MB the two are within the noise of a launch, and the tiles stay).
 constexpr double kStreamStartS = 4.0e-6, kShortKBytesPerS = 3.4e12, kShortKFlops = 20e12;
-constexpr double kTileBytesPerS = 2.0e12, kShortKMargin = 1.1;
+// The tiles' rate, 2.0 TB/s on those shapes (k <= 32); on k = 33-64 and a c as large as a (session
+// 31: (65536 x 64) @ (64 x 64) 28.0 us, (16384 x 64) @ (64 x 64) 10.6, (262144 x 64) @ (64 x 64)
+// 83.5, (100000 x 48) @ (48 x 40) 27.9) they streamed 1.6 TB/s beyond the start: a pipeline of
+// 3-4 slabs that never fills.
+constexpr double kTileBytesPerS = 2.0e12, kTileBytesPerSK64 = 1.6e12, kShortKMargin = 1.1;
 }  // namespace
+
+double tiles_with_bytes_s(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s) {
+  const double bytes = 4.0 * (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
+  return std::max(tile_estimate_s, kStreamStartS + bytes / (k <= kShortKMax ? kTileBytesPerS : kTileBytesPerSK64));
+}
 
 ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s) {
   ShortKChoice t;
@@ -310,7 +319,41 @@ ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, doub
   t.rt = rt;
   const double bytes = 4.0 * (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
   t.estimate_s = kStreamStartS + std::max(bytes / kShortKBytesPerS, 2.0 * m * n * k / kShortKFlops);
-  t.use = kShortKMargin * t.estimate_s < std::max(tile_estimate_s, kStreamStartS + bytes / kTileBytesPerS);
+  t.use = kShortKMargin * t.estimate_s < tiles_with_bytes_s(m, n, k, tile_estimate_s);
+  return t;
+}
+
+namespace {
+// The resident kernels' rates, fitted on the H200 (session 31, cuda_vs_cublas.py, queued, us):
+// resident_f32_lk did (65536 x 64) @ (64 x 64) in 23.2, (262144 x 64) @ (64 x 64) 81.2, (100000 x
+// 48) @ (48 x 40) 28.0, (16384 x 64) @ (64 x 64) 10.1: its multiply-adds (64 columns, k rounded up
+// to 4) at about 212 GFLOP/s an SM beyond the start, the bytes never the limit. It is taken where
+// it is estimated faster at all (the tiles took 28.0, 83.5, 27.9 and 10.6 there), and only for
+// L = a row-major (resident_f32_lk with c's rows as its rows): resident_f32_lr (L = b^T) ran no
+// faster than the 64x128 tiles ((64 x 64) @ (64 x 65536) 23.5 against 23.2, (64 x 32) @ (32 x
+// 65536) 17.1 against 15.1), and the lk kernel writes c^T element by element.
+constexpr double kResidentBytesPerS = 3.0e12, kResidentFlopsPerSm = 212e9, kResidentMargin = 1.0;
+constexpr std::int64_t kResidentRows = 128;
+}  // namespace
+
+ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
+                               double other_s) {
+  ResidentChoice t;
+  if (k <= 0 || k > kResidentMax || m <= 0 || n <= 0 || std::min(m, n) > kResidentMax) return t;
+  // Few columns: L = a; few rows: L = b^T; both: the longer side is L's rows.
+  t.few_rows = m <= kResidentMax && (n > kResidentMax || n > m);
+  const std::int64_t R = t.few_rows ? n : m, S = t.few_rows ? m : n;
+  if (R > INT32_MAX) return t;
+  t.possible = true;
+  t.lk = t.few_rows ? b_col : !a_col;
+  const std::int64_t s_count = std::max(1, sms), tiles = ceil_div(R, kResidentRows);
+  t.blocks = std::min(tiles, kResidentBlocksPerSm * s_count);
+  const double bytes = 4.0 * (static_cast<double>(R) * k + static_cast<double>(R) * S + static_cast<double>(k) * S);
+  const double tile_flops = 2.0 * kResidentRows * kResidentMax * static_cast<double>((k + 3) / 4 * 4);
+  const double busy_sms = static_cast<double>(std::min(t.blocks, s_count));
+  const double compute_s = static_cast<double>(tiles) * tile_flops / (busy_sms * kResidentFlopsPerSm);
+  t.estimate_s = kStreamStartS + std::max(bytes / kResidentBytesPerS, compute_s);
+  t.use = !t.few_rows && t.lk && kResidentMargin * t.estimate_s < other_s;
   return t;
 }
 

@@ -115,4 +115,27 @@ struct ShortKChoice {
 };
 ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s);
 
+// The resident kernels (kernels/gemm_resident.cuh): k and a side of c at most kResidentMax (64),
+// the other side long: out (R x S) = L (R x k) . Sh (k x S) with the short operand Sh in shared
+// memory and L streamed in 128-row tiles by a persistent grid of at most kResidentBlocksPerSm
+// blocks an SM. Its time: a start plus L's and c's bytes at a streaming rate, or its multiply-adds
+// (64 columns and k rounded up to 4, whatever S is) at its rate on the SMs the grid occupies,
+// whichever is longer. `use`: L = a row-major (resident_f32_lk writing c's rows; the other view
+// and kernel measured no faster than the tiles: tile_choice.cpp) and that beats `other_s` (the
+// tiles' estimate with the bytes floor that choose_short_k adds, or the short-k kernel's).
+inline constexpr std::int64_t kResidentBlocksPerSm = 2;
+struct ResidentChoice {
+  bool possible = false;  // k and a side of c at most kResidentMax
+  bool use = false;
+  bool few_rows = false;  // L = b^T, out = c^T (else L = a, out = c)
+  bool lk = false;        // L's k contiguous: resident_f32_lk (else _lr)
+  std::int64_t blocks = 0;
+  double estimate_s = 0.0;
+};
+ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
+                               double other_s);
+// The tiles' estimate with a floor of their bytes at the tiles' streaming rate (what choose_short_k
+// compares with; the tile model counts flops only).
+double tiles_with_bytes_s(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s);
+
 }  // namespace portmat::cuda

@@ -398,6 +398,23 @@ TEST(CudaGemm, ShortKCorrect) {
   }
 }
 
+// The resident kernels (kernels/gemm_resident.cuh) whatever the model says (PORTMAT_CUDA_RESIDENT=1):
+// k and a side of c up to kResidentMax, the long side in several 128-row tiles per block (a grid
+// of at most 2 blocks an SM) and in a partial last tile, both views (few columns: L = a; few rows:
+// L = b^T) in every layout, so both kernels (L's k contiguous and not), aligned and unaligned
+// offsets (16-byte copies and stores, and element ones), and k not a multiple of 4.
+TEST(CudaGemm, ResidentCorrect) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(41);
+  ScopedEnv resident("PORTMAT_CUDA_RESIDENT", "1");
+  ScopedEnv no_thin("PORTMAT_CUDA_THIN", "0");  // the sides of 1-16 too
+  for (const auto& s : {std::array<long, 3>{70001, 64, 64}, {64, 70001, 64}, {3001, 37, 33}, {40, 2999, 61}, {1000, 1, 64},
+                        {129, 64, 1}, {300, 60, 64}, {64, 64, 64}, {5, 9000, 3}}) {
+    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
+    check_device_resident(dev, s[0], s[1], s[2], rng);
+  }
+}
+
 // Benchmarks' graph timing (PORTMAT_CUDA_TIME_GRAPH=1: gemm_repeated captures its products in a
 // CUDA graph and replays it): the captured launches compute the same products, through the paths
 // that keep state between launches (thin_dots_wk's counter, short-k, split-K's workspace and sum,
@@ -730,6 +747,36 @@ TEST(CudaShortKChoice, BlockShapeFollowsTheResult) {
   EXPECT_EQ(pc::choose_short_k(60, 2048, 8, 1.0).rt, 4);   // 64 either way
   EXPECT_TRUE(pc::choose_short_k(65536, 16, 16, 1.0).use);
   EXPECT_FALSE(pc::choose_short_k(4096, 4096, 33, 1.0).use);  // past kShortKMax
+}
+
+// The resident kernels' model: possible for k and a side of c up to 64 (the longer side as L's
+// rows, L's k contiguous by layout), never past them; a tall row-major a against 64 columns is
+// taken over the tiles (their estimate with its bytes floor), what measured no faster is not (L =
+// b^T, a column-major a), nor a small product.
+TEST(CudaResidentChoice, WhereItApplies) {
+  namespace pc = portmat::cuda;
+  const auto tall = pc::choose_resident(65536, 64, 64, false, false, 132, 1.0);
+  EXPECT_TRUE(tall.possible);
+  EXPECT_FALSE(tall.few_rows);
+  EXPECT_TRUE(tall.lk);
+  EXPECT_EQ(tall.blocks, 264);
+  const auto wide = pc::choose_resident(64, 65536, 64, false, false, 132, 1.0);
+  EXPECT_TRUE(wide.few_rows);
+  EXPECT_FALSE(wide.lk);
+  EXPECT_TRUE(pc::choose_resident(64, 65536, 64, false, true, 132, 1.0).lk);
+  EXPECT_FALSE(pc::choose_resident(65536, 64, 64, true, false, 132, 1.0).lk);
+  EXPECT_FALSE(pc::choose_resident(65536, 64, 65, false, false, 132, 1.0).possible);
+  EXPECT_FALSE(pc::choose_resident(65536, 65, 64, false, false, 132, 1.0).possible);
+  EXPECT_EQ(pc::choose_resident(1000, 64, 64, false, false, 132, 1.0).blocks, 8);
+  for (long m : {16384L, 65536L, 262144L}) {
+    const auto tile = pc::choose_f32_tile(m, 64, 64, 132, true, true);
+    const double tiles_s = pc::tiles_with_bytes_s(m, 64, 64, tile.estimate_s);
+    EXPECT_TRUE(pc::choose_resident(m, 64, 64, false, false, 132, tiles_s).use) << m;
+    EXPECT_FALSE(pc::choose_resident(m, 64, 64, true, false, 132, tiles_s).use) << m;  // L's r contiguous
+    EXPECT_FALSE(pc::choose_resident(64, m, 64, false, false, 132, tiles_s).use) << m;  // L = b^T
+  }
+  const auto small = pc::choose_f32_tile(64, 64, 64, 132, true, true);
+  EXPECT_FALSE(pc::choose_resident(64, 64, 64, false, false, 132, pc::tiles_with_bytes_s(64, 64, 64, small.estimate_s)).use);
 }
 
 // ---- precision modes (issue 18): the tensor-core kernels, gemm_tc.cuh ------------------------------

@@ -108,6 +108,15 @@ def test_short_k_large_results(device, rng, m, k, n, a_layout, b_layout):
     check_matmul(portmat.matmul(a, b, device=device), a, b)
 
 
+@pytest.mark.parametrize("m,k,n", [(20000, 64, 64), (64, 64, 20001), (5001, 48, 40), (33, 61, 9000)])
+@pytest.mark.parametrize("a_layout,b_layout", [("C", "C"), ("F", "C"), ("C", "F"), ("view", "view")])
+def test_short_k_and_few_columns_large_results(device, rng, m, k, n, a_layout, b_layout):
+    # k and a side of c up to 64, the other side long: on CUDA the resident kernels, the short
+    # operand in shared memory and the long one streamed.
+    a, b = laid_out(rng, (m, k), a_layout, np.float32), laid_out(rng, (k, n), b_layout, np.float32)
+    check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
 def test_large_k(device, rng):
     a, b = random_matrix(rng, (33, 4099)), random_matrix(rng, (4099, 35))
     check_matmul(portmat.matmul(a, b, device=device), a, b)

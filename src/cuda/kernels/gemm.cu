@@ -37,6 +37,8 @@
 //                      (split-K's sum of parts) and complex_b (complex b as real);
 //  - gemm_thin.cuh     thin products (a side of c at most 16): thin_dots, thin_axpy, thin_sum;
 //  - gemm_short_k.cuh  short inner dimension (k at most 32), c large: short_k;
+//  - gemm_resident.cuh k and a side of c at most 64, the other side long: the short operand
+//                      resident in shared memory, the long one streamed (resident_lk, _lr);
 //  - casts.cuh         cast_elements, dtype casts for products of dtypes the kernels lack;
 //  - gemm_tc.cuh       gemm_tc_body, the tensor cores (mma.sync) for the precision modes tf32,
 //                      float32_tc and bfloat16 (issue 18): its own tile (kTc) and shared-memory
@@ -61,6 +63,7 @@
 #include "gemm_batched.cuh"
 #include "gemm_thin.cuh"
 #include "gemm_short_k.cuh"
+#include "gemm_resident.cuh"
 #include "casts.cuh"
 #include "gemm_tc.cuh"
 #include "gemm_wgmma.cuh"
@@ -82,6 +85,8 @@ using portmat::cuda::split_sum_body;
 using portmat::cuda::ThinArgs;
 using portmat::cuda::ShortKArgs;
 using portmat::cuda::short_k_body;
+using portmat::cuda::ResidentArgs;
+using portmat::cuda::resident_body;
 using portmat::cuda::ThinSumArgs;
 using portmat::cuda::thin_axpy_body;
 using portmat::cuda::thin_dots_body;
@@ -276,6 +281,11 @@ __global__ void __launch_bounds__(256) thin_sum_f32(ThinSumArgs p) { thin_sum_bo
 __global__ void __launch_bounds__(256) short_k_f32_c4(ShortKArgs p) { short_k_body<4, 4>(p); }
 __global__ void __launch_bounds__(256) short_k_f32_c32(ShortKArgs p) { short_k_body<32, 4>(p); }
 __global__ void __launch_bounds__(256) short_k_f32_c32_r2(ShortKArgs p) { short_k_body<32, 2>(p); }
+
+// The short operand resident in shared memory (gemm_resident.cuh): 256 threads a block, two blocks
+// an SM (85-87 KB of dynamic shared memory each), a persistent grid over 128-row tiles of L.
+__global__ void __launch_bounds__(256, 2) resident_f32_lk(ResidentArgs p) { resident_body<true>(p); }
+__global__ void __launch_bounds__(256, 2) resident_f32_lr(ResidentArgs p) { resident_body<false>(p); }
 
 // Tensor cores (gemm_tc.cuh), float32 operands in the precision modes: tf32 (one TF32 product),
 // f32x3 (float32_tc: the hi/lo split, three TF32 products), bf16 (operands rounded to bfloat16).

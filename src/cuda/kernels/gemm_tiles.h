@@ -173,6 +173,24 @@ struct ShortKArgs {
   int m, n, k, a_col, b_col, c_vec, a_vec, b_vec;
 };
 
+// The resident kernels (gemm_resident.cuh): out (r x s) = L (r x k) . Sh (k x s) for k <= kResidentMax
+// and s <= kResidentMax, float32, L long (many rows r). L's (i, kk) at l[i * ldl + kk]
+// (resident_f32_lk: k contiguous) or l[kk * ldl + i] (resident_f32_lr: r contiguous); Sh's (kk, j)
+// at sh[kk * sk + j * ss]; out's (i, j) at out[i * ors + j * oss]. vec: l and ldl allow 16-byte
+// copies; out_vec: out and the larger of ors, oss allow 16-byte stores along the one that is 1.
+// Grid: persistent, blockIdx.x walks the 128-row tiles of L gridDim.x apart.
+inline constexpr int kResidentMax = 64;
+// Their dynamic shared memory: two 128-row tiles of L (128 x 68 floats, k padded by 4; or k-major,
+// 64 x 132) and Sh (64 x 68). Two blocks fit an SM of 228 KiB.
+inline constexpr int resident_smem_bytes(bool lk) { return 4 * (2 * (lk ? 128 * 68 : 64 * 132) + 64 * 68); }
+struct ResidentArgs {
+  const void* l;
+  const void* sh;
+  void* out;
+  long long ldl, sk, ss, ors, oss;
+  int r, s, k, vec, out_vec;
+};
+
 // thin_sum: c's (i, j) at c[i * ors + j * oss] = the sum over q < count, in that order, of
 // parts[q * part_stride + i * prs + j * pss].
 struct ThinSumArgs {

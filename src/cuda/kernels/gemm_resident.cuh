@@ -1,0 +1,167 @@
+// A short operand resident in shared memory (issue 16): c = a @ b where k and one side of c are at
+// most 64 and the other side is long: (65536 x 64) @ (64 x 64), (64 x 64) @ (64 x 65536). Such a
+// product reads the long operand once and writes c, as many bytes again, with at most 64
+// multiply-adds per element of c. The tiles spend it on pipelines that never fill (k = 64 is 4
+// slabs: the 128x64 tile took 27.5 us where cuBLAS takes 20) and the short-k kernel (k <= 32)
+// multiplies from shared memory one element at a time.
+//
+// The problem is seen as out (R x S) = L (R x K) . Sh (K x S) (the host maps a, b and c onto it as
+// for the thin kernels: few columns of c, L = a; few rows, L = b^T and out = c^T). A block of 256
+// threads loads Sh (zero-padded to 64 x 64) into shared memory once, then walks the 128-row tiles
+// of L gridDim.x apart (a persistent grid of about two blocks an SM): while it multiplies one tile
+// the next one's copy (cp.async, 16 bytes a thread where aligned) is in flight into the other
+// buffer. Each thread computes 8 rows x 4 columns of the tile from float4 reads of shared memory
+// (12 of them per 128 multiply-adds) and stores them as float4 where out allows.
+//  - resident_f32_lk (L's k contiguous: a row-major a): tile Ls[128][68], k padded by 4 so that
+//    the two rows a warp reads at once are in different banks; a thread's rows are ty + 16 i.
+//  - resident_f32_lr (L's r contiguous: a row-major b seen as b^T): tile Ls[64][132] (k-major);
+//    a thread's rows are 4 ty + q and 64 + 4 ty + q.
+// Columns: tx * 4 + j (16 threads across the 64 columns).
+#pragma once
+
+#include "gemm_common.cuh"
+
+namespace portmat::cuda {
+namespace {
+
+constexpr int kResidentThreads = 256;
+constexpr int kResidentRows = 128;                  // rows of L a tile
+constexpr int kResidentPitchS = kResidentMax + 4;   // Ss[k][s]
+template <bool LK>
+struct ResidentShape {
+  // LK: Ls[row][k], pitch 68; LR: Ls[k][row], pitch 132.
+  static constexpr int kPitch = LK ? kResidentMax + 4 : kResidentRows + 4;
+  static constexpr int kTileFloats = LK ? kResidentRows * kPitch : kResidentMax * kPitch;
+  static constexpr int kSmemFloats = 2 * kTileFloats + kResidentMax * kResidentPitchS;
+};
+static_assert(4 * ResidentShape<true>::kSmemFloats == resident_smem_bytes(true), "gemm_tiles.h's size of resident_f32_lk");
+static_assert(4 * ResidentShape<false>::kSmemFloats == resident_smem_bytes(false), "gemm_tiles.h's size of resident_f32_lr");
+
+// Tile t of L (rows t * 128 ...) into shared memory: zeros past r and past k.
+template <bool LK>
+__device__ __forceinline__ void resident_issue(const ResidentArgs& p, int t, float* ls) {
+  using S = ResidentShape<LK>;
+  const float* L = static_cast<const float*>(p.l);
+  const int r0 = t * kResidentRows;
+#pragma unroll
+  for (int i = 0; i < kResidentRows * kResidentMax / 4 / kResidentThreads; ++i) {
+    const int u = threadIdx.x + i * kResidentThreads;
+    // LK: 16 units of 4 k a row; LR: 32 units of 4 rows a k.
+    const int row = LK ? u / (kResidentMax / 4) : u % (kResidentRows / 4) * 4;
+    const int kk = LK ? u % (kResidentMax / 4) * 4 : u / (kResidentRows / 4);
+    const int gr = r0 + row;
+    float* dst = ls + (LK ? row * S::kPitch + kk : kk * S::kPitch + row);
+    // valid elements of the unit along its contiguous index
+    const int valid = LK ? (gr < p.r ? min(4, max(0, p.k - kk)) : 0) : (kk < p.k ? min(4, max(0, p.r - gr)) : 0);
+    const float* src = LK ? L + static_cast<long long>(gr) * p.ldl + kk : L + static_cast<long long>(kk) * p.ldl + gr;
+    if (p.vec) {
+      cp_async_16(dst, valid ? src : L, 4 * valid);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) cp_async_elem<4>(dst + j, j < valid ? src + j : L, j < valid ? 4 : 0);
+    }
+  }
+}
+
+template <bool LK>
+__device__ __forceinline__ void resident_body(const ResidentArgs& p) {
+  using S = ResidentShape<LK>;
+  extern __shared__ __align__(16) float smem[];
+  float* const ss = smem + 2 * S::kTileFloats;
+  const int tiles = (p.r + kResidentRows - 1) / kResidentRows;
+  int t = blockIdx.x;
+  if (t >= tiles) return;
+  resident_issue<LK>(p, t, smem);
+  cp_async_commit();
+  // Sh, zero-padded to 64 x 64, once (plain loads: a few kilobytes, mostly from L2).
+  const float* g = static_cast<const float*>(p.sh);
+  for (int e = threadIdx.x; e < kResidentMax * kResidentMax; e += kResidentThreads) {
+    const int kk = p.sk == 1 ? e % kResidentMax : e / kResidentMax;
+    const int s = p.sk == 1 ? e / kResidentMax : e % kResidentMax;
+    ss[kk * kResidentPitchS + s] = kk < p.k && s < p.s ? g[kk * p.sk + s * p.ss] : 0.f;
+  }
+  const int kp = (p.k + 3) & ~3;  // k rounded up to the float4 steps (zeros past k on both sides)
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float* out = static_cast<float*>(p.out);
+  for (int buf = 0; t < tiles; t += gridDim.x, buf ^= 1) {
+    if (t + static_cast<int>(gridDim.x) < tiles) resident_issue<LK>(p, t + gridDim.x, smem + (buf ^ 1) * S::kTileFloats);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const float* ls = smem + buf * S::kTileFloats;
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    if constexpr (LK) {
+#pragma unroll 1
+      for (int kk = 0; kk < kp; kk += 4) {
+        float4 w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const float4*>(ss + (kk + j) * kResidentPitchS + tx * 4);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float4 x = *reinterpret_cast<const float4*>(ls + (ty + 16 * i) * S::kPitch + kk);
+          acc[i][0] = fmaf(x.w, w[3].x, fmaf(x.z, w[2].x, fmaf(x.y, w[1].x, fmaf(x.x, w[0].x, acc[i][0]))));
+          acc[i][1] = fmaf(x.w, w[3].y, fmaf(x.z, w[2].y, fmaf(x.y, w[1].y, fmaf(x.x, w[0].y, acc[i][1]))));
+          acc[i][2] = fmaf(x.w, w[3].z, fmaf(x.z, w[2].z, fmaf(x.y, w[1].z, fmaf(x.x, w[0].z, acc[i][2]))));
+          acc[i][3] = fmaf(x.w, w[3].w, fmaf(x.z, w[2].w, fmaf(x.y, w[1].w, fmaf(x.x, w[0].w, acc[i][3]))));
+        }
+      }
+    } else {
+#pragma unroll 4
+      for (int kk = 0; kk < kp; ++kk) {
+        const float4 w = *reinterpret_cast<const float4*>(ss + kk * kResidentPitchS + tx * 4);
+        const float4 x0 = *reinterpret_cast<const float4*>(ls + kk * S::kPitch + ty * 4);
+        const float4 x1 = *reinterpret_cast<const float4*>(ls + kk * S::kPitch + 64 + ty * 4);
+        const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          acc[i][0] = fmaf(xs[i], w.x, acc[i][0]);
+          acc[i][1] = fmaf(xs[i], w.y, acc[i][1]);
+          acc[i][2] = fmaf(xs[i], w.z, acc[i][2]);
+          acc[i][3] = fmaf(xs[i], w.w, acc[i][3]);
+        }
+      }
+    }
+    // Row i of the thread's 8: LK ty + 16 i; LR 4 ty + i (i < 4), 64 + 4 ty + i - 4.
+    const int r0 = t * kResidentRows, s0 = tx * 4;
+    auto row_of = [&](int i) { return r0 + (LK ? ty + 16 * i : (i < 4 ? 4 * ty + i : 64 + 4 * ty + i - 4)); };
+    if (p.out_vec && p.oss == 1 && s0 + 3 < p.s) {  // float4 along s (c itself: L = a)
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        if (row_of(i) < p.r)
+          __stcs(reinterpret_cast<float4*>(out + static_cast<long long>(row_of(i)) * p.ors + s0),
+                 make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+    } else if (!LK && p.out_vec && p.ors == 1) {  // float4 along r (out = c^T: L = b^T)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row_of(4 * h);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (s0 + j >= p.s) break;
+          float* o = out + static_cast<long long>(s0 + j) * p.oss + r;
+          if (r + 3 < p.r) {
+            __stcs(reinterpret_cast<float4*>(o), make_float4(acc[4 * h][j], acc[4 * h + 1][j], acc[4 * h + 2][j], acc[4 * h + 3][j]));
+          } else {
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              if (r + q < p.r) o[q] = acc[4 * h + q][j];
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int r = row_of(i);
+        if (r >= p.r) continue;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (s0 + j < p.s) out[static_cast<long long>(r) * p.ors + static_cast<long long>(s0 + j) * p.oss] = acc[i][j];
+      }
+    }
+    __syncthreads();  // every read of this buffer done before the next tile's copy refills it
+  }
+}
+
+}  // namespace
+}  // namespace portmat::cuda
