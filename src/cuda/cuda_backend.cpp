@@ -689,6 +689,14 @@ class CudaDevice final : public core::Device {
     return (room = n) > 0 ? room : 0;
   }
 
+  // A kernel family's knob (PORTMAT_CUDA_THIN, _RESIDENT, _SHORT_K): -1 unset (the model decides),
+  // 0 never, 1 wherever the family can run (measurements, tests); 0 too where PORTMAT_CUDA_TILE or
+  // PORTMAT_CUDA_SPLIT_K forces the tiles.
+  long family_knob(const char* name) const {
+    if (knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) return 0;
+    return knob(name, -1);
+  }
+
   // Whether a float32 product runs on the thin kernels (tile_choice.hpp, choose_thin).
   // PORTMAT_CUDA_THIN=0 never, =1 whenever a side of c is at most kThinMax (measurements, tests);
   // PORTMAT_CUDA_THIN_SLICES sets the slices of k;
@@ -696,8 +704,8 @@ class CudaDevice final : public core::Device {
   // tile_estimate_s: what the tiles would take (the plan's TileChoice).
   ThinChoice thin_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col,
                          double tile_estimate_s) const {
-    const long env = knob("PORTMAT_CUDA_THIN", -1);
-    if (env == 0 || knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) return {};
+    const long env = family_knob("PORTMAT_CUDA_THIN");
+    if (env == 0) return {};
     ThinChoice t = choose_thin(m, n, k, a_col, b_col, info_.compute_units, tile_estimate_s);
     if (env == 1) t.use = t.possible;
     // PORTMAT_CUDA_THIN_WK=0: thin_dots where the model would take thin_dots_wk (measurements).
@@ -716,8 +724,8 @@ class CudaDevice final : public core::Device {
   // (measurements, tests); a tile or split forced by a knob keeps the tiles.
   ResidentChoice resident_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col,
                                  double other_s) const {
-    const long env = knob("PORTMAT_CUDA_RESIDENT", -1);
-    if (env == 0 || knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) return {};
+    const long env = family_knob("PORTMAT_CUDA_RESIDENT");
+    if (env == 0) return {};
     ResidentChoice t = choose_resident(m, n, k, a_col, b_col, info_.compute_units, other_s);
     if (env == 1) t.use = t.possible;
     return t;
@@ -727,8 +735,8 @@ class CudaDevice final : public core::Device {
   // PORTMAT_CUDA_SHORT_K=0 never, =1 whenever k is at most kShortKMax (measurements, tests); a tile
   // or split forced by a knob keeps the tiles.
   ShortKChoice short_k_choice(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s) const {
-    const long env = knob("PORTMAT_CUDA_SHORT_K", -1);
-    if (env == 0 || knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) return {};
+    const long env = family_knob("PORTMAT_CUDA_SHORT_K");
+    if (env == 0) return {};
     ShortKChoice t = choose_short_k(m, n, k, tile_estimate_s);
     if (env == 1) t.use = t.ct != 0;
     return t;
@@ -970,21 +978,18 @@ class CudaDevice final : public core::Device {
     return true;
   }
 
-  // A thin product (ThinChoice; kernels/gemm_thin.cuh): c = a @ b as out = L . Sh, in one launch
-  // of thin_dots or thin_axpy whose grid rows are slices of k; with more than one slice the
-  // partial results go to the split-K workspace (the launches of one stream use it in turn), and
-  // the launch's own last blocks (thin_sum_fused) or a second launch, thin_sum, add them into c.
-  void launch_thin(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
-                   const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
-                   std::int64_t k, const ThinChoice& t) {
-    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
-      throw std::invalid_argument("CUDA gemm: dimensions beyond 2^31 - 1 are not supported");
-    ThinArgs args{};
-    const core::DeviceMatrix& lm = t.few_rows ? bm : am;
-    const CUdeviceptr l = t.few_rows ? b : a;
+  // c = a @ b as out (r x s) = L (r x k) . Sh (k x s), the view the thin and resident kernels take,
+  // into their arguments (l, ldl, sh, sk, ss, r, s, ors, oss): few columns of c, L = a, Sh = b and
+  // out = c; few rows, L = b^T, Sh = a^T and out = c^T. Returns L's pointer.
+  template <class Args>
+  static CUdeviceptr long_short_view(Args& args, bool few_rows, CUdeviceptr a, const core::DeviceMatrix& am,
+                                     CUdeviceptr b, const core::DeviceMatrix& bm, std::int64_t ldc, std::int64_t m,
+                                     std::int64_t n) {
+    const core::DeviceMatrix& lm = few_rows ? bm : am;
+    const CUdeviceptr l = few_rows ? b : a;
     args.l = reinterpret_cast<const void*>(l);
     args.ldl = lm.ld;
-    if (t.few_rows) {  // L(r, kk) = b(kk, r); Sh(kk, s) = a(s, kk); out(r, s) = c(s, r)
+    if (few_rows) {  // L(r, kk) = b(kk, r); Sh(kk, s) = a(s, kk); out(r, s) = c(s, r)
       args.sh = reinterpret_cast<const void*>(a);
       args.sk = am.col_major ? am.ld : 1, args.ss = am.col_major ? 1 : am.ld;
       args.r = static_cast<int>(n), args.s = static_cast<int>(m);
@@ -995,9 +1000,23 @@ class CudaDevice final : public core::Device {
       args.r = static_cast<int>(m), args.s = static_cast<int>(n);
       args.ors = ldc, args.oss = 1;
     }
+    return l;
+  }
+
+  // A thin product (ThinChoice; kernels/gemm_thin.cuh): c = a @ b as out = L . Sh, in one launch
+  // of thin_dots or thin_axpy whose grid rows are slices of k; with more than one slice the
+  // partial results go to the split-K workspace (the launches of one stream use it in turn), and
+  // the launch's own last blocks (thin_sum_fused) or a second launch, thin_sum, add them into c.
+  void launch_thin(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
+                   const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
+                   std::int64_t k, const ThinChoice& t) {
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+      throw std::invalid_argument("CUDA gemm: dimensions beyond 2^31 - 1 are not supported");
+    ThinArgs args{};
+    const CUdeviceptr l = long_short_view(args, t.few_rows, a, am, b, bm, ldc, m, n);
     args.k = static_cast<int>(k);
     args.kslice = static_cast<int>(t.kslice);
-    args.vec = l % 16 == 0 && lm.ld % 4 == 0;
+    args.vec = l % 16 == 0 && args.ldl % 4 == 0;
     const std::int64_t R = args.r, S = args.s;
     const int sc_index = t.sc == 1 ? 0 : t.sc == 2 ? 1 : t.sc == 4 ? 2 : t.sc == 8 ? 3 : 4;
     CUfunction& f = thin_functions_[t.wk ? 2 : t.dots][sc_index];
@@ -1080,24 +1099,10 @@ class CudaDevice final : public core::Device {
     if (m > INT32_MAX || n > INT32_MAX || k > kResidentMax || std::min(m, n) > kResidentMax || t.blocks <= 0)
       throw std::logic_error("CUDA gemm: a resident-operand product out of the kernel's range");
     ResidentArgs args{};
-    const core::DeviceMatrix& lm = t.few_rows ? bm : am;
-    const CUdeviceptr l = t.few_rows ? b : a;
-    args.l = reinterpret_cast<const void*>(l);
-    args.ldl = lm.ld;
-    if (t.few_rows) {  // L(r, kk) = b(kk, r); Sh(kk, s) = a(s, kk); out(r, s) = c(s, r)
-      args.sh = reinterpret_cast<const void*>(a);
-      args.sk = am.col_major ? am.ld : 1, args.ss = am.col_major ? 1 : am.ld;
-      args.r = static_cast<int>(n), args.s = static_cast<int>(m);
-      args.ors = 1, args.oss = ldc;
-    } else {  // L = a; Sh = b; out = c
-      args.sh = reinterpret_cast<const void*>(b);
-      args.sk = bm.col_major ? 1 : bm.ld, args.ss = bm.col_major ? bm.ld : 1;
-      args.r = static_cast<int>(m), args.s = static_cast<int>(n);
-      args.ors = ldc, args.oss = 1;
-    }
+    const CUdeviceptr l = long_short_view(args, t.few_rows, a, am, b, bm, ldc, m, n);
     args.out = reinterpret_cast<void*>(c);
     args.k = static_cast<int>(k);
-    args.vec = l % 16 == 0 && lm.ld % 4 == 0;
+    args.vec = l % 16 == 0 && args.ldl % 4 == 0;
     args.out_vec = c % 16 == 0 && ldc % 4 == 0;
     const char* name = t.lk ? "resident_f32_lk" : "resident_f32_lr";
     CUfunction f = smem_function(name, resident_smem_bytes(t.lk));

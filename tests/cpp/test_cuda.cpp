@@ -265,6 +265,15 @@ static void check_device_resident(const std::string& dev, long m, long n, long k
   }
 }
 
+// check_device_resident for each {m, n, k}.
+static void check_each_device_resident(const std::string& dev, std::initializer_list<std::array<long, 3>> shapes,
+                                       std::mt19937& rng) {
+  for (const auto& s : shapes) {
+    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
+    check_device_resident(dev, s[0], s[1], s[2], rng);
+  }
+}
+
 TEST(CudaGemm, DeviceResidentOffsetsAlignedAndNot) {
   REQUIRE_CUDA();
   std::mt19937 rng(17);
@@ -390,12 +399,10 @@ TEST(CudaGemm, ShortKCorrect) {
   REQUIRE_CUDA();
   std::mt19937 rng(37);
   ScopedEnv short_k("PORTMAT_CUDA_SHORT_K", "1");
-  for (const auto& s : {std::array<long, 3>{2048, 2047, 1}, {300, 2000, 7}, {7000, 15, 16}, {16, 20001, 16}, {33, 17, 32},
-                        {1000, 131, 31}, {5, 3, 2}, {257, 16, 9}, {16, 70001, 16}, {40, 3001, 8}, {4001, 13, 4},
-                        {3, 129, 32}}) {
-    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
-    check_device_resident(dev, s[0], s[1], s[2], rng);
-  }
+  check_each_device_resident(dev, {{2048, 2047, 1}, {300, 2000, 7}, {7000, 15, 16}, {16, 20001, 16}, {33, 17, 32},
+                                   {1000, 131, 31}, {5, 3, 2}, {257, 16, 9}, {16, 70001, 16}, {40, 3001, 8},
+                                   {4001, 13, 4}, {3, 129, 32}},
+                             rng);
 }
 
 // The resident kernels (kernels/gemm_resident.cuh) whatever the model says (PORTMAT_CUDA_RESIDENT=1):
@@ -408,11 +415,9 @@ TEST(CudaGemm, ResidentCorrect) {
   std::mt19937 rng(41);
   ScopedEnv resident("PORTMAT_CUDA_RESIDENT", "1");
   ScopedEnv no_thin("PORTMAT_CUDA_THIN", "0");  // the sides of 1-16 too
-  for (const auto& s : {std::array<long, 3>{70001, 64, 64}, {64, 70001, 64}, {3001, 37, 33}, {40, 2999, 61}, {1000, 1, 64},
-                        {129, 64, 1}, {300, 60, 64}, {64, 64, 64}, {5, 9000, 3}}) {
-    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
-    check_device_resident(dev, s[0], s[1], s[2], rng);
-  }
+  check_each_device_resident(dev, {{70001, 64, 64}, {64, 70001, 64}, {3001, 37, 33}, {40, 2999, 61}, {1000, 1, 64},
+                                   {129, 64, 1}, {300, 60, 64}, {64, 64, 64}, {5, 9000, 3}},
+                             rng);
 }
 
 // Benchmarks' graph timing (PORTMAT_CUDA_TIME_GRAPH=1: gemm_repeated captures its products in a
