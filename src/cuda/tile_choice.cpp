@@ -57,6 +57,11 @@ constexpr double kShareMargin = 1.03;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// The bytes a float32 (m x k) @ (k x n) reads once and writes once.
+double f32_bytes(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return 4.0 * (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
+}
+
 }  // namespace
 
 // 64x128_sl (sliced k: 8 warps on the 64x128 tile; its registers allow one block an SM): 57.1 us
@@ -237,7 +242,7 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   // thin_axpy's lanes along r.
   const int level = t.sc == 1 ? 0 : t.sc == 2 ? 1 : t.sc == 4 ? 2 : t.sc == 8 ? 3 : 4;
   const std::int64_t chunk = t.wk ? 2048 : 256;  // k a block takes through shared memory at a time
-  const double bytes = 4.0 * (static_cast<double>(R) * k + static_cast<double>(S) * k + static_cast<double>(R) * S);
+  const double bytes = f32_bytes(R, S, k);
   auto estimate = [&](std::int64_t kslice, std::int64_t parts) {
     const double lanes = t.dots ? std::min(1.0, static_cast<double>(std::min(k, kslice)) / (t.wk ? 1024.0 : 128.0))
                                 : std::min(1.0, static_cast<double>(R) / 128.0);
@@ -302,8 +307,8 @@ constexpr double kTileBytesPerS = 2.0e12, kTileBytesPerSK64 = 1.6e12, kShortKMar
 }  // namespace
 
 double tiles_with_bytes_s(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s) {
-  const double bytes = 4.0 * (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
-  return std::max(tile_estimate_s, kStreamStartS + bytes / (k <= kShortKMax ? kTileBytesPerS : kTileBytesPerSK64));
+  const double rate = k <= kShortKMax ? kTileBytesPerS : kTileBytesPerSK64;
+  return std::max(tile_estimate_s, kStreamStartS + f32_bytes(m, n, k) / rate);
 }
 
 ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s) {
@@ -317,7 +322,7 @@ ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, doub
   if (ceil_div(n, tn) > 65535 || ceil_div(m, tm) > INT32_MAX) return t;  // beyond its grid
   t.ct = ct;
   t.rt = rt;
-  const double bytes = 4.0 * (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n);
+  const double bytes = f32_bytes(m, n, k);
   t.estimate_s = kStreamStartS + std::max(bytes / kShortKBytesPerS, 2.0 * m * n * k / kShortKFlops);
   t.use = kShortKMargin * t.estimate_s < tiles_with_bytes_s(m, n, k, tile_estimate_s);
   return t;
@@ -333,7 +338,6 @@ namespace {
 // faster than the 64x128 tiles ((64 x 64) @ (64 x 65536) 23.5 against 23.2, (64 x 32) @ (32 x
 // 65536) 17.1 against 15.1), and the lk kernel writes c^T element by element.
 constexpr double kResidentBytesPerS = 3.0e12, kResidentFlopsPerSm = 212e9, kResidentMargin = 1.0;
-constexpr std::int64_t kResidentRows = 128;
 }  // namespace
 
 ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
@@ -348,7 +352,7 @@ ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, b
   t.lk = t.few_rows ? b_col : !a_col;
   const std::int64_t s_count = std::max(1, sms), tiles = ceil_div(R, kResidentRows);
   t.blocks = std::min(tiles, kResidentBlocksPerSm * s_count);
-  const double bytes = 4.0 * (static_cast<double>(R) * k + static_cast<double>(R) * S + static_cast<double>(k) * S);
+  const double bytes = f32_bytes(R, S, k);
   const double tile_flops = 2.0 * kResidentRows * kResidentMax * static_cast<double>((k + 3) / 4 * 4);
   const double busy_sms = static_cast<double>(std::min(t.blocks, s_count));
   const double compute_s = static_cast<double>(tiles) * tile_flops / (busy_sms * kResidentFlopsPerSm);

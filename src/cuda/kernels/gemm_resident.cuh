@@ -25,7 +25,6 @@ namespace portmat::cuda {
 namespace {
 
 constexpr int kResidentThreads = 256;
-constexpr int kResidentRows = 128;                  // rows of L a tile
 constexpr int kResidentPitchS = kResidentMax + 4;   // Ss[k][s]
 template <bool LK>
 struct ResidentShape {

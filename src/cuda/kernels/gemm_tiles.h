@@ -180,9 +180,13 @@ struct ShortKArgs {
 // copies; out_vec: out and the larger of ors, oss allow 16-byte stores along the one that is 1.
 // Grid: persistent, blockIdx.x walks the 128-row tiles of L gridDim.x apart.
 inline constexpr int kResidentMax = 64;
+inline constexpr int kResidentRows = 128;  // rows of L a tile (the kernels and the host's model)
 // Their dynamic shared memory: two 128-row tiles of L (128 x 68 floats, k padded by 4; or k-major,
 // 64 x 132) and Sh (64 x 68). Two blocks fit an SM of 228 KiB.
-inline constexpr int resident_smem_bytes(bool lk) { return 4 * (2 * (lk ? 128 * 68 : 64 * 132) + 64 * 68); }
+inline constexpr int resident_smem_bytes(bool lk) {
+  return 4 * (2 * (lk ? kResidentRows * (kResidentMax + 4) : kResidentMax * (kResidentRows + 4)) +
+              kResidentMax * (kResidentMax + 4));
+}
 struct ResidentArgs {
   const void* l;
   const void* sh;
