@@ -11,7 +11,7 @@ sides", has the H200's figures.
   python3 bench/diagnostics/cuda_vs_cublas.py --variants "sl:PORTMAT_CUDA_TILE=64x128_sl;old:PORTMAT_CUDA_SLICED=0"
 
 `--shapes suite` takes `portmat bench`'s built-in suite (a vector as a side of 1), `--shapes FILE`
-the products of a file (one M,K,N a line, as `portmat bench --shapes`); `--variants`
+the products of a file (one M,K,N a line, read as `portmat bench --shapes` reads it); `--variants`
 times portmat again under each `NAME:VAR=VALUE,...` environment (the CUDA backend reads its knobs at
 every call), in the same rounds. `graph:PORTMAT_CUDA_TIME_GRAPH=1` times portmat's 10 products as
 a CUDA graph's replay, like cuBLAS's graph column (a knob set costs each queued launch a little
@@ -78,14 +78,11 @@ def main():
     ap.add_argument("--variants", default="")
     ap.add_argument("--json")
     args = ap.parse_args()
-    if args.shapes == "suite":
-        from portmat.bench import SUITE
-        shapes = [(m or 1, k, n or 1) for m, k, n in SUITE]
-    elif args.shapes == "default":
+    if args.shapes == "default":
         shapes = SHAPES
-    else:
-        with open(args.shapes) as f:
-            shapes = [tuple(int(x) for x in line.split(",")) for line in f if line.strip() and not line.startswith("#")]
+    else:  # portmat bench's reader: the suite or a file, a vector ('-') as a side of 1
+        from portmat.bench import load_shapes
+        shapes = [(m or 1, k, n or 1) for m, k, n in load_shapes(args.shapes)]
     variants = parse_variants(args.variants)
     dev = next(d.id for d in portmat.devices() if d.backend == "cuda")
     names = "".join(f", {name} us" for name, _ in variants)
