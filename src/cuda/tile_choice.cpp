@@ -329,15 +329,16 @@ ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, doub
 }
 
 namespace {
-// The resident kernels' rates, fitted on the H200 (session 31, cuda_vs_cublas.py, queued, us):
-// resident_f32_lk did (65536 x 64) @ (64 x 64) in 23.2, (262144 x 64) @ (64 x 64) 81.2, (100000 x
-// 48) @ (48 x 40) 28.0, (16384 x 64) @ (64 x 64) 10.1: its multiply-adds (64 columns, k rounded up
-// to 4) at about 212 GFLOP/s an SM beyond the start, the bytes never the limit. It is taken where
-// it is estimated faster at all (the tiles took 28.0, 83.5, 27.9 and 10.6 there), and only for
+// The resident kernels' rates, fitted on the H200 (cuda_vs_cublas.py, queued, us). Session 32, with
+// Sh copied by cp.async: resident_f32_lk did (65536 x 64) @ (64 x 64) in 22.0, (262144 x 64) @
+// (64 x 64) 76.0, (100000 x 48) @ (48 x 40) 26.7, (16384 x 64) @ (64 x 64) 9.3: its multiply-adds
+// (64 columns, k rounded up to 4) at about 235 GFLOP/s an SM beyond the start (212 in session 31,
+// with Sh's plain loads), the bytes never the limit. It is taken where it is estimated faster at
+// all (the tiles took 27.6, 82.9, 27.4 and 10.4 there), and only for
 // L = a row-major (resident_f32_lk with c's rows as its rows): resident_f32_lr (L = b^T) ran no
 // faster than the 64x128 tiles ((64 x 64) @ (64 x 65536) 23.5 against 23.2, (64 x 32) @ (32 x
 // 65536) 17.1 against 15.1), and the lk kernel writes c^T element by element.
-constexpr double kResidentBytesPerS = 3.0e12, kResidentFlopsPerSm = 212e9, kResidentMargin = 1.0;
+constexpr double kResidentBytesPerS = 3.0e12, kResidentFlopsPerSm = 235e9, kResidentMargin = 1.0;
 }  // namespace
 
 ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
