@@ -3,7 +3,9 @@
 One `python -m portmat bench` per device and dtype, each in its own process (a GPU peer's memory
 or NumPy's spinning threads never carry over), writing bench/results/<machine>-<device>-<dtype>.json
 (or ...-<dtype>-stack<B>.json for stacks of B matrices; overwritten: git keeps the history); on the
-CPU backend also issue 16's suite of shapes (`--shapes suite`), ...-<dtype>-shapes.json; then the
+CPU backend also issue 16's suite of shapes (`--shapes suite`), ...-<dtype>-shapes.json, and on a
+machine with a GPU the same suite on the automatic device choice (`--device auto`,
+<machine>-auto-float32-shapes.json, `--only auto` for it alone); then the
 tables of bench/results/README.md and README.md (bench/results_tables.py). <device> is the backend (cpu, cuda) or, for OpenCL, the backend and the
 kind (opencl-gpu, opencl-cpu); the first device of each is measured.
 
@@ -115,6 +117,17 @@ def main() -> int:
             print(f"== {name} {dtype} shapes: {' '.join(cmd[1:])}", flush=True)
             if subprocess.run(cmd, env=env).returncode != 0:
                 failed.append(f"{name} {dtype} shapes")
+    # Issue 16's automatic device choice (no device named) over the same suite, against NumPy and
+    # portmat on each single device in the same blocks: on machines with a GPU, where there is a choice.
+    if not args.sizes and (not args.only or "auto" in args.only.split(",")) and any(
+            d.kind == "gpu" for d in portmat.devices()):
+        path = os.path.join(args.out, f"{args.machine}-auto-float32-shapes.json")
+        cmd = [sys.executable, "-m", "portmat", "bench", "--device", "auto", "--shapes", "suite", "--json", path]
+        if args.repeat:
+            cmd += ["--repeat", args.repeat]
+        print(f"== auto float32 shapes: {' '.join(cmd[1:])}", flush=True)
+        if subprocess.run(cmd).returncode != 0:
+            failed.append("auto float32 shapes")
     if not args.no_tables:
         subprocess.run([sys.executable, os.path.join(HERE, "results_tables.py"), "--results", args.out], check=False)
     if failed:

@@ -30,7 +30,7 @@ MACHINES = {
               "runs on; OpenCL through PoCL", "`make bench`"),
 }
 DEVICE_NAMES = {"cuda": "CUDA", "cpu": "native CPU", "opencl-gpu": "OpenCL (GPU)",
-                "opencl-cpu": "OpenCL (CPU, PoCL)"}
+                "opencl-cpu": "OpenCL (CPU, PoCL)", "auto": "automatic device choice"}
 HEADLINE_SIZE = 4096  # the headline row of each file, or its largest size below that
 BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
 
@@ -40,7 +40,7 @@ def load(results: str, shapes: bool = False) -> list[tuple[str, str, str, list[d
     `shapes`, of shapes), in a stable order."""
     out = []
     for path in sorted(glob.glob(os.path.join(results, "*.json"))):
-        m = re.fullmatch(r"(.+?)-(cpu|cuda|opencl-gpu|opencl-cpu)-((?:float|complex|u?int)\d+|bool)"
+        m = re.fullmatch(r"(.+?)-(cpu|cuda|opencl-gpu|opencl-cpu|auto)-((?:float|complex|u?int)\d+|bool)"
                          r"(-stack\d+|-shapes)?\.json", os.path.basename(path))
         if not m or (m[4] == "-shapes") != shapes:
             continue
@@ -113,6 +113,11 @@ def shapes_verdict(records: list[dict]) -> str:
     fast = [r for r in records if r["target_vs_numpy"] != 1.0]
     text = (f"{sum(r['meets_target'] for r in slow)} of {len(slow)} shapes where NumPy takes over 20 us at "
             f">= 1.0x NumPy, {sum(r['meets_target'] for r in fast)} of {len(fast)} under 20 us at >= 0.8x")
+    auto = [r for r in records if "speedup_vs_best_single" in r]
+    if auto:
+        text += (f"; the automatic choice against the best of NumPy and portmat on each single device: "
+                 f"{sum(r['speedup_vs_best_single'] >= 1.0 for r in auto)} of {len(auto)} at >= 1.0x, "
+                 f"{sum(r['speedup_vs_best_single'] >= 0.95 for r in auto)} at >= 0.95x")
     mv = [r for r in records if r["vector_product"] and r["K"] > 1 and r["M"] * r["K"] * r["N"] >= 2**22]
     if mv:
         fr = sorted(100 * r["bandwidth_fraction_portmat"] for r in mv)
@@ -126,6 +131,8 @@ def shapes_table(records: list[dict]) -> list[str]:
     head = ["a @ b", "runs", "NumPy us", "portmat us", "portmat IQR", "vs NumPy", "target"]
     for p in peers:
         head += [f"{p} us", f"vs {p}"]
+    singles = sorted({d for r in records for d in r.get("single_devices", {})})
+    head += [f"on {d} us" for d in singles] + (["chose", "vs best single"] if singles else [])
     head += ["portmat GFLOP/s", "portmat GB/s", "% of copy", "max rel err"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in records:
@@ -136,6 +143,12 @@ def shapes_table(records: list[dict]) -> list[str]:
         for p in peers:
             q = r["peers"].get(p)
             cells += [us(q["host_s"]) + ("" if q["verified"] else " WRONG"), ratio(q["host_s"] / r["portmat_s"])] if q else ["", ""]
+        for d in singles:
+            q = r.get("single_devices", {}).get(d)
+            cells.append(us(q["s"]) + ("" if q["verified"] else " WRONG") if q else "")
+        if singles:
+            cells += [r["device"].removeprefix("auto:"),
+                      f"{ratio(r['speedup_vs_best_single'])} ({r['best_single']})" if "speedup_vs_best_single" in r else ""]
         cells += [f"{r['gflops_portmat']:.3g}", f"{r['gbps_portmat']:.3g}" if vec else "",
                   f"{100 * r['bandwidth_fraction_portmat']:.0f}%" if vec else "",
                   f"{r['max_rel_error']:.1e}" + ("" if r["verified"] else " FAILED")]

@@ -172,6 +172,39 @@ def test_results_tables_render_a_shapes_file(shapes_run, tmp_path):
     assert f"{met} of {under} under 20 us at >= 0.8x" in table and "Shapes, testbox" in readme.read_text()
 
 
+def test_results_tables_render_an_automatic_choice_shapes_file(tmp_path):
+    # bench/every_device.py's <machine>-auto-float32-shapes.json: portmat's own choice of device
+    # against NumPy and portmat on each single device (issue 16), their columns and the count.
+    if CPU is None:
+        pytest.skip("no CPU backend device")
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("5,7,-\n8,8,8\n")
+    out = tmp_path / "results" / "testbox-auto-float32-shapes.json"
+    out.parent.mkdir()
+    r = subprocess.run([sys.executable, "-m", "portmat", "bench", "--device", "auto", "--shapes", str(shapes),
+                        "--repeat", "2", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    records = json.loads(out.read_text())
+    singles = sorted(records[0]["single_devices"])
+    assert singles and all(rec["device"].startswith("auto:") for rec in records)
+    for rec in records:
+        assert all(v["verified"] and v["s"] > 0 for v in rec["single_devices"].values())
+        best = min([rec["numpy_s"]] + [v["s"] for v in rec["single_devices"].values()])
+        assert rec["speedup_vs_best_single"] == pytest.approx(best / rec["portmat_s"])
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- figures:begin -->\n<!-- figures:end -->\n")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "results_tables.py"), "--results", str(out.parent),
+                        "--readme", str(readme)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    table = (out.parent / "README.md").read_text()
+    assert "## testbox, automatic device choice, float32, shapes" in table
+    assert all(f"on {d} us" in table for d in singles) and "| chose | vs best single |" in table
+    at_best = sum(rec["speedup_vs_best_single"] >= 1.0 for rec in records)
+    assert f"each single device: {at_best} of {len(records)} at >= 1.0x" in table
+    for rec in records:
+        assert f"| {rec['shape']} | {rec['repeat']} | " in table
+
+
 @pytest.mark.parametrize("text, line", [("1,2,3\n4,5\n", 2), ("# c\n1,-,3\n", 2), ("0,2,3\n", 1),
                                         ("a,b,c\n", 1), ("1,2,3,4\n", 1), ("\n\n2.5,1,1\n", 3)])
 def test_bench_shapes_file_errors_name_the_line(tmp_path, text, line):
