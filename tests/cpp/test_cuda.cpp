@@ -316,8 +316,10 @@ static void check_same_bits_every_run(const std::string& dev, long m, long n, lo
 // Split-K (cuda_backend.cpp, launch_split) with every batched tile it runs on, whatever the model
 // says (PORTMAT_CUDA_SPLIT_K): k in equal slices (k = 512 in 4: 128 deep), slices and a shorter last
 // one (333 in 3: 112, 112, 109), more slices than 16-deep ones allow (70 in 5: 16 deep, the last 6),
-// edges and unaligned offsets, c with its own leading dimension (check_device_resident); the same
-// bits on every run (the parts are summed in slice order).
+// edges and unaligned offsets, c with its own leading dimension (check_device_resident); many slices
+// (split_sum's threads share a unit of c, each over a run of the parts, some runs empty: 105 parts
+// in 32 runs of 4, 150 in 32 of 5), with float4 units (n = 64) and without (n = 21); the same bits
+// on every run (the parts are summed in a fixed order).
 // The cluster kernel (64x64c, one launch: the slices of a tile summed in the cluster's shared
 // memory, sm_90) takes the same cases: up to 8 slices; on a GPU without clusters, or asked for more
 // slices than a cluster holds, it runs as its batched partner (64x64b). 64x128_sl: the sliced-k
@@ -328,10 +330,15 @@ TEST(CudaGemm, SplitKCorrectAndDeterministic) {
   for (const char* t : {"64x128", "128x64", "64x64", "64x64c", "64x128_sl"}) {
     SCOPED_TRACE(t);
     ScopedEnv tile("PORTMAT_CUDA_SPLIT_TILE", t);
-    for (const auto& s : {std::array<long, 4>{150, 133, 512, 4}, {64, 70, 333, 3}, {33, 65, 70, 5}, {1, 300, 2000, 8}}) {
+    for (const auto& s : {std::array<long, 4>{150, 133, 512, 4}, {64, 70, 333, 3}, {33, 65, 70, 5}, {1, 300, 2000, 8},
+                          {64, 64, 5000, 150}, {33, 21, 4800, 150}}) {
       ScopedEnv split("PORTMAT_CUDA_SPLIT_K", std::to_string(s[3]));
       check_device_resident(dev, s[0], s[1], s[2], rng);
     }
+  }
+  {
+    ScopedEnv many("PORTMAT_CUDA_SPLIT_K", "150");
+    check_same_bits_every_run(dev, 64, 64, 5000, rng);
   }
   ScopedEnv split("PORTMAT_CUDA_SPLIT_K", "7");
   check_same_bits_every_run(dev, 200, 96, 3000, rng);

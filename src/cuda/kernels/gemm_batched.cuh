@@ -163,30 +163,51 @@ __device__ __forceinline__ void complex_b_body(const ComplexBArgs& p) {
   out[(2LL * k + 1) * p.n + n] = w;
 }
 
-// A split-K product's sum (SplitSumArgs), a launch of its own after the stack of its parts: each
-// thread four adjacent elements of c (vec) or one, summing the parts in index order, so the result
-// is the same on every run.
+// A split-K product's sum (SplitSumArgs), a launch of its own after the stack of its parts. A unit
+// of c is four adjacent elements (vec) or one; p.groups threads share a unit (split_sum_groups),
+// thread g adding the parts of its run [g * per, (g + 1) * per) in index order (its loads in flight
+// together), then the first adds the runs' sums in run order through shared memory: the same
+// result on every run. A block holds 256 / groups units.
 __device__ __forceinline__ void split_sum_body(const SplitSumArgs& p) {
-  const long long e = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const float* w = static_cast<const float*>(p.parts);
-  float* c = static_cast<float*>(p.c);
-  if (p.vec) {
-    const long long n4 = p.n / 4;
-    if (e >= p.m * n4) return;
-    const long long row = e / n4, col = (e % n4) * 4, off = row * p.n + col;
-    float4 s = *reinterpret_cast<const float4*>(w + off);
-    for (int q = 1; q < p.count; ++q) {
-      const float4 v = *reinterpret_cast<const float4*>(w + q * p.part_stride + off);
+  __shared__ float4 runs[256];
+  const int G = p.groups, units_per_block = static_cast<int>(blockDim.x) / G;
+  const int g = static_cast<int>(threadIdx.x) / units_per_block, ul = static_cast<int>(threadIdx.x) % units_per_block;
+  const long long u = static_cast<long long>(blockIdx.x) * units_per_block + ul;
+  const long long n_units = p.vec ? p.n / 4 : p.n;
+  const bool live = u < static_cast<long long>(p.m) * n_units;
+  const int per = (p.count + G - 1) / G, q0 = g * per, q1 = min(p.count, q0 + per);
+  const long long row = live ? u / n_units : 0, col = live ? (u % n_units) * (p.vec ? 4 : 1) : 0;
+  const float* w = static_cast<const float*>(p.parts) + row * p.n + col;
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (live && q0 < q1) {
+    if (p.vec) {
+      s = *reinterpret_cast<const float4*>(w + q0 * p.part_stride);
+#pragma unroll 4
+      for (int q = q0 + 1; q < q1; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(w + q * p.part_stride);
+        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+      }
+    } else {
+      s.x = w[q0 * p.part_stride];
+#pragma unroll 4
+      for (int q = q0 + 1; q < q1; ++q) s.x += w[q * p.part_stride];
+    }
+  }
+  if (G > 1) {
+    runs[threadIdx.x] = s;
+    __syncthreads();
+    if (g != 0) return;
+    for (int h = 1; h < G && h * per < p.count; ++h) {
+      const float4 v = runs[h * units_per_block + ul];
       s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
     }
-    *reinterpret_cast<float4*>(c + row * p.ldc + col) = s;
-  } else {
-    if (e >= static_cast<long long>(p.m) * p.n) return;
-    const long long row = e / p.n, col = e % p.n;
-    float s = w[e];
-    for (int q = 1; q < p.count; ++q) s += w[q * p.part_stride + e];
-    c[row * p.ldc + col] = s;
   }
+  if (!live) return;
+  float* c = static_cast<float*>(p.c) + row * p.ldc + col;
+  if (p.vec)
+    *reinterpret_cast<float4*>(c) = s;
+  else
+    *c = s.x;
 }
 
 }  // namespace

@@ -130,7 +130,19 @@ struct SplitSumArgs {
   void* c;
   long long ldc, part_stride;
   int m, n, count, vec;
+  int groups;  // threads per unit of c (split_sum_groups), each over a run of the parts
 };
+
+// split_sum's threads per unit of c (4 elements with vec, else 1): a power of two, at most
+// kSplitSumMaxGroups, doubled while a thread would add more than kSplitSumPartsPerThread parts. One
+// thread adding all of them in turn waited for each load in turn: (64 x 65536) @ (65536 x 64) in
+// 132 slices spent about a third of its time there (H200, session 32).
+inline constexpr int kSplitSumMaxGroups = 32, kSplitSumPartsPerThread = 4;
+constexpr int split_sum_groups(int count) {
+  int g = 1;
+  while (g < kSplitSumMaxGroups && 2 * g <= count && (count + g - 1) / g > kSplitSumPartsPerThread) g *= 2;
+  return g;
+}
 
 // Rows of L per warp in thin_dots (the kernels, and the host's model of their grid): 8 partial sums
 // per lane for one or two columns, 4 x S past that. (2 x 16 for 16 columns, which needs fewer
