@@ -20,6 +20,13 @@ struct Candidate {
   double flops_per_sm;
   const GemmTile* split = nullptr;    // its batched kernel, for split-K
   const GemmTile* cluster = nullptr;  // its one-launch split-K kernel (sm_90 clusters)
+  // Split-K's long slices (at least kSplitLongSlice deep) where an SM runs two or more of them at
+  // once (0: flops_per_sm). 64x64b: a block alone on its SM keeps too few copies in flight to
+  // stream a long slice. (64 x 65536) @ (65536 x 64): 132 slices of 512 (one an SM) 29.6 us, 264
+  // of 256 (two) 26.1, 528 of 128 26.0; (32 x 65536) @ (65536 x 32) 29.8, 25.2, 25.5; (64 x
+  // 131072) @ (131072 x 64) 47.9, 43.3, 43.7 (H200, session 32, split_sum in runs): 200 GFLOP/s an
+  // SM against 170 alone, as the 64x64 rates above. Shorter slices were not measured this way.
+  double split_shared_flops_per_sm = 0.0;
 };
 
 // A stream-K block's cost beyond its share of the work: its pipeline's start (two slabs at its
@@ -54,6 +61,8 @@ constexpr double kClusterSumS = 2.5e-6, kClusterSumBytesPerS = 100e9;
 // Sharing must win by this factor: where the model cannot tell them apart (n = 2048: one wave of
 // 128x256 tiles, 0.99x cuBLAS data-parallel, 0.97x shared) the simpler grid stays.
 constexpr double kShareMargin = 1.03;
+// Candidate::split_shared_flops_per_sm applies to slices at least this deep.
+constexpr std::int64_t kSplitLongSlice = 256;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -81,7 +90,7 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
        warp_specialized ? 388e9 : 380e9},
       {&kF32_64x128_fp, &kF32_64x128_sk, 265e9, &kF32_64x128_fpb},
       {&kF32_128x64_fp, &kF32_128x64_sk, 260e9, &kF32_128x64_fpb},
-      {&kF32_64x64, nullptr, 170e9, &kF32_64x64b, &kF32_64x64c},
+      {&kF32_64x64, nullptr, 170e9, &kF32_64x64b, &kF32_64x64c, 200e9},
       {&kF32_64x128_sl, nullptr, kSlicedFlopsPerSm, sliced >= 2 ? &kF32_64x128_slb : nullptr}};
   const std::int64_t s = std::max(1, sms);
   const std::int64_t k_tiles = std::max<std::int64_t>(1, ceil_div(k, 16));
@@ -113,10 +122,12 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
         if (p > k_tiles) break;
         const std::int64_t kc = split_depth(k, p), parts = ceil_div(k, kc);
         if (parts < 2 || kSplitMaxBytes < 4.0 * m * n * parts) continue;
-        const double slice_s = 2.0 * t.bm * t.bn * static_cast<double>(kc) / c.flops_per_sm;
         // An SM runs up to min_blocks slices at once; past that the grid takes whole extra waves
         // (H200, n = 768: 5 slices in 360 blocks 32.6 us, 6 in 432 43.0, 8 in 576 40.5).
         const std::int64_t blocks = tiles * parts, per_sm = ceil_div(blocks, s), mb = c.split->min_blocks;
+        const bool shared = per_sm >= 2 && kc >= kSplitLongSlice && c.split_shared_flops_per_sm > 0;
+        const double rate = shared ? c.split_shared_flops_per_sm : c.flops_per_sm;
+        const double slice_s = 2.0 * t.bm * t.bn * static_cast<double>(kc) / rate;
         if (one_block_an_sm && blocks > s) continue;
         const std::int64_t turns = per_sm <= mb ? per_sm : ceil_div(blocks, s * mb) * mb;
         consider(c.split, false, 0,
