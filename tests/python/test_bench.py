@@ -36,13 +36,8 @@ def test_bench_json_and_the_tables_made_from_it(tmp_path):
     assert "ratio" in r.stdout and "64" in r.stdout
 
     # bench/results_tables.py: a row per size in the results README, the largest in the headline.
-    readme = tmp_path / "README.md"
-    readme.write_text("before\n<!-- figures:begin -->\nold\n<!-- figures:end -->\nafter\n")
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "results_tables.py"), "--results", str(out.parent),
-                        "--readme", str(readme)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    table = (out.parent / "README.md").read_text()
-    front = readme.read_text()
+    table, front = _render_tables(out.parent, tmp_path / "README.md",
+                                  "before\n<!-- figures:begin -->\nold\n<!-- figures:end -->\nafter\n")
     assert front.startswith("before\n") and front.endswith("after\n") and "old" not in front
     for rec in records:
         speedup = f"{rec['numpy_s'] / rec['portmat_s']:.2f}x"
@@ -84,6 +79,16 @@ def _mkl_peer():
         return peers.MKLPeer()
     except (ImportError, OSError, AttributeError) as e:  # no mkl wheel, or a libmkl_rt without cblas
         pytest.skip(f"MKL not loadable: {e}")
+
+
+def _render_tables(results, readme, front_text):
+    """bench/results_tables.py over the folder `results` with `readme` (written with front_text)
+    as the front page: (the results README it wrote, the front page after)."""
+    readme.write_text(front_text)
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "results_tables.py"), "--results", str(results),
+                        "--readme", str(readme)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return (results / "README.md").read_text(), readme.read_text()
 
 
 def _has_matplotlib():
@@ -158,18 +163,14 @@ def test_bench_plot_without_matplotlib_says_how_to_get_it(tmp_path):
 
 def test_results_tables_render_a_shapes_file(shapes_run, tmp_path):
     _, records, paths = shapes_run
-    readme = tmp_path / "README.md"
-    readme.write_text("<!-- figures:begin -->\n<!-- figures:end -->\n")
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "results_tables.py"), "--results",
-                        str(paths["json"].parent), "--readme", str(readme)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    table = (paths["json"].parent / "README.md").read_text()
+    table, front = _render_tables(paths["json"].parent, tmp_path / "README.md",
+                                  "<!-- figures:begin -->\n<!-- figures:end -->\n")
     assert "## testbox, native CPU, float32, shapes" in table
     for rec in records:
         assert f"| {rec['shape']} | {rec['repeat']} | " in table
     met = sum(rec["meets_target"] for rec in records if rec["target_vs_numpy"] == 0.8)
     under = sum(rec["target_vs_numpy"] == 0.8 for rec in records)
-    assert f"{met} of {under} under 20 us at >= 0.8x" in table and "Shapes, testbox" in readme.read_text()
+    assert f"{met} of {under} under 20 us at >= 0.8x" in table and "Shapes, testbox" in front
 
 
 def test_results_tables_render_an_automatic_choice_shapes_file(tmp_path):
@@ -191,12 +192,7 @@ def test_results_tables_render_an_automatic_choice_shapes_file(tmp_path):
         assert all(v["verified"] and v["s"] > 0 for v in rec["single_devices"].values())
         best = min([rec["numpy_s"]] + [v["s"] for v in rec["single_devices"].values()])
         assert rec["speedup_vs_best_single"] == pytest.approx(best / rec["portmat_s"])
-    readme = tmp_path / "README.md"
-    readme.write_text("<!-- figures:begin -->\n<!-- figures:end -->\n")
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "results_tables.py"), "--results", str(out.parent),
-                        "--readme", str(readme)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    table = (out.parent / "README.md").read_text()
+    table, _ = _render_tables(out.parent, tmp_path / "README.md", "<!-- figures:begin -->\n<!-- figures:end -->\n")
     assert "## testbox, automatic device choice, float32, shapes" in table
     assert all(f"on {d} us" in table for d in singles) and "| chose | vs best single |" in table
     at_best = sum(rec["speedup_vs_best_single"] >= 1.0 for rec in records)
