@@ -83,6 +83,17 @@ def main() -> int:
     os.makedirs(args.out, exist_ok=True)
     scratch = tempfile.TemporaryDirectory(prefix="portmat-bench-")
     cpu_env = intel_opencl_env(scratch.name)  # dpnp's device, for the CPU backend's runs
+
+    def bench(what: str, device: str, dtype: str, file: str, options: list[str], env=None) -> None:
+        """One `portmat bench` of `device` in its own process, writing <out>/<machine>-<file>.json."""
+        path = os.path.join(args.out, f"{args.machine}-{file}.json")
+        cmd = [sys.executable, "-m", "portmat", "bench", "--device", device, "--dtype", dtype, *options, "--json", path]
+        if args.repeat:
+            cmd += ["--repeat", args.repeat]
+        print(f"== {what}: {' '.join(cmd[1:])}", flush=True)
+        if subprocess.run(cmd, env=env).returncode != 0:
+            failed.append(what)
+
     for d in portmat.devices():
         key = (d.backend, d.kind)
         name = label(*key)
@@ -96,38 +107,17 @@ def main() -> int:
             if args.sizes and stack:  # --sizes narrows the square products; stacks keep theirs
                 continue
             suffix = f"-stack{stack}" if stack else ""
-            path = os.path.join(args.out, f"{args.machine}-{name}-{dtype}{suffix}.json")
-            cmd = [sys.executable, "-m", "portmat", "bench", "--device", d.id, "--dtype", dtype,
-                   "--sizes", args.sizes or sizes, "--json", path]
-            if stack:
-                cmd += ["--batch", str(stack)]
-            if args.repeat:
-                cmd += ["--repeat", args.repeat]
-            print(f"== {name} {dtype}: {' '.join(cmd[1:])}", flush=True)
-            if subprocess.run(cmd, env=env).returncode != 0:
-                failed.append(f"{name} {dtype}")
+            bench(f"{name} {dtype}", d.id, dtype, f"{name}-{dtype}{suffix}",
+                  ["--sizes", args.sizes or sizes] + (["--batch", str(stack)] if stack else []), env)
         for dtype in SHAPES.get(key, []) if not args.sizes else []:
             if dtype in ("float64", "complex128") and not d.supports_float64:
                 continue
-            path = os.path.join(args.out, f"{args.machine}-{name}-{dtype}-shapes.json")
-            cmd = [sys.executable, "-m", "portmat", "bench", "--device", d.id, "--dtype", dtype,
-                   "--shapes", "suite", "--json", path]
-            if args.repeat:
-                cmd += ["--repeat", args.repeat]
-            print(f"== {name} {dtype} shapes: {' '.join(cmd[1:])}", flush=True)
-            if subprocess.run(cmd, env=env).returncode != 0:
-                failed.append(f"{name} {dtype} shapes")
+            bench(f"{name} {dtype} shapes", d.id, dtype, f"{name}-{dtype}-shapes", ["--shapes", "suite"], env)
     # Issue 16's automatic device choice (no device named) over the same suite, against NumPy and
     # portmat on each single device in the same blocks: on machines with a GPU, where there is a choice.
     if not args.sizes and (not args.only or "auto" in args.only.split(",")) and any(
             d.kind == "gpu" for d in portmat.devices()):
-        path = os.path.join(args.out, f"{args.machine}-auto-float32-shapes.json")
-        cmd = [sys.executable, "-m", "portmat", "bench", "--device", "auto", "--shapes", "suite", "--json", path]
-        if args.repeat:
-            cmd += ["--repeat", args.repeat]
-        print(f"== auto float32 shapes: {' '.join(cmd[1:])}", flush=True)
-        if subprocess.run(cmd).returncode != 0:
-            failed.append("auto float32 shapes")
+        bench("auto float32 shapes", "auto", "float32", "auto-float32-shapes", ["--shapes", "suite"])
     if not args.no_tables:
         subprocess.run([sys.executable, os.path.join(HERE, "results_tables.py"), "--results", args.out], check=False)
     if failed:
