@@ -971,10 +971,10 @@ class CudaDevice final : public core::Device {
     sum.m = static_cast<int>(m), sum.n = static_cast<int>(n), sum.count = static_cast<int>(parts);
     sum.vec = n % 4 == 0 && c % 16 == 0 && ldc % 4 == 0;
     sum.groups = split_sum_groups(sum.count);
-    const std::int64_t units = sum.vec ? m * (n / 4) : m * n, per_block = 256 / sum.groups;
+    const std::int64_t units = sum.vec ? m * (n / 4) : m * n, per_block = kSplitSumThreads / sum.groups;
     void* sum_params[] = {&sum};
     if (const CUresult r = cu_.LaunchKernel(named_function("split_sum_f32"), static_cast<unsigned>((units + per_block - 1) / per_block),
-                                            1, 1, 256, 1, 1, 0, stream, sum_params, nullptr))
+                                            1, 1, kSplitSumThreads, 1, 1, 0, stream, sum_params, nullptr))
       cu_check(r, "cuLaunchKernel(split_sum)", what("split_sum_f32"));
     return true;
   }

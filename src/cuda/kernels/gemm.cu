@@ -81,6 +81,7 @@ using portmat::cuda::CastArgs;
 using portmat::cuda::cast_body;
 using portmat::cuda::ComplexBArgs;
 using portmat::cuda::SplitSumArgs;
+using portmat::cuda::kSplitSumThreads;
 using portmat::cuda::split_sum_body;
 using portmat::cuda::ThinArgs;
 using portmat::cuda::ShortKArgs;
@@ -256,7 +257,7 @@ __global__ void PM_BOUNDS(kU64_64x64b) gemm_sm80_u64_64x64b_cr(GemmArgs p) { gem
 __global__ void PM_BOUNDS(kU64_64x64b) gemm_sm80_u64_64x64b_cc(GemmArgs p) { gemm_body<unsigned long long, tiles::kU64_64x64b, false, true>(batch_member<unsigned long long>(p, blockIdx.y)); }
 
 // split-K's sum as a launch of its own (256 threads a block)
-__global__ void __launch_bounds__(256) split_sum_f32(SplitSumArgs p) { split_sum_body(p); }
+__global__ void __launch_bounds__(kSplitSumThreads) split_sum_f32(SplitSumArgs p) { split_sum_body(p); }
 
 // complex b as the real B'' (256 threads a block, one complex element each; matrix blockIdx.y)
 __global__ void __launch_bounds__(256) complex_b_f32(ComplexBArgs p) { complex_b_body<float>(p); }

@@ -167,10 +167,10 @@ __device__ __forceinline__ void complex_b_body(const ComplexBArgs& p) {
 // of c is four adjacent elements (vec) or one; p.groups threads share a unit (split_sum_groups),
 // thread g adding the parts of its run [g * per, (g + 1) * per) in index order (its loads in flight
 // together), then the first adds the runs' sums in run order through shared memory: the same
-// result on every run. A block holds 256 / groups units.
+// result on every run. A block of kSplitSumThreads holds kSplitSumThreads / groups units.
 __device__ __forceinline__ void split_sum_body(const SplitSumArgs& p) {
-  __shared__ float4 runs[256];
-  const int G = p.groups, units_per_block = static_cast<int>(blockDim.x) / G;
+  __shared__ float4 runs[kSplitSumThreads];
+  const int G = p.groups, units_per_block = kSplitSumThreads / G;
   const int g = static_cast<int>(threadIdx.x) / units_per_block, ul = static_cast<int>(threadIdx.x) % units_per_block;
   const long long u = static_cast<long long>(blockIdx.x) * units_per_block + ul;
   const long long n_units = p.vec ? p.n / 4 : p.n;

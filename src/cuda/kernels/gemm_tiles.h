@@ -137,7 +137,7 @@ struct SplitSumArgs {
 // kSplitSumMaxGroups, doubled while a thread would add more than kSplitSumPartsPerThread parts. One
 // thread adding all of them in turn waited for each load in turn: (64 x 65536) @ (65536 x 64) in
 // 132 slices spent about a third of its time there (H200, session 32).
-inline constexpr int kSplitSumMaxGroups = 32, kSplitSumPartsPerThread = 4;
+inline constexpr int kSplitSumThreads = 256, kSplitSumMaxGroups = 32, kSplitSumPartsPerThread = 4;
 constexpr int split_sum_groups(int count) {
   int g = 1;
   while (g < kSplitSumMaxGroups && 2 * g <= count && (count + g - 1) / g > kSplitSumPartsPerThread) g *= 2;
