@@ -285,6 +285,8 @@ void check_skinny() {
   const T poison = T(-7777);
   for (auto [m, k, n] : {std::tuple{1, 1, 1}, {1, 37, 300}, {4, 1000, 9}, {3, 5, 2}, {2, 129, 1025},
                          {300, 70, 1}, {513, 64, 4}, {1, 4099, 3},
+                         // one or two rows against a row-major b: axpy's steps of 8, 4 and 1 rows
+                         {2, 62, 515}, {1, 141, 70},
                          // a long K and fewer row pieces than threads: the threads split K
                          {1, 600001, 1}, {3, 200003, 1}, {1, 200001, 2},
                          // 5-8 rows or columns: only where the layout gives the axpy kernel
