@@ -162,19 +162,46 @@ def _plan(repeat: int, t_call: float) -> tuple[int, int]:
     return runs, min(block, runs)
 
 
+def _round_order(names: list, round_index: int) -> list:
+    """The contenders' order in round `round_index`: the rows of a Williams design (a balanced
+    Latin square: row i is the first row 0, 1, n-1, 2, n-2, ... plus i, modulo n; for an odd n
+    also each row reversed), so that over its n (odd n: 2n) rounds every contender runs right
+    after every other one equally often. In a fixed order the same contender always followed
+    NumPy's block: on the H200's 16-core host tiny products measured bimodal there (quartiles
+    1.0-1.7 us) whichever device portmat was on."""
+    n = len(names)
+    if n <= 2:
+        return list(names) if n < 2 or round_index % 2 == 0 else list(reversed(names))
+    first = [0]
+    lo, hi = 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    i = round_index % (2 * n if n % 2 else n)
+    row = [names[(x + i) % n] for x in first]
+    return row[::-1] if i >= n else row
+
+
 def _time_blocks(contenders: dict, repeat: int, say, block_size: int = _BLOCK) -> dict:
-    """`repeat` timings of each contender, taken in alternating blocks of `block_size` calls, each
-    block after a quiet pause and a short untimed warm-up (see the module docstring)."""
+    """`repeat` timings of each contender, taken in alternating blocks of `block_size` calls (in an
+    order that changes round by round: _round_order), each block after a quiet pause and a short
+    untimed warm-up (see the module docstring)."""
     times = {name: [] for name in contenders}
     done = 0
+    round_index = 0
     while done < repeat:
         block = min(block_size, repeat - done)
         say(f"runs {done + 1}-{done + block} of {repeat}")
-        for name, fn in contenders.items():
+        for name in _round_order(list(contenders), round_index):
+            fn = contenders[name]
             time.sleep(_PAUSE_S)
             _warm_up(fn)
             times[name] += [_time_once(fn) for _ in range(block)]
         done += block
+        round_index += 1
     return times
 
 

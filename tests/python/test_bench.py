@@ -471,12 +471,52 @@ def quick_blocks(monkeypatch):
     return blocks
 
 
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7])
+def test_round_orders_let_each_contender_follow_every_other_equally_often(n):
+    # A contender that runs right after another (NumPy's spinning threads, a GPU's clocks) is
+    # disturbed by it; in a fixed order the same one always was. Over a design's rounds (n, or
+    # 2n for an odd n) each round holds every contender once, and every ordered pair runs back
+    # to back within a round equally often.
+    from portmat import bench
+
+    names = [f"c{i}" for i in range(n)]
+    rounds = 2 * n if n % 2 else n
+    follows = {}
+    for r in range(rounds):
+        order = bench._round_order(names, r)
+        assert sorted(order) == names
+        for before, after in zip(order, order[1:]):
+            follows[(before, after)] = follows.get((before, after), 0) + 1
+    counts = {follows.get((x, y), 0) for x in names for y in names if x != y}
+    assert len(counts) == 1 and counts.pop() >= 1, follows
+
+
+def test_blocks_follow_the_round_orders_and_time_every_call(monkeypatch):
+    from portmat import bench
+
+    monkeypatch.setattr(bench, "_PAUSE_S", 0.0)
+    monkeypatch.setattr(bench, "_WARM_S", 0.0)
+    calls = []
+    names = ["numpy", "portmat", "on cpu:0", "on cuda:0"]
+    contenders = {name: (lambda name=name: calls.append(name)) for name in names}
+    times = bench._time_blocks(contenders, 3 * 5, lambda msg: None, block_size=3)
+    assert all(len(times[name]) == 15 for name in names)
+    # Each block: the warm-up's two calls, then its three timed ones.
+    blocks = calls[::5]
+    assert all(len(set(calls[i:i + 5])) == 1 for i in range(0, len(calls), 5))
+    assert blocks == [name for r in range(5) for name in bench._round_order(names, r)]
+
+
 def _dpnp_rounds(blocks, names):
-    """The blocks' contenders in order must be `names` over and over: alternating rounds, each
-    contender once a round. Returns the number of rounds."""
-    assert [b[0] for b in blocks] == [names[i % len(names)] for i in range(len(blocks))], blocks
-    assert len(blocks) % len(names) == 0
-    return len(blocks) // len(names)
+    """The blocks' contenders must be `names` in each round's order (bench._round_order, tested
+    above), each contender once a round. Returns the number of rounds."""
+    from portmat import bench
+
+    assert len(blocks) % len(names) == 0, blocks
+    rounds = len(blocks) // len(names)
+    want = [name for r in range(rounds) for name in bench._round_order(names, r)]
+    assert [b[0] for b in blocks] == want, blocks
+    return rounds
 
 
 @pytest.mark.skipif(CPU is None, reason="no CPU backend device")
