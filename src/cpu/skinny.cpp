@@ -130,8 +130,8 @@ constexpr std::int64_t kAxpyL1Bytes = 16 << 10;
 template <int NS>
 constexpr int kAxpyStep = NS <= 2 ? 8 : 4;
 
-// acc[x] += sum_{q < R} s[q * NS] * l_q[x] for x < w, rows l_q = l0 + q * ldl: R rows of L, two
-// chains of products summed in pairs (R a power of two, 1, 4 or 8).
+// acc[x] += sum_{q < R} s[q * NS] * l_q[x] for x < w, rows l_q = l0 + q * ldl: R rows of L (1, 4
+// or 8), their products summed as a tree of pairs (a fixed order: the same bits every call).
 template <class T, int NS, int R>
 [[gnu::always_inline]] inline void axpy_step(const T* l0, std::int64_t ldl, const T* s, std::int64_t w, T* acc) {
   const T* l[R];
