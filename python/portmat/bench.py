@@ -170,16 +170,9 @@ def _round_order(names: list, round_index: int) -> list:
     NumPy's block: on the H200's 16-core host tiny products measured bimodal there (quartiles
     1.0-1.7 us) whichever device portmat was on."""
     n = len(names)
-    if n <= 2:
-        return list(names) if n < 2 or round_index % 2 == 0 else list(reversed(names))
-    first = [0]
-    lo, hi = 1, n - 1
-    while len(first) < n:
-        first.append(lo)
-        lo += 1
-        if len(first) < n:
-            first.append(hi)
-            hi -= 1
+    if n < 2:
+        return list(names)
+    first = [0] + [(j + 1) // 2 if j % 2 else n - j // 2 for j in range(1, n)]  # 0, 1, n-1, 2, n-2, ...
     i = round_index % (2 * n if n % 2 else n)
     row = [names[(x + i) % n] for x in first]
     return row[::-1] if i >= n else row
