@@ -111,6 +111,10 @@ bool pipeline_enabled() {
 // @ 64 x 65536 (split_n) 1.09x (1.00-1.12). PORTMAT_CPU_PREFETCH_B=0 turns it off (for A/B
 // measurements, read once per process).
 constexpr std::int64_t kPrefetchBBytes = 256 << 10;
+// Whether a single-threaded plan prefetches a B block of kc x nc elements of `elem` bytes.
+constexpr bool prefetches_b_block(std::int64_t kc, std::int64_t nc, std::size_t elem) {
+  return kc * nc * static_cast<std::int64_t>(elem) <= kPrefetchBBytes;
+}
 bool prefetch_b_enabled() {
   static const bool on = !switched_off("PORTMAT_CPU_PREFETCH_B");
   return on;
@@ -385,7 +389,7 @@ void run_thread(void* ctx, int tid) {
     std::int64_t pf_next = 0, pf_total = 0, pf_line_count = 1, pf_per_tile = 0;
     if (p.threads == 1 && s + 1 < p.steps() && prefetch_b_enabled()) {
       const Step nx = step_of(p, mr, nr, sizeof(T), s + 1);
-      if ((a_outer || nx.ii == 0) && nx.kc * nx.nc * static_cast<std::int64_t>(sizeof(T)) <= kPrefetchBBytes) {
+      if ((a_outer || nx.ii == 0) && prefetches_b_block(nx.kc, nx.nc, sizeof(T))) {
         constexpr std::int64_t line = 64 / sizeof(T);
         const core::HostMatrix& b = *job.b;
         // Its rows (columns for a column-major b), each a stretch of whole lines.
@@ -494,9 +498,8 @@ void split_k_thread(void* ctx, int tid) {
 // no prefetch) 136, kc 256 152, kc 384 123 (NumPy 155).
 template <class T>
 GemmConfig<T> split_k_part_config(const GemmConfig<T>& cfg, std::int64_t n) {
-  GemmConfig<T> part = cfg;
-  const std::int64_t block_row = n * static_cast<std::int64_t>(sizeof(T));  // split_k: all of N is one block
-  if (cfg.kc * block_row > kPrefetchBBytes && (cfg.kc / 2) * block_row <= kPrefetchBBytes) part.kc = cfg.kc / 2;
+  GemmConfig<T> part = cfg;  // split_k: all of N is one block
+  if (!prefetches_b_block(cfg.kc, n, sizeof(T)) && prefetches_b_block(cfg.kc / 2, n, sizeof(T))) part.kc = cfg.kc / 2;
   return part;
 }
 
