@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -39,10 +40,12 @@ template <class T>
 // accumulators, 4 b loads and 6 broadcasts a k step for 24 multiply-adds, where 2 vectors a row
 // need 8 loads for 12). 2-core machine, float32 GFLOP/s, 2 -> 4 vectors: (4 x 256) @ (256 x 256)
 // 48 -> 61, 3 rows 26 -> 34, 6 rows 80 -> 91, 96^3 118 -> 137, (16384 x 256) @ (256 x 64) 124 ->
-// 171 (NumPy 63, 31, 59, 95, 127); 128^3, 160^3 and 192^3 unchanged.
-template <class T, int R, int V, int B>
+// 171 (NumPy 63, 31, 59, 95, 127); 128^3, 160^3 and 192^3 unchanged. With Copy, b's vectors are
+// also stored at `copy` (rows copy_ld apart) for the next tiles to read (kShortKCopySkewBytes).
+template <class T, int R, int V, int B, bool Copy = false>
 [[gnu::always_inline]] inline void tile(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
-                                        std::int64_t ldc, std::int64_t K, int cols) {
+                                        std::int64_t ldc, std::int64_t K, int cols, T* copy = nullptr,
+                                        std::int64_t copy_ld = 0) {
   constexpr int L = kLanes<T, B>;
   // k = 0 sets the accumulators (K >= 1): zeroing them first made GCC clear a stack copy of all
   // R x V of them with `rep stos` on every tile, a fifth of a 32x32 product's time.
@@ -50,12 +53,16 @@ template <class T, int R, int V, int B>
   {
     Vec<T, B> bv[V];
     for (int v = 0; v < V; ++v) bv[v] = load<T, B>(b + v * L);
+    if constexpr (Copy)
+      for (int v = 0; v < V; ++v) store(copy + v * L, bv[v]);
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < V; ++v) acc[r][v] = a[r * lda] * bv[v];
   }
   for (std::int64_t k = 1; k < K; ++k) {
     Vec<T, B> bv[V];
     for (int v = 0; v < V; ++v) bv[v] = load<T, B>(b + k * ldb + v * L);
+    if constexpr (Copy)
+      for (int v = 0; v < V; ++v) store(copy + k * copy_ld + v * L, bv[v]);
     for (int r = 0; r < R; ++r) {
       const T x = a[r * lda + k];
       for (int v = 0; v < V; ++v) acc[r][v] += x * bv[v];
@@ -72,43 +79,68 @@ template <class T, int R, int V, int B>
   }
 }
 
-// The 6-row tiles of rows [i, i + m) against one strip of b (bs, lds apart), into c's columns
-// [j, j + cols).
-template <class T, int V, int B>
-[[gnu::always_inline]] inline void strip_rows(const T* a, std::int64_t lda, const T* bs, std::int64_t lds, T* c,
-                                              std::int64_t ldc, std::int64_t m, std::int64_t K, int cols) {
+// f(rows, i) for each register tile of m rows, rows (an integral_constant) of them from row i: tiles
+// of kRows, except that two rows left over go with the last six as two tiles of 4, whose 8 (AVX2)
+// or 16 (AVX-512) accumulators keep the multiply-adds busy where a 2-row tile's 4 or 8 waited on
+// their latency. 2-core Zen 4, float32 GFLOP/s, a process per variant, medians of 3 alternating
+// rounds, 6 + 2 / 4 + 4 rows: AVX-512 (8 x 256) @ (256 x 256) 142 / 177, (8 x 512) @ (512 x 512)
+// 155 / 202, (20 x 128) @ (128 x 1024) 171 / 206, (8 x 16) @ (16 x 65536) 125 / 156, (14 x 16) @
+// (16 x 65536) 146 / 168; AVX2 (8 x 256) @ (256 x 256) 149 / 164. (One row left over stays a tile
+// of its own: 4 + 3 for 7 rows lost, (7 x 8) @ (8 x 65536) 107 / 93 on AVX-512.)
+template <class F>
+[[gnu::always_inline]] inline void row_tiles(std::int64_t m, F&& f) {
+  using Six = std::integral_constant<int, kRows>;
+  using Four = std::integral_constant<int, 4>;
+  const bool fours = m % kRows == 2 && m > kRows;
   std::int64_t i = 0;
-  for (; i + kRows <= m; i += kRows) tile<T, kRows, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols);
+  for (; i + kRows <= m - (fours ? kRows : 0); i += kRows) f(Six{}, i);
+  if (fours) {
+    f(Four{}, i);
+    i += 4;
+  }
   switch (m - i) {
-    case 5: tile<T, 5, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
-    case 4: tile<T, 4, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
-    case 3: tile<T, 3, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
-    case 2: tile<T, 2, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
-    case 1: tile<T, 1, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols); break;
+    case 5: f(std::integral_constant<int, 5>{}, i); break;
+    case 4: f(Four{}, i); break;
+    case 3: f(std::integral_constant<int, 3>{}, i); break;
+    case 2: f(std::integral_constant<int, 2>{}, i); break;
+    case 1: f(std::integral_constant<int, 1>{}, i); break;
     default: break;
   }
 }
 
-// The 6-row tiles of rows [i, i + m) against `ncols` columns of b (whole strips of W = V vectors),
-// row tiles outside, strips inside: each tile row of c is written as one stretch of ncols.
+// The row tiles of rows [i, i + m) against one strip of b (bs, lds apart), into c's columns
+// [j, j + cols).
+template <class T, int V, int B>
+[[gnu::always_inline]] inline void strip_rows(const T* a, std::int64_t lda, const T* bs, std::int64_t lds, T* c,
+                                              std::int64_t ldc, std::int64_t m, std::int64_t K, int cols) {
+  row_tiles(m, [&](auto rows, std::int64_t i) PM_LAMBDA_ALWAYS_INLINE {
+    tile<T, decltype(rows)::value, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols);
+  });
+}
+
+// The row tiles of rows [i, i + m) against `ncols` columns of b (whole strips of W = V vectors),
+// row tiles outside, strips inside: each tile row of c is written as one stretch of ncols. With
+// `copy`, the first row tile also copies those columns of b there (rows copy_ld apart) and the
+// others read the copy (kShortKCopySkewBytes).
 template <class T, int V, int B>
 [[gnu::always_inline]] inline void rows_across(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
-                                               std::int64_t ldc, std::int64_t m, std::int64_t K, std::int64_t ncols) {
+                                               std::int64_t ldc, std::int64_t m, std::int64_t K, std::int64_t ncols,
+                                               T* copy = nullptr, std::int64_t copy_ld = 0) {
   constexpr int W = V * kLanes<T, B>;
-  auto across = [&](auto rows, std::int64_t i) {
+  row_tiles(m, [&](auto rows, std::int64_t i) PM_LAMBDA_ALWAYS_INLINE {
+    constexpr int R = decltype(rows)::value;
+    if constexpr (R == kRows || R == 4) {  // the first of several tiles has 6 or 4 rows
+      if (copy && i == 0 && m > R) {
+        for (std::int64_t j = 0; j < ncols; j += W)
+          tile<T, R, V, B, true>(a, lda, b + j, ldb, c + j, ldc, K, W, copy + j, copy_ld);
+        b = copy;
+        ldb = copy_ld;
+        return;
+      }
+    }
     for (std::int64_t j = 0; j < ncols; j += W)
-      tile<T, decltype(rows)::value, V, B>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K, W);
-  };
-  std::int64_t i = 0;
-  for (; i + kRows <= m; i += kRows) across(std::integral_constant<int, kRows>{}, i);
-  switch (m - i) {
-    case 5: across(std::integral_constant<int, 5>{}, i); break;
-    case 4: across(std::integral_constant<int, 4>{}, i); break;
-    case 3: across(std::integral_constant<int, 3>{}, i); break;
-    case 2: across(std::integral_constant<int, 2>{}, i); break;
-    case 1: across(std::integral_constant<int, 1>{}, i); break;
-    default: break;
-  }
+      tile<T, R, V, B>(a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, K, W);
+  });
 }
 
 // A short k (at most one strip's worth: kShortKRows' products) writes c, as large as b or more, at
@@ -116,6 +148,17 @@ template <class T, int V, int B>
 // write streams at once, 64 bytes each per strip. Across chunks of kShortKChunkBytes of b's rows,
 // the tiles go along c's rows instead: 6 write streams of a chunk's length, b's chunk in L1.
 constexpr std::int64_t kShortKChunkBytes = 4096;
+
+// Every 6 rows of c read a chunk of b again. Where b's rows lie a multiple of 4 KiB apart (N =
+// 65536: 256 KiB), a column's K rows fall into one set of L1 (and of L2), 16 lines for 8 ways, and
+// each pass read the chunk from L3 again. With AVX2's tiles (one line of a row a k step) the first
+// pass copies the chunk into rows kShortKCopySkewBytes longer than the chunk's, whose lines spread
+// over the sets, and the other passes read the copy. 2-core Zen 4 as an AVX2 machine
+// (PORTMAT_CPU_ISA=avx2; NumPy with OPENBLAS_CORETYPE=Haswell), float32 GFLOP/s, a process per
+// variant, medians of 5 alternating rounds, without / with: (16 x 16) @ (16 x 65536) 98 / 133,
+// (64 x 16) @ (16 x 65536) 104 / 171, (8 x 16) @ (16 x 65536) 63 / 91 (NumPy 102, 128, 114).
+// AVX-512's tiles (4 lines of a row a k step) lost with it: 178 / 155, 203 / 184, 136 / 120.
+constexpr std::int64_t kShortKCopySkewBytes = 128;
 
 // Blocks of rows of a (about kRowBlockBytes of them) outside, b's strips inside: a block is read
 // from memory once and from L1/L2 for every further strip, and b (small, or one strip) stays in
@@ -152,12 +195,16 @@ template <class T, int V, int B, bool ShortK>
   const std::int64_t rows_per_block =
       std::max<std::int64_t>(kRows, kRowBlockBytes / (K * std::int64_t(sizeof(T))) / kRows * kRows);
   const std::int64_t chunk = std::max<std::int64_t>(W, kShortKChunkBytes / std::int64_t(sizeof(T)) / W * W);
+  std::unique_ptr<T[]> chunk_copy;  // see kShortKCopySkewBytes
+  const std::int64_t copy_ld = chunk + kShortKCopySkewBytes / std::int64_t(sizeof(T));
+  if constexpr (ShortK && B < 64)
+    if (M > kRows && j_strips >= chunk) chunk_copy.reset(new T[K * copy_ld]);
   for (std::int64_t i0 = 0; i0 < M; i0 += rows_per_block) {
     const std::int64_t m = std::min(rows_per_block, M - i0);
     if constexpr (ShortK) {
       for (std::int64_t j = 0; j < j_strips; j += chunk) {
         const std::int64_t w = std::min(chunk, j_strips - j);
-        rows_across<T, V, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, w);
+        rows_across<T, V, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, w, chunk_copy.get(), copy_ld);
       }
     } else {
       for (std::int64_t j = 0; j < j_strips; j += W)

@@ -357,9 +357,13 @@ void check_small() {
                          // past kSmallElements, a narrow b that fits kSmallBBytes: many blocks of
                          // rows, several strips and a padded last one
                          {3000, 100, 29}, {1500, 300, 20}, {40, 70, 24}, {9, 21, 40}, {256, 256, 8}, {3, 40, 270}, {6, 19, 129}, {20, 50, 96},
+                         // two rows past the 6-row tiles, as two tiles of 4 (small.cpp, row_tiles)
+                         {8, 40, 70}, {14, 64, 33},
                          // a short k (small.cpp, rows_across): several 4 KiB chunks of columns, a
-                         // runt chunk, then the vector and padded-column tails
-                         {7, 16, 2500}, {64, 3, 1100}, {13, 8, 1050}, {2, 5, 1031}})
+                         // runt chunk, then the vector and padded-column tails; where the first
+                         // row tile copies each chunk for the others (AVX2), a first tile of 6 or 4
+                         {7, 16, 2500}, {64, 3, 1100}, {13, 8, 1050}, {2, 5, 1031}, {8, 16, 2100},
+                         {14, 4, 1030}, {26, 2, 1500}})
     for (int pad : {0, 3})
     for (int threads : {1, 3}) {
       const std::int64_t lda = k + pad, ldb = n + pad, ldc = n + 1, off = pad;
