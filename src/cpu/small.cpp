@@ -109,12 +109,23 @@ template <class F>
 }
 
 // The row tiles of rows [i, i + m) against one strip of b (bs, lds apart), into c's columns
-// [j, j + cols).
+// [j, j + cols). With `copy`, the first row tile also copies the strip there (rows W apart) and
+// the others read the copy (kPackedStripsMinBlocks).
 template <class T, int V, int B>
 [[gnu::always_inline]] inline void strip_rows(const T* a, std::int64_t lda, const T* bs, std::int64_t lds, T* c,
-                                              std::int64_t ldc, std::int64_t m, std::int64_t K, int cols) {
+                                              std::int64_t ldc, std::int64_t m, std::int64_t K, int cols,
+                                              T* copy = nullptr) {
   row_tiles(m, [&](auto rows, std::int64_t i) PM_LAMBDA_ALWAYS_INLINE {
-    tile<T, decltype(rows)::value, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols);
+    constexpr int R = decltype(rows)::value;
+    if constexpr (R == kRows || R == 4) {  // the first tile of 6 rows or more
+      if (copy && i == 0) {
+        tile<T, R, V, B, true>(a, lda, bs, lds, c, ldc, K, cols, copy, V * kLanes<T, B>);
+        bs = copy;
+        lds = V * kLanes<T, B>;
+        return;
+      }
+    }
+    tile<T, R, V, B>(a + i * lda, lda, bs, lds, c + i * ldc, ldc, K, cols);
   });
 }
 
@@ -165,6 +176,17 @@ constexpr std::int64_t kShortKCopySkewBytes = 128;
 // L2. (Strips outside read all of a once per strip: 4 times over for 64 columns.)
 constexpr std::int64_t kRowBlockBytes = 64 << 10;
 
+// With AVX2's tiles a strip of b is one line of each of its rows, and rows 256 bytes apart (b of
+// 64 floats) or more use a quarter of L1's sets or fewer: a strip of 256 rows did not stay in L1
+// from one row tile to the next. Where the row blocks are many, the first block's first row tile
+// copies each strip into contiguous panels (K x W) and every later tile reads those. 2-core Zen 4
+// with PORTMAT_CPU_ISA=avx2, float32 GFLOP/s, a process per variant, medians of 3 alternating
+// rounds, without / with (NumPy with OpenBLAS's Haswell kernels): (16384 x 256) @ (256 x 64) 145 /
+// 187 (153), (4096 x 256) @ (256 x 64) 217 / 220 (202), (1024 x 128) @ (128 x 64) 221 / 223 (199).
+// A product of one or two row blocks gained nothing and lost where a separate pass made the copy
+// (128^3 175 / 161, 64^3 95 / 90); AVX-512's tiles, 4 lines of each row, lost or tied with it.
+constexpr std::int64_t kPackedStripsMinBlocks = 3;
+
 template <class T, int V, int B, bool ShortK>
 [[gnu::always_inline]] inline void small_strips(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                                 std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
@@ -195,6 +217,10 @@ template <class T, int V, int B, bool ShortK>
   const std::int64_t rows_per_block =
       std::max<std::int64_t>(kRows, kRowBlockBytes / (K * std::int64_t(sizeof(T))) / kRows * kRows);
   const std::int64_t chunk = std::max<std::int64_t>(W, kShortKChunkBytes / std::int64_t(sizeof(T)) / W * W);
+  std::unique_ptr<T[]> packed_b;  // see kPackedStripsMinBlocks
+  if constexpr (!ShortK && B < 64)
+    if (M >= kPackedStripsMinBlocks * rows_per_block && rows_per_block >= 2 * kRows && j_strips > 0)
+      packed_b.reset(new T[K * j_strips]);
   std::unique_ptr<T[]> chunk_copy;  // see kShortKCopySkewBytes
   const std::int64_t copy_ld = chunk + kShortKCopySkewBytes / std::int64_t(sizeof(T));
   if constexpr (ShortK && B < 64)
@@ -206,9 +232,15 @@ template <class T, int V, int B, bool ShortK>
         const std::int64_t w = std::min(chunk, j_strips - j);
         rows_across<T, V, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, w, chunk_copy.get(), copy_ld);
       }
-    } else {
+    } else if (!packed_b) {
       for (std::int64_t j = 0; j < j_strips; j += W)
         strip_rows<T, V, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, W);
+    } else if constexpr (B < 64) {
+      for (std::int64_t j = 0; j < j_strips; j += W)
+        if (i0 == 0)  // the first block's first tile packs the strip
+          strip_rows<T, V, B>(a, lda, b + j, ldb, c + j, ldc, m, K, W, packed_b.get() + j * K);
+        else
+          strip_rows<T, V, B>(a + i0 * lda, lda, packed_b.get() + j * K, W, c + i0 * ldc + j, ldc, m, K, W);
     }
     std::int64_t j_pairs = j_strips;  // whole two-vector strips after wider ones end here
     if constexpr (V > 2) {
