@@ -370,6 +370,19 @@ std::int64_t small_elements(int threads) {
   return std::max(one, std::min(kSmallElementsPerThread * threads, kSmallElementsHalfRate));
 }
 
+namespace {
+bool wide_b_rule() {
+  static const bool wide = [] {
+    const std::string isa = active_kernel_set().isa;
+    return isa == "avx2" || (isa == "avx512" && wide_fma_at_half_rate());
+  }();
+  return wide;
+}
+}  // namespace
+
+std::int64_t narrow_b_bytes() { return wide_b_rule() ? kNarrowBytesWide : kNarrowBytes; }
+std::int64_t small_b_bytes() { return wide_b_rule() ? kSmallBBytesWide : kSmallBBytes; }
+
 bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size, int threads) {
   const auto bytes = static_cast<std::int64_t>(size);
   if (M <= 0 || N <= 0 || K <= 0) return false;
@@ -385,7 +398,7 @@ bool small_shape(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t siz
   // write-combining buffers hold, 2.5 -> 5.4 ms.)
   if (K * bytes <= kStripBytes && M <= kShortKRows) return true;
   // Few columns (one strip of b) of any size, past skinny.hpp's few; or a b that stays in L2.
-  return N * bytes <= kStripBytes || (M > kSkinnyMax && N * bytes <= kNarrowBytes && K * N * bytes <= kSmallBBytes);
+  return N * bytes <= kStripBytes || (M > kSkinnyMax && N * bytes <= narrow_b_bytes() && K * N * bytes <= small_b_bytes());
 }
 
 // Fewer register tiles than threads and a long K ((16 x 65536) @ (65536 x 16): three 6-row tiles

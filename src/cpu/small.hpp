@@ -75,6 +75,30 @@ constexpr std::int64_t kStripBytes = 64;
 constexpr std::int64_t kNarrowBytes = 256;
 constexpr std::int64_t kSmallBBytes = 128 << 10;
 
+// Where the small path's tiles do as many multiply-adds a cycle as the packed GEMM's kernel (the
+// AVX2 kernels, and AVX-512 at half rate: wide_fma_at_half_rate), b may have rows of up to
+// kNarrowBytesWide (256 floats, 128 doubles) and hold up to kSmallBBytesWide. Those measurements
+// were made after small.cpp's AVX2 tiles stopped spilling their stores and began copying the
+// strips a tall a reads again (session 34). 2-core Zen 4, float32 GFLOP/s, a process per variant,
+// medians of 3 alternating rounds. Packed / unpacked / NumPy, each with PORTMAT_CPU_ISA=avx2 and
+// OPENBLAS_CORETYPE=Haswell:
+// - (1024 x 256) @ (256 x 128): 84 / 217 / 207;
+// - (1024 x 64) @ (64 x 256): 171 / 189 / 206;
+// - (8192 x 512) @ (512 x 128): 87 / 216 / 200;
+// - (8192 x 64) @ (64 x 256): 120 / 222 / 206;
+// - (8192 x 512) @ (512 x 256): 185 / 212 / 196;
+// - (256 x 512) @ (512 x 256): 119 / 217 / 190;
+// - (128 x 256) @ (256 x 256): 177 / 174 / 119.
+// With AVX-512 on Zen 4: (8192 x 512) @ (512 x 128) 195 / 225 / 184, (8192 x 256) @ (256 x 256)
+// 200 / 202 / 189. Full-rate AVX-512 cores, NEON and the baseline keep the narrower rule: not
+// measured there.
+constexpr std::int64_t kNarrowBytesWide = 1024;
+constexpr std::int64_t kSmallBBytesWide = 512 << 10;
+
+// The limits in use on this CPU: kNarrowBytes and kSmallBBytes, or the wide ones above.
+std::int64_t narrow_b_bytes();
+std::int64_t small_b_bytes();
+
 // And products with a k of at most kStripBytes (16 floats, 8 doubles) and at most kShortKRows rows:
 // c (as large as b or more) is written once from the tiles, b read once (small.cpp, small_shape),
 // along c's rows in chunks of b's (small.cpp, rows_across).

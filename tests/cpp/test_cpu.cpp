@@ -380,27 +380,38 @@ void check_small() {
       EXPECT_LE(portmat::reference::worst_error_ratio(va, vb, vc), 1.0)
           << m << "x" << k << "x" << n << " pad " << pad << " threads " << threads;
     }
-  // Every matrix described below holds 1.25M elements at most; those that must be refused are past
+  // Every matrix described below holds 1.6M elements at most; those that must be refused are past
   // either size limit (kSmallElementsHalfRate too: 3 x 600^2 elements for the square).
-  std::vector<T> x(25000 * 50), y(25000 * 50);
+  std::vector<T> x(1600000), y(1600000);
   portmat::core::HostMatrix big{x.data(), 0, 600, 600, 600, false, dtype_of<T>()};
   portmat::core::HostMatrix sq{x.data(), 0, 8, 8, 8, false, dtype_of<T>()};
   portmat::core::HostMatrix col{x.data(), 0, 8, 8, 8, true, dtype_of<T>()};
   portmat::core::HostMatrix tall{x.data(), 0, 64, 8, 8, false, dtype_of<T>()};
   portmat::core::HostMatrix narrow{x.data(), 0, 8, 2, 2, false, dtype_of<T>()};
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(big, big, y.data(), 600));
-  // Past the size limit only one strip of columns (64 bytes) or a narrow b of at most
-  // kSmallBBytes, and not skinny.hpp's few.
-  portmat::core::HostMatrix tall_a{x.data(), 0, 25000, 50, 50, false, dtype_of<T>()};
-  const std::int64_t wide = portmat::cpu::kNarrowBytes / sizeof(T) + 1;
+  // Past the size limit only one strip of columns (64 bytes) or a narrow b (rows of at most
+  // narrow_b_bytes(), at most small_b_bytes() in all), and not skinny.hpp's few.
+  const std::int64_t row_bytes = portmat::cpu::narrow_b_bytes(), b_bytes = portmat::cpu::small_b_bytes();
+  EXPECT_TRUE(row_bytes == portmat::cpu::kNarrowBytes || row_bytes == portmat::cpu::kNarrowBytesWide);
+  EXPECT_EQ(b_bytes, row_bytes == portmat::cpu::kNarrowBytes ? portmat::cpu::kSmallBBytes : portmat::cpu::kSmallBBytesWide);
+  portmat::core::HostMatrix tall_a{x.data(), 0, 6000, 50, 50, false, dtype_of<T>()};
+  const std::int64_t wide = row_bytes / sizeof(T) + 1;
   portmat::core::HostMatrix wide_b{x.data(), 0, 50, wide, wide, false, dtype_of<T>()};
+  portmat::core::HostMatrix just_b{x.data(), 0, 50, wide - 1, wide - 1, false, dtype_of<T>()};
   portmat::core::HostMatrix four_b{x.data(), 0, 50, 4, 4, false, dtype_of<T>()};
-  portmat::core::HostMatrix long_a{x.data(), 0, 600, 2000, 2000, false, dtype_of<T>()};
-  portmat::core::HostMatrix long_b{x.data(), 0, 2000, 16, 16, false, dtype_of<T>()};  // 128 KiB of doubles
-  portmat::core::HostMatrix long_b32{x.data(), 0, 2000, 32, 32, false, dtype_of<T>()};
+  // K just past small_b_bytes() for 32 columns, and a's elements past either size limit
+  const std::int64_t long_k = b_bytes / (32 * std::int64_t(sizeof(T))) + 1;
+  portmat::core::HostMatrix long_a{x.data(), 0, 1200000 / long_k, long_k, long_k, false, dtype_of<T>()};
+  portmat::core::HostMatrix long_b{x.data(), 0, long_k, 16, 16, false, dtype_of<T>()};
+  portmat::core::HostMatrix long_b32{x.data(), 0, long_k, 32, 32, false, dtype_of<T>()};
+  portmat::core::HostMatrix short_b32{x.data(), 0, long_k - 1, 32, 32, false, dtype_of<T>()};
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall_a, wide_b, y.data(), wide));
-  EXPECT_FALSE(portmat::cpu::small_gemm<T>(long_a, long_b32, y.data(), 32));  // b past kSmallBBytes
-  EXPECT_EQ(portmat::cpu::small_gemm<T>(long_a, long_b, y.data(), 16), sizeof(T) == 4);  // floats: one strip
+  EXPECT_TRUE(portmat::cpu::small_gemm<T>(tall_a, just_b, y.data(), wide - 1));
+  EXPECT_FALSE(portmat::cpu::small_gemm<T>(long_a, long_b32, y.data(), 32));  // b past small_b_bytes()
+  portmat::core::HostMatrix long_a_less{x.data(), 0, long_a.rows, long_k - 1, long_k - 1, false, dtype_of<T>()};
+  EXPECT_TRUE(portmat::cpu::small_gemm<T>(long_a_less, short_b32, y.data(), 32));
+  // 16 columns: one strip of floats; doubles by the narrow rule (half the bytes of 32 columns)
+  EXPECT_TRUE(portmat::cpu::small_gemm<T>(long_a, long_b, y.data(), 16));
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall_a, four_b, y.data(), 4));
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(tall, narrow, y.data(), 2));  // skinny's dots
   EXPECT_FALSE(portmat::cpu::small_gemm<T>(sq, col, y.data(), 8));
@@ -590,7 +601,9 @@ TEST(CpuSmall, SizeLimitFollowsTheCore) {
 #else
   EXPECT_FALSE(portmat::cpu::wide_fma_at_half_rate());
 #endif
-  EXPECT_EQ(portmat::cpu::small_shape(256, 256, 256, 4), limit >= 3 * 256 * 256);
+  // 256^3 float32: by its elements, or by its b (rows of 1 KiB, 256 KiB in all) where b may be wide
+  const bool b_fits = 256 * 4 <= portmat::cpu::narrow_b_bytes() && 256 * 256 * 4 <= portmat::cpu::small_b_bytes();
+  EXPECT_EQ(portmat::cpu::small_shape(256, 256, 256, 4), limit >= 3 * 256 * 256 || b_fits);
   EXPECT_FALSE(portmat::cpu::small_shape(600, 600, 600, 4));
   // On several threads: never below the one-thread limit, growing with the threads, never past
   // kSmallElementsHalfRate unless set; on full-rate AVX-512 cores 2^17 a thread.
@@ -598,7 +611,7 @@ TEST(CpuSmall, SizeLimitFollowsTheCore) {
   for (int threads : {2, 3, 8, 16, 64}) {
     const std::int64_t t_limit = portmat::cpu::small_elements(threads);
     EXPECT_GE(t_limit, portmat::cpu::small_elements(threads - 1));
-    EXPECT_EQ(portmat::cpu::small_shape(256, 256, 256, 4, threads), t_limit >= 3 * 256 * 256);
+    EXPECT_EQ(portmat::cpu::small_shape(256, 256, 256, 4, threads), t_limit >= 3 * 256 * 256 || b_fits);
     if (std::getenv("PORTMAT_CPU_SMALL_ELEMENTS")) {
       EXPECT_EQ(t_limit, limit);
     } else if (t_limit != limit) {
