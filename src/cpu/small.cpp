@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -217,14 +218,16 @@ template <class T, int V, int B, bool ShortK>
   const std::int64_t rows_per_block =
       std::max<std::int64_t>(kRows, kRowBlockBytes / (K * std::int64_t(sizeof(T))) / kRows * kRows);
   const std::int64_t chunk = std::max<std::int64_t>(W, kShortKChunkBytes / std::int64_t(sizeof(T)) / W * W);
+  // The copies are optional, and this may run on a pool worker, where an exception cannot go:
+  // without the memory for one, b is read in place.
   std::unique_ptr<T[]> packed_b;  // see kPackedStripsMinBlocks
   if constexpr (!ShortK && B < 64)
     if (M >= kPackedStripsMinBlocks * rows_per_block && rows_per_block >= 2 * kRows && j_strips > 0)
-      packed_b.reset(new T[K * j_strips]);
+      packed_b.reset(new (std::nothrow) T[K * j_strips]);
   std::unique_ptr<T[]> chunk_copy;  // see kShortKCopySkewBytes
   const std::int64_t copy_ld = chunk + kShortKCopySkewBytes / std::int64_t(sizeof(T));
   if constexpr (ShortK && B < 64)
-    if (M > kRows && j_strips >= chunk) chunk_copy.reset(new T[K * copy_ld]);
+    if (M > kRows && j_strips >= chunk) chunk_copy.reset(new (std::nothrow) T[K * copy_ld]);
   for (std::int64_t i0 = 0; i0 < M; i0 += rows_per_block) {
     const std::int64_t m = std::min(rows_per_block, M - i0);
     if constexpr (ShortK) {
