@@ -111,14 +111,14 @@ template <class F>
 
 // The row tiles of rows [i, i + m) against one strip of b (bs, lds apart), into c's columns
 // [j, j + cols). With `copy`, the first row tile also copies the strip there (rows W apart) and
-// the others read the copy (kPackedStripsMinBlocks).
-template <class T, int V, int B>
+// the others read the copy (kPackedStripsMinBlocks); only the Copying instantiation has that tile.
+template <class T, int V, int B, bool Copying = false>
 [[gnu::always_inline]] inline void strip_rows(const T* a, std::int64_t lda, const T* bs, std::int64_t lds, T* c,
                                               std::int64_t ldc, std::int64_t m, std::int64_t K, int cols,
                                               T* copy = nullptr) {
   row_tiles(m, [&](auto rows, std::int64_t i) PM_LAMBDA_ALWAYS_INLINE {
     constexpr int R = decltype(rows)::value;
-    if constexpr (R == kRows || R == 4) {  // the first tile of 6 rows or more
+    if constexpr (Copying && (R == kRows || R == 4)) {  // the first tile of 6 rows or more
       if (copy && i == 0) {
         tile<T, R, V, B, true>(a, lda, bs, lds, c, ldc, K, cols, copy, V * kLanes<T, B>);
         bs = copy;
@@ -133,15 +133,15 @@ template <class T, int V, int B>
 // The row tiles of rows [i, i + m) against `ncols` columns of b (whole strips of W = V vectors),
 // row tiles outside, strips inside: each tile row of c is written as one stretch of ncols. With
 // `copy`, the first row tile also copies those columns of b there (rows copy_ld apart) and the
-// others read the copy (kShortKCopySkewBytes).
-template <class T, int V, int B>
+// others read the copy (kShortKCopySkewBytes); only the Copying instantiation has that tile.
+template <class T, int V, int B, bool Copying = false>
 [[gnu::always_inline]] inline void rows_across(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                                std::int64_t ldc, std::int64_t m, std::int64_t K, std::int64_t ncols,
                                                T* copy = nullptr, std::int64_t copy_ld = 0) {
   constexpr int W = V * kLanes<T, B>;
   row_tiles(m, [&](auto rows, std::int64_t i) PM_LAMBDA_ALWAYS_INLINE {
     constexpr int R = decltype(rows)::value;
-    if constexpr (R == kRows || R == 4) {  // the first of several tiles has 6 or 4 rows
+    if constexpr (Copying && (R == kRows || R == 4)) {  // the first of several tiles has 6 or 4 rows
       if (copy && i == 0 && m > R) {
         for (std::int64_t j = 0; j < ncols; j += W)
           tile<T, R, V, B, true>(a, lda, b + j, ldb, c + j, ldc, K, W, copy + j, copy_ld);
@@ -233,7 +233,8 @@ template <class T, int V, int B, bool ShortK>
     if constexpr (ShortK) {
       for (std::int64_t j = 0; j < j_strips; j += chunk) {
         const std::int64_t w = std::min(chunk, j_strips - j);
-        rows_across<T, V, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, w, chunk_copy.get(), copy_ld);
+        rows_across<T, V, B, (B < 64)>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, w, chunk_copy.get(),
+                                       copy_ld);
       }
     } else if (!packed_b) {
       for (std::int64_t j = 0; j < j_strips; j += W)
@@ -241,7 +242,7 @@ template <class T, int V, int B, bool ShortK>
     } else if constexpr (B < 64) {
       for (std::int64_t j = 0; j < j_strips; j += W)
         if (i0 == 0)  // the first block's first tile packs the strip
-          strip_rows<T, V, B>(a, lda, b + j, ldb, c + j, ldc, m, K, W, packed_b.get() + j * K);
+          strip_rows<T, V, B, true>(a, lda, b + j, ldb, c + j, ldc, m, K, W, packed_b.get() + j * K);
         else
           strip_rows<T, V, B>(a + i0 * lda, lda, packed_b.get() + j * K, W, c + i0 * ldc + j, ldc, m, K, W);
     }
