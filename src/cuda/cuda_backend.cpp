@@ -643,8 +643,8 @@ class CudaDevice final : public core::Device {
     if (dtype == DType::u64) return {&kU64_64x64, false, 0, 0.0};
     if (const char* e = knob_text("PORTMAT_CUDA_TILE"))
       if (const GemmTile* t = tile_by_name(e)) return {t, false, 0, 0.0};
-    // PORTMAT_CUDA_SPLIT_K=S (with PORTMAT_CUDA_SPLIT_TILE: 64x128, 128x64, 64x64, 64x128_sl (the
-    // sliced-k tile's batched kernel, 64x128_slb), or 64x64c, the cluster kernel (sm_90, at most
+    // PORTMAT_CUDA_SPLIT_K=S (with PORTMAT_CUDA_SPLIT_TILE: 64x128, 128x64, 64x64, 64x128_sl or
+    // 128x64_sl (the sliced-k tiles' batched kernels, _slb), or 64x64c, the cluster kernel (sm_90, at most
     // kClusterMaxSlices slices); default 64x128): k split in S slices, whatever the model says
     // (measurements, tests).
     if (const long split = knob("PORTMAT_CUDA_SPLIT_K", 0); split > 1) {
@@ -654,6 +654,7 @@ class CudaDevice final : public core::Device {
                           : name == "64x64"     ? &kF32_64x64b
                           : name == "64x64c"    ? &kF32_64x64c
                           : name == "64x128_sl" ? &kF32_64x128_slb
+                          : name == "128x64_sl" ? &kF32_128x64_slb
                                                 : &kF32_64x128_fpb;
       return {t, false, 0, 0.0, split};
     }

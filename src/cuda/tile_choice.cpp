@@ -73,7 +73,8 @@ double f32_bytes(std::int64_t m, std::int64_t n, std::int64_t k) {
 
 }  // namespace
 
-// 64x128_sl (sliced k: 8 warps on the 64x128 tile; its registers allow one block an SM): 57.1 us
+// 64x128_sl and 128x64_sl (sliced k: 8 warps on the tile; its registers allow one block an SM; the
+// second measured in session 35: docs/cuda.md, "Sliced k on the 128x64 tile"). 64x128_sl: 57.1 us
 // at n = 1024 on the H200 (128 tiles, one block on each SM; session 26) against 61.4 for
 // 64x128_fp, so 290 GFLOP/s per SM. Weighed only where its grid is at most one block an SM, data-
 // parallel or split (_slb): past that it runs in turns while the 4-warp tiles share SMs, which the
@@ -91,33 +92,46 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
       {&kF32_64x128_fp, &kF32_64x128_sk, 265e9, &kF32_64x128_fpb},
       {&kF32_128x64_fp, &kF32_128x64_sk, 260e9, &kF32_128x64_fpb},
       {&kF32_64x64, nullptr, 170e9, &kF32_64x64b, &kF32_64x64c, 200e9},
-      {&kF32_64x128_sl, nullptr, kSlicedFlopsPerSm, sliced >= 2 ? &kF32_64x128_slb : nullptr}};
+      {&kF32_64x128_sl, nullptr, kSlicedFlopsPerSm, sliced >= 2 ? &kF32_64x128_slb : nullptr},
+      {&kF32_128x64_sl, nullptr, kSlicedFlopsPerSm, sliced >= 2 ? &kF32_128x64_slb : nullptr}};
   const std::int64_t s = std::max(1, sms);
   const std::int64_t k_tiles = std::max<std::int64_t>(1, ceil_div(k, 16));
   TileChoice best{nullptr, false, 0, 0.0};
-  auto consider = [&](const GemmTile* tile, bool share_all, std::int64_t blocks, double t, std::int64_t split = 0) {
-    if (!best.tile || t < best.estimate_s) best = {tile, share_all, blocks, t, split};
+  std::int64_t best_grid = 0;  // the blocks of best's grid(s)
+  auto consider = [&](const GemmTile* tile, bool share_all, std::int64_t blocks, double t, std::int64_t split,
+                      std::int64_t grid) {
+    if (!best.tile || t < best.estimate_s) best = {tile, share_all, blocks, t, split}, best_grid = grid;
   };
   for (const Candidate& c : candidates) {
     const GemmTile& t = *c.dp;
     const bool big = &c == &candidates[0];
     const std::int64_t tiles = ceil_div(m, t.bm) * ceil_div(n, t.bn);
-    const bool one_block_an_sm = t.k_groups > 1;  // the sliced tile: only grids of at most one block an SM
+    // The sliced tiles (last in the list): only grids of at most one block an SM.
+    const bool one_block_an_sm = t.k_groups > 1;
     if (one_block_an_sm && (sliced < 1 || tiles > s)) continue;
+    // Their split-K only where the best of the others so far is a grid of at most one block an SM
+    // too: two or more 4-warp blocks an SM hide their stalls as the sliced tile's 8 warps do, and
+    // keep more copies in flight. Against such grids 128x64_slb lost (H200, session 35, us: (192 x
+    // 65536) @ (65536 x 48) 84.3 in 64 slices against 60.9 for 64x64b in 132 (396 blocks), (3072 x
+    // 1536) @ (1536 x 48) 29.7 in 5 against 28.7 for 128x64_fpb in 11 (264), (768 x 16384) @ (16384
+    // x 32) 70.0 in 20 against 66.5 in 64 (384)); against one block an SM it won ((4096 x 4096) @
+    // (4096 x 64) in 4 slices 65.1 against 68.1 for 128x64_fpb, (8192 x 512) @ (512 x 64) in 2 22.8
+    // against 24.2 for 64x64, (384 x 3072) @ (3072 x 48) in 32 14.0 against 17.2).
+    const bool sliced_split_here = !one_block_an_sm || best_grid <= s;
     const double tile_s = 2.0 * t.bm * t.bn * static_cast<double>(std::max<std::int64_t>(k, 1)) / c.flops_per_sm;
     const double start_s = kStartSlabs * 2.0 * t.bm * t.bn * 16.0 / c.flops_per_sm;
     const double hand_over_s = kHandOverS + kHandOverPerElementS * t.bm * t.bn;
     if (big && tiles >= s) {  // launch()'s hybrid grid: whole waves, then the rest shared
-      consider(c.sk, false, 0, static_cast<double>(tiles) * tile_s / s + start_s + hand_over_s);
+      consider(c.sk, false, 0, static_cast<double>(tiles) * tile_s / s + start_s + hand_over_s, 0, tiles);
       continue;
     }
     // Data-parallel: the busiest SM runs ceil(tiles / SMs) tiles in turn. (128x256: its stream-K
     // tile, which launch() runs data-parallel below a wave.)
-    consider(big ? c.sk : c.dp, false, 0, static_cast<double>(ceil_div(tiles, s)) * tile_s);
+    consider(big ? c.sk : c.dp, false, 0, static_cast<double>(ceil_div(tiles, s)) * tile_s, 0, tiles);
     if (!whole) continue;
     // Split k into p slices (the tile's batched kernel over the slices, then their sum): the
     // busiest SM runs its share of the slices (kc slabs each), plus a pipeline start and the sum.
-    if (c.split)
+    if (c.split && sliced_split_here)
       for (const std::int64_t p : kSplitParts) {
         if (p > k_tiles) break;
         const std::int64_t kc = split_depth(k, p), parts = ceil_div(k, kc);
@@ -128,12 +142,14 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
         const bool shared = per_sm >= 2 && kc >= kSplitLongSlice && c.split_shared_flops_per_sm > 0;
         const double rate = shared ? c.split_shared_flops_per_sm : c.flops_per_sm;
         const double slice_s = 2.0 * t.bm * t.bn * static_cast<double>(kc) / rate;
-        if (one_block_an_sm && blocks > s) continue;
+        // A sliced slice shorter than two of its slabs leaves a k group idle for most of it ((192 x
+        // 1024) @ (1024 x 32): 128x64_slb in 64 slices of 16, 10.8 us, against 8.8 for 64x64b in 32).
+        if (one_block_an_sm && (blocks > s || kc < 2 * t.bk)) continue;
         const std::int64_t turns = per_sm <= mb ? per_sm : ceil_div(blocks, s * mb) * mb;
         consider(c.split, false, 0,
                  kShareMargin * (static_cast<double>(turns) * slice_s + start_s + kSplitSumS +
                                  4.0 * m * n * (parts + 1) / kSplitSumBytesPerS),
-                 p);
+                 p, blocks);
       }
     // The same slices as one launch of a cluster kernel (at most kClusterMaxSlices of them): the
     // slices' work as above, the sum in the cluster's shared memory instead of the second launch.
@@ -151,7 +167,7 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
         consider(c.cluster, false, 0,
                  kShareMargin * (static_cast<double>(turns) * slice_s + start_s + kClusterSumS +
                                  4.0 * t.bm * t.bn / kClusterSumBytesPerS),
-                 p);
+                 p, tiles * parts);
       }
     if (!c.sk) continue;
     // Every tile shared by w blocks (at most as many as fit on the GPU at once, each with at least
@@ -162,7 +178,8 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
       const double parts = std::max(1.0, static_cast<double>(w) / static_cast<double>(tiles));
       consider(c.sk, true, w,
                kShareMargin * (static_cast<double>(tiles) * tile_s / static_cast<double>(std::min(w, s)) + start_s +
-                               parts * hand_over_s + (big ? 0.0 : kSmallShareS)));
+                               parts * hand_over_s + (big ? 0.0 : kSmallShareS)),
+               0, w);
     }
   }
   return best;

@@ -55,8 +55,8 @@ struct TileChoice {
 // room: how many clusters of `slices` blocks of a cluster kernel (GemmTile::cluster) the GPU runs
 // at once (cuOccupancyMaxActiveClusters; 0: none); empty where the GPU has no clusters (before
 // sm_90). With it, split-K may be one launch (TileChoice::tile a cluster kernel).
-// sliced: the sliced-k tile (64x128_sl) among the candidates: 0 not, 1 data-parallel only, 2 (the
-// default) also its batched kernel for split-K ($PORTMAT_CUDA_SLICED).
+// sliced: the sliced-k tiles (64x128_sl, 128x64_sl) among the candidates: 0 not, 1 data-parallel
+// only, 2 (the default) also their batched kernels for split-K ($PORTMAT_CUDA_SLICED).
 using ClusterRoom = std::function<std::int64_t(const GemmTile& tile, int slices)>;
 TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int sms, bool warp_specialized,
                            bool whole, const ClusterRoom& room = {}, int sliced = 2);

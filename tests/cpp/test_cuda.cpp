@@ -323,11 +323,12 @@ static void check_same_bits_every_run(const std::string& dev, long m, long n, lo
 // The cluster kernel (64x64c, one launch: the slices of a tile summed in the cluster's shared
 // memory, sm_90) takes the same cases: up to 8 slices; on a GPU without clusters, or asked for more
 // slices than a cluster holds, it runs as its batched partner (64x64b). 64x128_sl: the sliced-k
-// tile's batched kernel (64x128_slb), whose 32-deep slabs meet slices of odd multiples of 16.
+// tile's batched kernel (64x128_slb), whose 32-deep slabs meet slices of odd multiples of 16; the
+// same for 128x64_sl.
 TEST(CudaGemm, SplitKCorrectAndDeterministic) {
   REQUIRE_CUDA();
   std::mt19937 rng(29);
-  for (const char* t : {"64x128", "128x64", "64x64", "64x64c", "64x128_sl"}) {
+  for (const char* t : {"64x128", "128x64", "64x64", "64x64c", "64x128_sl", "128x64_sl"}) {
     SCOPED_TRACE(t);
     ScopedEnv tile("PORTMAT_CUDA_SPLIT_TILE", t);
     for (const auto& s : {std::array<long, 4>{150, 133, 512, 4}, {64, 70, 333, 3}, {33, 65, 70, 5}, {1, 300, 2000, 8},
@@ -348,7 +349,7 @@ TEST(CudaGemm, SplitKCorrectAndDeterministic) {
   check_same_bits_every_run(dev, 200, 96, 3000, rng);
 }
 
-// The sliced-k tile (64x128_sl: two groups of 4 warps over the two halves of each
+// The sliced-k tiles (64x128_sl, 128x64_sl: two groups of 4 warps over the two halves of each
 // 32-deep slab, group 1's sums added to group 0's through shared memory; gemm_tiles.h), forced by
 // PORTMAT_CUDA_TILE whatever the tile model would choose: sides of 1, 17, 63, 65, 127, 129 and
 // 1000, k below one slab, not a multiple of 16 or of 32, and long enough for the unchecked copies
@@ -358,18 +359,21 @@ TEST(CudaGemm, SplitKCorrectAndDeterministic) {
 TEST(CudaGemm, SlicedKTilesAwkwardShapesAndSameBits) {
   REQUIRE_CUDA();
   std::mt19937 rng(43);
-  ScopedEnv tile("PORTMAT_CUDA_TILE", "64x128_sl");
-  for (const auto& s : {std::array<long, 3>{1, 1, 1}, {1, 17, 63}, {17, 1, 65}, {63, 65, 17}, {65, 63, 31},
-                        {127, 129, 33}, {129, 127, 47}, {1000, 17, 129}, {17, 1000, 100}, {65, 129, 1000}})
-    for (int layout = 0; layout < 4; ++layout)
-      for (int pad : {0, 3}) check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, pad, rng);
-  for (const auto& s : {std::array<long, 3>{128, 256, 1024}, {192, 256, 1000}, {1000, 128, 96}})
-    for (int layout = 0; layout < 4; ++layout)
-      for (int pad : {0, 3}) check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, pad, rng);
-  check_device_resident(dev, 65, 129, 1000, rng);
-  check_device_resident(dev, 200, 300, 97, rng);
-  check_same_bits_every_run(dev, 256, 384, 1000, rng);
-  check_same_bits_every_run(dev, 129, 1000, 333, rng);
+  for (const char* t : {"64x128_sl", "128x64_sl"}) {
+    SCOPED_TRACE(t);
+    ScopedEnv tile("PORTMAT_CUDA_TILE", t);
+    for (const auto& s : {std::array<long, 3>{1, 1, 1}, {1, 17, 63}, {17, 1, 65}, {63, 65, 17}, {65, 63, 31},
+                          {127, 129, 33}, {129, 127, 47}, {1000, 17, 129}, {17, 1000, 100}, {65, 129, 1000}})
+      for (int layout = 0; layout < 4; ++layout)
+        for (int pad : {0, 3}) check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, pad, rng);
+    for (const auto& s : {std::array<long, 3>{128, 256, 1024}, {192, 256, 1000}, {1000, 128, 96}})
+      for (int layout = 0; layout < 4; ++layout)
+        for (int pad : {0, 3}) check_host<float>(dev, s[0], s[1], s[2], layout & 1, layout & 2, pad, rng);
+    check_device_resident(dev, 65, 129, 1000, rng);
+    check_device_resident(dev, 200, 300, 97, rng);
+    check_same_bits_every_run(dev, 256, 384, 1000, rng);
+    check_same_bits_every_run(dev, 129, 1000, 333, rng);
+  }
 }
 
 // The thin kernels (kernels/gemm_thin.cuh) whatever the model says (PORTMAT_CUDA_THIN=1): one,
@@ -628,7 +632,8 @@ TEST(CudaTileChoice, ModelPicksWhatMeasuredBestOnTheH200) {
       {768, 768, 768, &pc::kF32_64x128_fpb, false, true},  // split-K below a wave of 64x128 tiles
       {512, 512, 512, &pc::kF32_64x128_slb, false, true},  // 4 slices of 32 tiles: 128 blocks
       {256, 256, 256, &pc::kF32_64x64b, false, true},
-      {4096, 64, 4096, &pc::kF32_128x64_fpb, false, true},  // (4096 x 4096) @ (4096 x 64)
+      {4096, 64, 4096, &pc::kF32_128x64_slb, false, true},  // (4096 x 4096) @ (4096 x 64): 4 slices
+      {16384, 64, 256, &pc::kF32_128x64_sl, false, false},  // (16384 x 256) @ (256 x 64): 128 tiles
       {64, 4096, 4096, &pc::kF32_64x128_slb, false, true},  // (64 x 4096) @ (4096 x 4096)
       {16, 4096, 4096, &pc::kF32_64x128_slb, false, true},
       {8192, 256, 256, &pc::kF32_64x128_fp, false, false},
@@ -692,23 +697,26 @@ TEST(CudaTileChoice, ClusterKernelsWhereTheyFit) {
     }
 }
 
-// The sliced-k tile (gemm_tiles.h, 64x128_sl): listed for PORTMAT_CUDA_TILE with 8 warps in two k
-// groups and a ring that holds group 1's partial tile, 2 blocks per SM within the H200's shared
-// memory (228 KiB an SM, 1 KiB of it reserved per block). The model takes 64x128_sl where a grid of
-// 64x128 tiles is at most one block an SM (n = 1024 on 132 SMs), and not with
-// sliced = 0 ($PORTMAT_CUDA_SLICED=0), with or without the sm_90a kernels and clusters.
+// The sliced-k tiles (gemm_tiles.h, 64x128_sl and 128x64_sl): listed for PORTMAT_CUDA_TILE with 8
+// warps in two k groups and a ring that holds group 1's partial tile, 2 blocks per SM within the
+// H200's shared memory (228 KiB an SM, 1 KiB of it reserved per block). The model takes one where
+// a grid of its tiles is at most one block an SM (n = 1024 on 132 SMs; (16384 x 256) @ (256 x 64)),
+// and not with sliced = 0 ($PORTMAT_CUDA_SLICED=0), with or without the sm_90a kernels and clusters.
 TEST(CudaTileChoice, SlicedKTiles) {
   using portmat::cuda::choose_f32_tile;
   namespace pc = portmat::cuda;
-  const pc::GemmTile* t = nullptr;
-  for (const auto& named : pc::kF32Tiles)
-    if (std::string(named.short_name) == "64x128_sl") t = named.tile;
-  ASSERT_NE(t, nullptr) << "64x128_sl is not in kF32Tiles";
-  EXPECT_EQ(t->k_groups, 2);
-  EXPECT_EQ(t->threads(), 256);
-  EXPECT_GE(t->smem_bytes(), t->bm * t->bn * 4) << "the ring holds group 1's tile";
-  EXPECT_LE(2 * (t->smem_bytes() + 1024), 228 * 1024);
+  for (const char* name : {"64x128_sl", "128x64_sl"}) {
+    const pc::GemmTile* t = nullptr;
+    for (const auto& named : pc::kF32Tiles)
+      if (std::string(named.short_name) == name) t = named.tile;
+    ASSERT_NE(t, nullptr) << name << " is not in kF32Tiles";
+    EXPECT_EQ(t->k_groups, 2);
+    EXPECT_EQ(t->threads(), 256);
+    EXPECT_GE(t->smem_bytes(), t->bm * t->bn * 4) << "the ring holds group 1's tile";
+    EXPECT_LE(2 * (t->smem_bytes() + 1024), 228 * 1024);
+  }
   EXPECT_EQ(pc::kF32_64x128_slb.k_groups, 2);
+  EXPECT_EQ(pc::kF32_128x64_slb.k_groups, 2);
   const pc::ClusterRoom h200 = [](const pc::GemmTile& t, int p) -> std::int64_t { return 8 * (16 * t.min_blocks / p); };
   for (long n = 64; n <= 8192; n *= 2)
     for (long k : {64L, 1000L, 4096L})
@@ -717,17 +725,33 @@ TEST(CudaTileChoice, SlicedKTiles) {
                                 choose_f32_tile(n, n, k, 132, ws, true, h200, 0), choose_f32_tile(64, n, k, 132, ws, true, {}, 0)})
           EXPECT_EQ(got.tile->k_groups, 1) << n << " " << k << ": " << got.tile->name;
         for (long m : {n, 64L})
-          for (const auto& got : {choose_f32_tile(m, n, k, 132, ws, true), choose_f32_tile(m, n, k, 132, ws, true, h200)}) {
-            const long tiles = (m + 63) / 64 * ((n + 127) / 128);
-            if (got.tile->k_groups > 1)  // a grid of at most one block an SM
-              EXPECT_LE(tiles * std::max<long>(got.split, 1), 132) << m << " " << n << " " << k;
-          }
-        EXPECT_NE(choose_f32_tile(n, n, k, 132, ws, true, {}, 1).tile, &pc::kF32_64x128_slb) << n << " " << k;
+          for (const auto& [mm, nn] : {std::pair{m, n}, std::pair{n, m}})
+            for (const auto& got : {choose_f32_tile(mm, nn, k, 132, ws, true), choose_f32_tile(mm, nn, k, 132, ws, true, h200)}) {
+              const long tiles = (mm + got.tile->bm - 1) / got.tile->bm * ((nn + got.tile->bn - 1) / got.tile->bn);
+              if (got.tile->k_groups > 1)  // a grid of at most one block an SM
+                EXPECT_LE(tiles * std::max<long>(got.split, 1), 132) << mm << " " << nn << " " << k;
+            }
+        for (long m : {n, 64L}) {
+          EXPECT_NE(choose_f32_tile(n, m, k, 132, ws, true, {}, 1).tile, &pc::kF32_64x128_slb) << n << " " << k;
+          EXPECT_NE(choose_f32_tile(n, m, k, 132, ws, true, {}, 1).tile, &pc::kF32_128x64_slb) << n << " " << k;
+        }
       }
   for (bool ws : {false, true}) {
     EXPECT_EQ(choose_f32_tile(1024, 1024, 1024, 132, ws, true).tile, &pc::kF32_64x128_sl);
     EXPECT_EQ(choose_f32_tile(1024, 1024, 1024, 132, ws, false).tile, &pc::kF32_64x128_sl);
   }
+  // Their split-K: slices of at least two 32-deep slabs ((192 x 1024) @ (1024 x 32) lost in 64
+  // slices of 16), and not where the best other grid has two or more blocks an SM ((192 x 65536) @
+  // (65536 x 48): 64x64b in 132 slices, 396 blocks, 61 us against 84 for 128x64_slb in 64).
+  for (long m : {17L, 96L, 192L, 640L, 4096L})
+    for (long n : {17L, 48L, 96L, 192L})
+      for (long k : {512L, 1024L, 3072L, 16384L, 65536L}) {
+        const auto got = choose_f32_tile(m, n, k, 132, true, true);
+        if (got.tile == &pc::kF32_64x128_slb || got.tile == &pc::kF32_128x64_slb)
+          EXPECT_GE(pc::split_depth(k, got.split), 64) << m << " " << n << " " << k;
+      }
+  EXPECT_EQ(choose_f32_tile(192, 48, 65536, 132, true, true).tile, &pc::kF32_64x64b);
+  EXPECT_EQ(choose_f32_tile(192, 32, 1024, 132, true, true).tile, &pc::kF32_64x64b);
 }
 
 // The thin kernels' model (tile_choice.cpp, choose_thin) on the H200's 132 SMs: a long k over too

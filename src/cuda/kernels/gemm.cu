@@ -31,9 +31,9 @@
 //  - gemm_body_db.cuh  gemm_body_db, fragments double-buffered in registers: _db, _ak;
 //  - gemm_body_fp.cuh  gemm_body_fp, unchecked copies inside: _fp, 128x128_fp, 64x128_fp,
 //                      128x64_fp, _fpa, the stream-K _sk of 128x256, 64x128 and 128x64, and
-//                      64x128_sl (sliced k: two groups of warps over halves of each slab);
+//                      64x128_sl, 128x64_sl (sliced k: two groups of warps over halves of each slab);
 //  - gemm_body_ws.cuh  gemm_body_ws, warp-specialized (sm_90a): _ws, stream-K _wsk;
-//  - gemm_batched.cuh  strided batches (_fpb, 64x128_fpb, 128x64_fpb, 64x128_slb, 64x64b, _small), split_sum
+//  - gemm_batched.cuh  strided batches (_fpb, 64x128_fpb, 128x64_fpb, 64x128_slb, 128x64_slb, 64x64b, _small), split_sum
 //                      (split-K's sum of parts) and complex_b (complex b as real);
 //  - gemm_thin.cuh     thin products (a side of c at most 16): thin_dots, thin_axpy, thin_sum;
 //  - gemm_short_k.cuh  short inner dimension (k at most 32), c large: short_k;
@@ -182,6 +182,12 @@ __global__ void PM_BOUNDS(kF32_64x128_sl) gemm_sm80_f32_64x128_sl_rc(GemmArgs p)
 __global__ void PM_BOUNDS(kF32_64x128_sl) gemm_sm80_f32_64x128_sl_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sl, false, false, 3>(p); }
 __global__ void PM_BOUNDS(kF32_64x128_sl) gemm_sm80_f32_64x128_sl_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_sl, false, true, 2>(p); }
 
+// 128x64_sl (gemm_tiles.h): the same sliced k on the 128x64 tile.
+__global__ void PM_BOUNDS(kF32_128x64_sl) gemm_sm80_f32_128x64_sl_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_sl, true, false, 2>(p); }
+__global__ void PM_BOUNDS(kF32_128x64_sl) gemm_sm80_f32_128x64_sl_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_sl, true, true, 2>(p); }
+__global__ void PM_BOUNDS(kF32_128x64_sl) gemm_sm80_f32_128x64_sl_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_sl, false, false, 3>(p); }
+__global__ void PM_BOUNDS(kF32_128x64_sl) gemm_sm80_f32_128x64_sl_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_sl, false, true, 2>(p); }
+
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_rr(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, true, false>(p); }
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_rc(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, true, true>(p); }
 __global__ void PM_BOUNDS(kF64_64x64) gemm_sm80_f64_64x64_cr(GemmArgs p) { gemm_body<double, tiles::kF64_64x64, false, false>(p); }
@@ -208,6 +214,11 @@ __global__ void PM_BOUNDS(kF32_64x128_slb) gemm_sm80_f32_64x128_slb_rr(GemmArgs 
 __global__ void PM_BOUNDS(kF32_64x128_slb) gemm_sm80_f32_64x128_slb_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_slb, true, true, 2>(batch_member<float>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kF32_64x128_slb) gemm_sm80_f32_64x128_slb_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_slb, false, false, 3>(batch_member<float>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kF32_64x128_slb) gemm_sm80_f32_64x128_slb_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_64x128_slb, false, true, 2>(batch_member<float>(p, blockIdx.y)); }
+
+__global__ void PM_BOUNDS(kF32_128x64_slb) gemm_sm80_f32_128x64_slb_rr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_slb, true, false, 2>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_128x64_slb) gemm_sm80_f32_128x64_slb_rc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_slb, true, true, 2>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_128x64_slb) gemm_sm80_f32_128x64_slb_cr(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_slb, false, false, 3>(batch_member<float>(p, blockIdx.y)); }
+__global__ void PM_BOUNDS(kF32_128x64_slb) gemm_sm80_f32_128x64_slb_cc(GemmArgs p) { gemm_body_fp<float, tiles::kF32_128x64_slb, false, true, 2>(batch_member<float>(p, blockIdx.y)); }
 
 __global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_rr(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, true, false>(batch_member<float>(p, blockIdx.y)); }
 __global__ void PM_BOUNDS(kF32_64x64b) gemm_sm80_f32_64x64b_rc(GemmArgs p) { gemm_body<float, tiles::kF32_64x64b, true, true>(batch_member<float>(p, blockIdx.y)); }

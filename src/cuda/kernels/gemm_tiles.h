@@ -355,6 +355,15 @@ inline constexpr GemmTile kF32_128x64_sk{"gemm_sm80_f32_128x64_sk", 128, 64, 16,
 // _slb where their grid is at most one block an SM; PORTMAT_CUDA_TILE=64x128_sl forces it; _slb
 // (below) is _sl's batched form for split-K (PORTMAT_CUDA_SPLIT_TILE=64x128_sl).
 inline constexpr GemmTile kF32_64x128_sl{"gemm_sm80_f32_64x128_sl", 64, 128, 32, 32, 64, 2, 2, 3, 4, 1, 0, 0, 0, 0, 2};
+// 128x64_sl: the same sliced k on 128x64_fp's tile (8x8 a thread, 8 warps, 1 block an SM), for
+// grids of at most one block an SM with a side of 64, where 128x64_fp's 4 warps hide no stall.
+// H200, 2026-12-05 (session 35), us: (16384 x 256) @ (256 x 64) 19.3 against 21.5 for 128x64_fp
+// (cuBLAS graph 17.0), (16384 x 128) @ (128 x 64) 12.5 against 14.5; (4096 x 4096) @ (4096 x 64)
+// in 4 slices (_slb) 64.6 against 67.4. With two or more tiles an SM it lost ((32768 x 256) @
+// (256 x 64) 36.5 against 33.8), as 64x128_sl does. Tried the same day and dropped: 64x64_sl (8x4
+// a thread, 2 blocks an SM), never the fastest (20.2 us on the first product above, 25.1 on
+// (64 x 64) @ (64 x 65536) against 20.3 for 64x64).
+inline constexpr GemmTile kF32_128x64_sl{"gemm_sm80_f32_128x64_sl", 128, 64, 32, 64, 32, 2, 2, 3, 4, 1, 0, 0, 0, 0, 2};
 // float64: one simple tile (8x4 per thread); DFMA runs at half the FFMA rate on GH100.
 inline constexpr GemmTile kF64_64x64{"gemm_sm80_f64_64x64", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
 
@@ -369,8 +378,10 @@ inline constexpr GemmTile kF32_128x256_fpb{"gemm_sm80_f32_128x256_fpb", 128, 256
 // 64x128_fp's and 128x64_fp's bodies over a stack: split-K's slices (cuda_backend.cpp, launch_split).
 inline constexpr GemmTile kF32_64x128_fpb{"gemm_sm80_f32_64x128_fpb", 64, 128, 16, 32, 64, 2, 2, 4, 4, 3};
 inline constexpr GemmTile kF32_128x64_fpb{"gemm_sm80_f32_128x64_fpb", 128, 64, 16, 64, 32, 2, 2, 4, 4, 3};
-// 64x128_sl's body over a stack (split-K's slices; PORTMAT_CUDA_SPLIT_TILE=64x128_sl).
+// 64x128_sl's and 128x64_sl's bodies over a stack (split-K's slices; PORTMAT_CUDA_SPLIT_TILE=64x128_sl
+// or 128x64_sl).
 inline constexpr GemmTile kF32_64x128_slb{"gemm_sm80_f32_64x128_slb", 64, 128, 32, 32, 64, 2, 2, 3, 4, 1, 0, 0, 0, 0, 2};
+inline constexpr GemmTile kF32_128x64_slb{"gemm_sm80_f32_128x64_slb", 128, 64, 32, 64, 32, 2, 2, 3, 4, 1, 0, 0, 0, 0, 2};
 inline constexpr GemmTile kF32_64x64b{"gemm_sm80_f32_64x64b", 64, 64, 16, 32, 32, 2, 1, 4, 4, 4};
 inline constexpr GemmTile kF64_64x64b{"gemm_sm80_f64_64x64b", 64, 64, 16, 32, 32, 2, 1, 3, 8, 2};
 // Split-K in one launch (sm_90: thread-block clusters of the slices of k, summed through
@@ -411,6 +422,7 @@ inline constexpr NamedTile kF32Tiles[] = {
     {"128x256_wsk", &kF32_128x256_wsk}, {"64x128_fp", &kF32_64x128_fp},
     {"64x128_sk", &kF32_64x128_sk},   {"128x64_fp", &kF32_128x64_fp},
     {"128x64_sk", &kF32_128x64_sk},   {"64x128_sl", &kF32_64x128_sl},
+    {"128x64_sl", &kF32_128x64_sl},
 };
 
 }  // namespace portmat::cuda
