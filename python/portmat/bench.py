@@ -32,7 +32,8 @@ kernel time on the CPU includes portmat's. A peer that belongs to the device but
 
 run_shapes() is the benchmark over shapes (`--shapes FILE` or the built-in SUITE): one product
 (M x K) @ (K x N) per shape, either side possibly a 1-D vector, every contender (NumPy, portmat,
-each peer) verified against float64 and timed the same way, in 3 to 6 alternating blocks, with
+each peer) verified against float64 and timed the same way, in 3 to 6 alternating blocks (12 to 24
+after shorter pauses for products NumPy runs on one thread: _SINGLE_THREAD_MADDS), with
 the memory bandwidth of a large np.copyto measured in the same run (at its start and end) as the
 yardstick of the bandwidth-bound products.
 """
@@ -178,10 +179,11 @@ def _round_order(names: list, round_index: int) -> list:
     return row[::-1] if i >= n else row
 
 
-def _time_blocks(contenders: dict, repeat: int, say, block_size: int = _BLOCK) -> dict:
+def _time_blocks(contenders: dict, repeat: int, say, block_size: int = _BLOCK, pause_s: float | None = None) -> dict:
     """`repeat` timings of each contender, taken in alternating blocks of `block_size` calls (in an
-    order that changes round by round: _round_order), each block after a quiet pause and a short
-    untimed warm-up (see the module docstring)."""
+    order that changes round by round: _round_order), each block after a quiet pause (`pause_s`,
+    default _PAUSE_S) and a short untimed warm-up (see the module docstring)."""
+    pause_s = _PAUSE_S if pause_s is None else pause_s
     times = {name: [] for name in contenders}
     done = 0
     round_index = 0
@@ -190,7 +192,7 @@ def _time_blocks(contenders: dict, repeat: int, say, block_size: int = _BLOCK) -
         say(f"runs {done + 1}-{done + block} of {repeat}")
         for name in _round_order(list(contenders), round_index):
             fn = contenders[name]
-            time.sleep(_PAUSE_S)
+            time.sleep(pause_s)
             _warm_up(fn)
             times[name] += [_time_once(fn) for _ in range(block)]
         done += block
@@ -459,6 +461,14 @@ _OVERHEAD_S = 20e-6  # NumPy under this: call overhead dominates, and the target
 # block), and at most 6, larger blocks instead (run()'s plan gave a 3 ms product 10 blocks: with
 # four contenders 12 s of pauses a shape, and a suite of 56 shapes took 6.5 minutes).
 _SHAPE_MIN_BLOCKS, _SHAPE_MAX_BLOCKS = 3, 6
+# Products under OpenBLAS's threading threshold (65536 x GEMM_MULTITHREAD_THRESHOLD, 4, multiply-
+# adds) run on one thread in NumPy, and portmat's small path runs them on the calling thread: no
+# worker spins after them, so a short pause will do, and they get many more, shorter blocks. On the
+# H200's 16-core host such products measured bimodal for either library (the same 24 x 24 product
+# 1.5 us in one block, 2.5 in the next), and 3 blocks each let one state decide a shape's ratio.
+_SINGLE_THREAD_MADDS = 4 * 65536
+_TINY_PAUSE_S = 0.02
+_TINY_MIN_BLOCKS, _TINY_MAX_BLOCKS = 12, 24
 _COPY_BYTES = 256 * 2**20  # the bandwidth yardstick: far beyond any last-level cache
 
 
@@ -583,7 +593,8 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
                on_record=None) -> list[dict]:
     """One record per shape (M, K, N) (see Shape): fresh operands, every contender's result checked
     against float64 within error_bound(K), then NumPy, portmat and each peer timed in alternating
-    blocks (as run() does, in _SHAPE_MIN_BLOCKS to _SHAPE_MAX_BLOCKS blocks). Each record carries the memory
+    blocks (as run() does, in _SHAPE_MIN_BLOCKS to _SHAPE_MAX_BLOCKS blocks; _TINY_MIN_BLOCKS to
+    _TINY_MAX_BLOCKS below _SINGLE_THREAD_MADDS). Each record carries the memory
     bandwidth of np.copyto measured at the start and at the end of the run (copy_bandwidth).
     device "auto": portmat makes its automatic choice per product (no device named), each record
     saying which device it chose; instead of peers, portmat on each single device is timed in the
@@ -641,9 +652,12 @@ def run_shapes(shapes, repeat, device, dtype="float32", progress=None, with_peer
         time.sleep(_PAUSE_S)
         t_call = max(_time_typical(contenders["numpy"]), _time_typical(contenders["portmat"]))
         runs, block = _plan(repeat, t_call)
-        block = max(min(block, math.ceil(runs / _SHAPE_MIN_BLOCKS)), math.ceil(runs / _SHAPE_MAX_BLOCKS))
-        times = _time_blocks(contenders, runs, lambda msg: say(f"{label}: {msg}"), block)
         mm, nn = m or 1, n or 1
+        tiny = mm * k * nn < _SINGLE_THREAD_MADDS
+        fewest, most = (_TINY_MIN_BLOCKS, _TINY_MAX_BLOCKS) if tiny else (_SHAPE_MIN_BLOCKS, _SHAPE_MAX_BLOCKS)
+        block = max(min(block, math.ceil(runs / fewest)), math.ceil(runs / most))
+        times = _time_blocks(contenders, runs, lambda msg: say(f"{label}: {msg}"), block,
+                             pause_s=min(_PAUSE_S, _TINY_PAUSE_S) if tiny else _PAUSE_S)
         flop = ops_per_madd * mm * k * nn
         nbytes = dt.itemsize * (mm * k + k * nn + mm * nn)
         summary = {name: _summary(t) for name, t in times.items()}

@@ -456,7 +456,7 @@ def quick_blocks(monkeypatch):
     blocks = []
     real = bench._time_blocks
 
-    def spy(contenders, repeat, say, block_size=bench._BLOCK):
+    def spy(contenders, repeat, say, block_size=bench._BLOCK, **kw):
         def wrap(name, fn):
             def timed():
                 if not blocks or blocks[-1][0] != name:
@@ -465,7 +465,7 @@ def quick_blocks(monkeypatch):
                 return fn()
             return timed
         blocks.clear()
-        return real({name: wrap(name, fn) for name, fn in contenders.items()}, repeat, say, block_size)
+        return real({name: wrap(name, fn) for name, fn in contenders.items()}, repeat, say, block_size, **kw)
 
     monkeypatch.setattr(bench, "_time_blocks", spy)
     return blocks
@@ -695,3 +695,32 @@ def test_bench_shapes_hands_out_the_records_so_far_after_each_shape(monkeypatch)
                                on_record=lambda recs: seen.append([r["shape"] for r in recs]))
     assert seen == [[records[0]["shape"]], [records[0]["shape"], records[1]["shape"]]]
     assert all(r["verified"] for r in records)
+
+
+def test_bench_shapes_times_single_thread_products_in_many_short_blocks(monkeypatch):
+    """Products NumPy runs on one thread (under OpenBLAS's threading threshold) are timed in at least
+    _TINY_MIN_BLOCKS alternating blocks per contender after short pauses, so that a machine that
+    flips between a fast and a slow state cannot give one library all its blocks in one state;
+    larger products keep 3 to 6 blocks after the full pause (OpenBLAS's threads spin after them)."""
+    from portmat import bench
+
+    if CPU is None:
+        pytest.skip("no CPU backend device")
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda: {"gbps": 1.0, "bytes": 1, "threads": 1,
+                                                           "gbps_1_thread": 1.0, "gbps_threads": 1.0})
+    monkeypatch.setattr(bench, "_PAUSE_S", 0.001)
+    monkeypatch.setattr(bench, "_MIN_TIMED_S", 0.01)
+    seen = []
+    real = bench._time_blocks
+
+    def spy(contenders, repeat, say, block_size=bench._BLOCK, pause_s=None):
+        seen.append((-(-repeat // block_size), pause_s))
+        return real(contenders, repeat, say, block_size, pause_s)
+
+    monkeypatch.setattr(bench, "_time_blocks", spy)
+    bench.run_shapes([(24, 24, 24), (96, 96, 96)], 2, CPU.id, with_peers=False)
+    (tiny_blocks, tiny_pause), (big_blocks, big_pause) = seen
+    assert 24 * 24 * 24 < bench._SINGLE_THREAD_MADDS <= 96 ** 3
+    assert bench._TINY_MIN_BLOCKS <= tiny_blocks <= bench._TINY_MAX_BLOCKS, seen
+    assert tiny_pause == min(bench._PAUSE_S, bench._TINY_PAUSE_S)
+    assert bench._SHAPE_MIN_BLOCKS <= big_blocks <= bench._SHAPE_MAX_BLOCKS and big_pause == bench._PAUSE_S, seen
