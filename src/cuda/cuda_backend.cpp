@@ -12,6 +12,7 @@
 // of host threads for the NumPy-in/NumPy-out pipeline (matmul_host, described there), and the
 // pinned result pool and operand pins that let that pipeline skip host copies (pinned_pool.hpp).
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -413,8 +414,12 @@ class CudaDevice final : public core::Device {
   }
 
 
-  // The link's host-to-device rate: 32 MiB from pinned memory, best of 3 (a few ms, once).
+  // The link's host-to-device rate: 32 MiB from pinned memory, best of 3 (a few ms, once). The
+  // automatic device choice asks for it on every call it weighs (registry.cpp, open_device_for),
+  // most of which then go to the CPU: once measured it is read without the device's lock, the
+  // environment scan and the context switch of ready().
   double host_bytes_per_s() override {
+    if (const double known = link_rate_.load(std::memory_order_acquire); known > 0) return known;
     std::lock_guard<std::mutex> lock(mu_);
     ready();
     if (link_rate_ > 0) return link_rate_;
@@ -433,8 +438,8 @@ class CudaDevice final : public core::Device {
       cu_check(cu_.EventElapsedTime(&ms, t0_, t1_), "cuEventElapsedTime", where_);
       best = std::max(best, kBytes / std::max(ms * 1e-3, 1e-9));
     }
-    link_rate_ = best;
-    return link_rate_;
+    link_rate_.store(best, std::memory_order_release);
+    return best;
   }
 
   // Results of 1 MiB and more come from the pinned pool (pinned_pool.hpp), so the copy engine
@@ -1538,7 +1543,7 @@ class CudaDevice final : public core::Device {
   static constexpr std::int64_t kWgMaxRows = 65535LL * 32;
   static constexpr double kWgMinMacs = 1 << 30;
   static constexpr long kTcPromoteChunks = 8;  // PORTMAT_CUDA_TC_PROMOTE's default (launch_wgmma)
-  double link_rate_ = 0;                              // host_bytes_per_s(), once measured
+  std::atomic<double> link_rate_{0};                  // host_bytes_per_s(), once measured
 };
 
 // ---- NumPy in, NumPy out ---------------------------------------------------------------------
