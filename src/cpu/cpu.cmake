@@ -48,6 +48,18 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     set_property(SOURCE ${cpu_dir}/skinny.cpp ${cpu_dir}/small.cpp APPEND PROPERTY COMPILE_OPTIONS "-Wno-psabi")
   endif()
+  # Under sanitizers small.cpp drops back to the sanitizer build's -O1 (appended last, so it wins),
+  # and GCC keeps its line tables but not its variables' locations: each of its call sites inlines
+  # every row-tile variant of every clone, and with ASan + UBSan and -g, GCC 12 compiled it alone
+  # in 665 s and 3.0 GB at -O3 (16 minutes on CI's 2 cores beside other files), 391 s at -O1, and
+  # about 300 s at -O1 without variable tracking, which at -O3 overflowed and was run twice. Its
+  # products are small, so the tests that reach it stay short at -O1.
+  if(PORTMAT_SANITIZE)
+    set_property(SOURCE ${cpu_dir}/small.cpp APPEND PROPERTY COMPILE_OPTIONS "-O1")
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+      set_property(SOURCE ${cpu_dir}/small.cpp APPEND PROPERTY COMPILE_OPTIONS "-fno-var-tracking-assignments")
+    endif()
+  endif()
 endif()
 target_compile_definitions(portmat_core PUBLIC PORTMAT_WITH_CPU)
 list(APPEND PORTMAT_CPP_TESTS tests/cpp/test_cpu.cpp)
