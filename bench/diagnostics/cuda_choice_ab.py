@@ -1,0 +1,82 @@
+"""Two tile choices of the CUDA backend's float32 model, each forced by knobs, on the same products:
+before a change of tile_choice.cpp, the old choice against the new one (docs/cuda.md, "Sliced k on
+the 128x64 tile", session 35). Device-resident, medians of RUNS runs of LAUNCHES queued products
+(`_ext.time_gemm`), the two alternated ROUNDS times in one process; then the model's own choice
+(no knob) and cuBLAS (torch, TF32 off) as a CUDA graph of the same products.
+
+  python3 bench/diagnostics/cuda_choice_ab.py FILE
+
+FILE: one product a line, `M K N OLD NEW`, each choice as TILE/SLICES: a data-parallel tile by
+PORTMAT_CUDA_TILE's short name with 0 slices (`128x64_fp/0`), or a split's batched kernel and its
+slices (`128x64_fpb/4`, `64x64b/32`, `64x64c/8`, `128x64_slb/4`, `64x128_slb/4`, `64x128_fpb/11`).
+`128x64_sk/0` and `128x256_wsk/0` run with PORTMAT_CUDA_SK_ALL=1, every tile shared by launch()'s
+own block count, which need not be the model's.
+"""
+import os
+import statistics
+import sys
+
+import torch
+
+import portmat
+from bench_cuda import torch_operands  # this script's folder is on sys.path
+from portmat import _ext
+from portmat.peers import _queued_seconds, torch_graph
+
+RUNS, LAUNCHES, ROUNDS = 15, 10, 3
+SPLIT_TILES = {"128x64_fpb": "128x64", "64x128_fpb": "64x128", "64x64b": "64x64", "64x64c": "64x64c",
+               "128x64_slb": "128x64_sl", "64x128_slb": "64x128_sl"}
+
+
+def knobs(choice):
+    """The PORTMAT_CUDA_ variables that force `choice` (TILE/SLICES)."""
+    tile, slices = choice.split("/")
+    if int(slices) > 1:
+        return {"PORTMAT_CUDA_SPLIT_K": slices, "PORTMAT_CUDA_SPLIT_TILE": SPLIT_TILES[tile]}
+    if tile.endswith("_sk") or tile.endswith("_wsk"):
+        return {"PORTMAT_CUDA_TILE": tile, "PORTMAT_CUDA_SK_ALL": "1"}
+    return {"PORTMAT_CUDA_TILE": tile}
+
+
+def portmat_seconds(dev, m, k, n, env):
+    for v in [v for v in os.environ if v.startswith("PORTMAT_CUDA_")]:
+        del os.environ[v]
+    os.environ.update(env)
+    try:
+        return statistics.median(x for x in _ext.time_gemm(dev, m, n, k, "float32", RUNS, LAUNCHES) if x >= 0)
+    finally:
+        for v in env:
+            del os.environ[v]
+
+
+def cublas_graph_seconds(m, k, n):
+    a, b, c = torch_operands(m, n, k)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph = torch_graph(torch, lambda: torch.matmul(a, b, out=c), LAUNCHES)
+    runs = _queued_seconds(start, stop, lambda: start.elapsed_time(stop), graph.replay, RUNS, 1)
+    return statistics.median(t / LAUNCHES for t in runs)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    dev = next(d.id for d in portmat.devices() if d.backend == "cuda")
+    print("(M x K) @ (K x N): old choice us / new choice us (old / new) / the model's own us / cuBLAS graph us")
+    for line in open(sys.argv[1]):
+        if not line.strip() or line.startswith("#"):
+            continue
+        m, k, n, old, new = line.split()
+        m, k, n = int(m), int(k), int(n)
+        times = {old: [], new: []}
+        for _ in range(ROUNDS):
+            for choice in (old, new):
+                times[choice].append(portmat_seconds(dev, m, k, n, knobs(choice)))
+        t_old, t_new = statistics.median(times[old]), statistics.median(times[new])
+        own = portmat_seconds(dev, m, k, n, {})
+        cb = cublas_graph_seconds(m, k, n)
+        print(f"{m}x{k}@{k}x{n}: {old} {t_old * 1e6:.1f} / {new} {t_new * 1e6:.1f} ({t_old / t_new:.3f}x) / "
+              f"model {own * 1e6:.1f} / cuBLAS {cb * 1e6:.1f} (model {cb / own:.2f}x)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
