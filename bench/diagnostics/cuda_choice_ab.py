@@ -16,12 +16,9 @@ import os
 import statistics
 import sys
 
-import torch
-
 import portmat
-from bench_cuda import torch_operands  # this script's folder is on sys.path
+from cuda_split_sweep import cublas_seconds  # cuBLAS as a CUDA graph; this script's folder is on sys.path
 from portmat import _ext
-from portmat.peers import _queued_seconds, torch_graph
 
 RUNS, LAUNCHES, ROUNDS = 15, 10, 3
 SPLIT_TILES = {"128x64_fpb": "128x64", "64x128_fpb": "64x128", "64x64b": "64x64", "64x64c": "64x64c",
@@ -49,14 +46,6 @@ def portmat_seconds(dev, m, k, n, env):
             del os.environ[v]
 
 
-def cublas_graph_seconds(m, k, n):
-    a, b, c = torch_operands(m, n, k)
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph = torch_graph(torch, lambda: torch.matmul(a, b, out=c), LAUNCHES)
-    runs = _queued_seconds(start, stop, lambda: start.elapsed_time(stop), graph.replay, RUNS, 1)
-    return statistics.median(t / LAUNCHES for t in runs)
-
-
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -73,7 +62,7 @@ def main():
                 times[choice].append(portmat_seconds(dev, m, k, n, knobs(choice)))
         t_old, t_new = statistics.median(times[old]), statistics.median(times[new])
         own = portmat_seconds(dev, m, k, n, {})
-        cb = cublas_graph_seconds(m, k, n)
+        cb = cublas_seconds(m, k, n)
         print(f"{m}x{k}@{k}x{n}: {old} {t_old * 1e6:.1f} / {new} {t_new * 1e6:.1f} ({t_old / t_new:.3f}x) / "
               f"model {own * 1e6:.1f} / cuBLAS {cb * 1e6:.1f} (model {cb / own:.2f}x)", flush=True)
 
