@@ -1,7 +1,7 @@
 """Two tile choices of the CUDA backend's float32 model, each forced by knobs, on the same products:
 before a change of tile_choice.cpp, the old choice against the new one (docs/cuda.md, "Sliced k on
-the 128x64 tile", session 35). Device-resident, medians of RUNS runs of LAUNCHES queued products
-(`_ext.time_gemm`), the two alternated ROUNDS times in one process; then the model's own choice
+the 128x64 tile", session 35). Device-resident, each a median of cuda_vs_cublas.py's runs of queued
+products (`_ext.time_gemm`), the two alternated ROUNDS times in one process; then the model's own choice
 (no knob) and cuBLAS (torch, TF32 off) as a CUDA graph of the same products.
 
   python3 bench/diagnostics/cuda_choice_ab.py FILE
@@ -12,15 +12,14 @@ slices (`128x64_fpb/4`, `64x64b/32`, `64x64c/8`, `128x64_slb/4`, `64x128_slb/4`,
 `128x64_sk/0` and `128x256_wsk/0` run with PORTMAT_CUDA_SK_ALL=1, every tile shared by launch()'s
 own block count, which need not be the model's.
 """
-import os
 import statistics
 import sys
 
 import portmat
 from cuda_split_sweep import cublas_seconds  # cuBLAS as a CUDA graph; this script's folder is on sys.path
-from portmat import _ext
+from cuda_vs_cublas import portmat_seconds  # portmat under a set of knobs, then the environment as it was
 
-RUNS, LAUNCHES, ROUNDS = 15, 10, 3
+ROUNDS = 3
 SPLIT_TILES = {"128x64_fpb": "128x64", "64x128_fpb": "64x128", "64x64b": "64x64", "64x64c": "64x64c",
                "128x64_slb": "128x64_sl", "64x128_slb": "64x128_sl"}
 
@@ -33,17 +32,6 @@ def knobs(choice):
     if tile.endswith("_sk") or tile.endswith("_wsk"):
         return {"PORTMAT_CUDA_TILE": tile, "PORTMAT_CUDA_SK_ALL": "1"}
     return {"PORTMAT_CUDA_TILE": tile}
-
-
-def portmat_seconds(dev, m, k, n, env):
-    for v in [v for v in os.environ if v.startswith("PORTMAT_CUDA_")]:
-        del os.environ[v]
-    os.environ.update(env)
-    try:
-        return statistics.median(x for x in _ext.time_gemm(dev, m, n, k, "float32", RUNS, LAUNCHES) if x >= 0)
-    finally:
-        for v in env:
-            del os.environ[v]
 
 
 def main():
@@ -59,9 +47,9 @@ def main():
         times = {old: [], new: []}
         for _ in range(ROUNDS):
             for choice in (old, new):
-                times[choice].append(portmat_seconds(dev, m, k, n, knobs(choice)))
+                times[choice].append(portmat_seconds(dev, m, n, k, knobs(choice)))
         t_old, t_new = statistics.median(times[old]), statistics.median(times[new])
-        own = portmat_seconds(dev, m, k, n, {})
+        own = portmat_seconds(dev, m, n, k, {})
         cb = cublas_seconds(m, k, n)
         print(f"{m}x{k}@{k}x{n}: {old} {t_old * 1e6:.1f} / {new} {t_new * 1e6:.1f} ({t_old / t_new:.3f}x) / "
               f"model {own * 1e6:.1f} / cuBLAS {cb * 1e6:.1f} (model {cb / own:.2f}x)", flush=True)
