@@ -142,8 +142,10 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
         const bool shared = per_sm >= 2 && kc >= kSplitLongSlice && c.split_shared_flops_per_sm > 0;
         const double rate = shared ? c.split_shared_flops_per_sm : c.flops_per_sm;
         const double slice_s = 2.0 * t.bm * t.bn * static_cast<double>(kc) / rate;
-        // A sliced slice shorter than two of its slabs leaves a k group idle for most of it ((192 x
-        // 1024) @ (1024 x 32): 128x64_slb in 64 slices of 16, 10.8 us, against 8.8 for 64x64b in 32).
+        // A sliced slice of at most one of its 32-deep slabs (or one and a half) gives the ring
+        // nothing to overlap, and at 16 leaves a k group idle: (192 x 1024) @ (1024 x 32) 128x64_slb
+        // in 64 slices of 16 10.8 us against 8.8 for 64x64b in 32, (128 x 3072) @ (3072 x 48) in 96
+        // of 32 10.8 against 10.0 for 64x64b in 64.
         if (one_block_an_sm && (blocks > s || kc < 2 * t.bk)) continue;
         const std::int64_t turns = per_sm <= mb ? per_sm : ceil_div(blocks, s * mb) * mb;
         consider(c.split, false, 0,
