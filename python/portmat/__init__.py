@@ -180,7 +180,9 @@ def _as_operand(x, name: str):
     try:
         return _np.asarray(x)
     except (TypeError, ValueError) as e:  # ragged lists and the like; MemoryError stays itself
-        raise TypeError(f"matmul: {name} is not an array ({type(x).__name__}): {e}") from None
+        # NumPy's class of error (a ragged list is a ValueError there), with the operand named.
+        raise (ValueError if isinstance(e, ValueError) else TypeError)(
+            f"matmul: {name} is not an array ({type(x).__name__}): {e}") from None
 
 
 def _in_dtype(arr: _np.ndarray, dtype: _np.dtype) -> _np.ndarray:

@@ -224,7 +224,8 @@ def asarray(x, device=None, dtype=None) -> Array:
     try:
         host = _np.asarray(x, dtype=None if want is None else (bfloat16_dtype() if want == "bfloat16" else want))
     except (TypeError, ValueError) as e:
-        raise TypeError(f"portmat.asarray: {type(x).__name__} is not an array: {e}") from None
+        raise (ValueError if isinstance(e, ValueError) else TypeError)(
+            f"portmat.asarray: {type(x).__name__} is not an array: {e}") from None
     bf = bfloat16_dtype()
     if bf is not None and host.dtype == bf:
         host = _np.ascontiguousarray(host).view(_np.uint16)

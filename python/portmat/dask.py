@@ -78,7 +78,8 @@ def _operand(x, name):
         try:
             x = _da.asarray(x)
         except (TypeError, ValueError) as e:
-            raise TypeError(f"portmat.dask.matmul: {name} is not an array ({type(x).__name__}): {e}") from None
+            raise (ValueError if isinstance(e, ValueError) else TypeError)(
+                f"portmat.dask.matmul: {name} is not an array ({type(x).__name__}): {e}") from None
     if any(_math.isnan(s) for s in x.shape):
         raise ValueError(f"portmat.dask.matmul: {name} has unknown chunk sizes (shape {x.shape}); "
                          f"call {name}.compute_chunk_sizes() first")

@@ -706,7 +706,10 @@ NB_MODULE(_ext, m) {
     if (!f) throw nb::python_error();
     m.attr("matmul") = nb::steal(f);
   }
-  m.def("matmul_small", &matmul_small, "a"_a, "b"_a, "device"_a, "out"_a = nb::none(), "precision"_a = "",
+  // .none(): nanobind refuses None for a handle unless told; a None operand must reach the
+  // general path, which raises NumPy's own error for it.
+  m.def("matmul_small", &matmul_small, "a"_a.none(), "b"_a.none(), "device"_a.none(), "out"_a.none() = nb::none(),
+        "precision"_a = "",
         "a @ b for plain 1-2 dimensional float32 / float64 NumPy arrays of one dtype with a small "
         "result (not both vectors), on `device` (a spec, \"\" for the default, or a DeviceInfo): "
         "a new array, or `out` (a plain C-contiguous array of the result's shape and dtype, apart "
