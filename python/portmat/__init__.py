@@ -18,7 +18,7 @@ import sys as _sys
 
 import numpy as _np
 
-from . import _arrays, _ext, _host_memory
+from . import _arrays, _ext, _host_memory, _ufunc_options
 from ._arrays import Array, asarray
 from ._ext import DeviceError, DeviceInfo, Error, OutOfDeviceMemory
 
@@ -185,6 +185,18 @@ def _as_operand(x, name: str):
             f"matmul: {name} is not an array ({type(x).__name__}): {e}") from None
 
 
+def _host_operands(a, b, out):
+    """a and b as NumPy arrays, and out (an array, a tuple of one, or None) as an array or None."""
+    a, b = _as_operand(a, "a"), _as_operand(b, "b")
+    if isinstance(out, tuple):
+        if len(out) != 1:
+            raise ValueError(f"matmul: out must be one array or a tuple of one, not {len(out)}")
+        out = out[0]
+    if out is not None and not isinstance(out, _np.ndarray):
+        raise TypeError(f"matmul: out must be a numpy.ndarray, not {type(out).__name__}")
+    return a, b, out
+
+
 def _in_dtype(arr: _np.ndarray, dtype: _np.dtype) -> _np.ndarray:
     """arr as `dtype` (native byte order), in memory the kernels can read: a copy where the
     dtype or byte order differs, or where elements are not aligned to their size (a field of a
@@ -249,10 +261,18 @@ def get_precision() -> str:
     return _ext.get_precision()
 
 
-def _matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", precision=None):
+def _matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", precision=None,
+            order="K", subok=True, signature=None, axes=None, axis=None):
     """portmat.matmul's general path (matmul's docstring, in src/python/module.cpp, says what it
     computes). matmul is a C function (_ext.matmul) that does the common small case itself and
     calls this, with the same arguments, for everything else."""
+    if order != "K" or subok is not True or signature is not None or axes is not None or axis is not None:
+        # np.matmul's other ufunc arguments (_ufunc_options): the operands' matrix axes moved
+        # last, a result laid out as NumPy lays it out, then this function without them.
+        if axis is not None:
+            raise TypeError(_ufunc_options.AXIS_MESSAGE)
+        return _ufunc_options.matmul_with_options(_matmul, _numpy_matmul, _host_operands, a, b, out, dtype, device,
+                                                  casting, precision, order, subok, signature, axes)
     mode = _precision_arg(precision)
     # The common small case in one call, as matmul's C entry tries it (issue 16: NumPy's own call
     # takes ~0.8-2.5 us at n = 8), here for the calls that entry leaves to this function (a
@@ -293,25 +313,13 @@ def _matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", 
                 out = out[0]
             return _arrays.matmul_cai(a, b, out, dtype, device)
     spec = _matmul_spec(device)
-    a = _as_operand(a, "a")
-    b = _as_operand(b, "b")
-    if isinstance(out, tuple):
-        if len(out) != 1:
-            raise ValueError(f"matmul: out must be one array or a tuple of one, not {len(out)}")
-        out = out[0]
-    if out is not None and not isinstance(out, _np.ndarray):
-        raise TypeError(f"matmul: out must be a numpy.ndarray, not {type(out).__name__}")
+    a, b, out = _host_operands(a, b, out)
     loop = _loop_dtype(a, b, out, dtype, casting)
     # Subclasses (np.matrix, quantities with units) keep NumPy's treatment of them, as do the
     # dtypes without kernels; np.memmap results are plain arrays either way.
     if loop not in _KERNEL_DTYPES or type(a) not in _PLAIN or type(b) not in _PLAIN or (
             out is not None and type(out) not in _PLAIN):
-        active = (mode or _ext.get_precision()) if _np.dtype(loop).name in _MODED else "float32"
-        if active != "float32":
-            raise DeviceError(f"matmul: precision '{active}' is not available for "
-                              f"{type(a).__name__} / {type(b).__name__} operands, which NumPy multiplies; "
-                              f"pass plain numpy.ndarray operands (np.asarray) or precision='float32'")
-        return _np.matmul(a, b, out=out, dtype=dtype, casting=casting)
+        return _numpy_matmul(a, b, out, dtype, casting, precision, loop=loop)
     if a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0]:  # the common case, in Python
         shape = (a.shape[0], b.shape[1])
     else:
@@ -357,6 +365,19 @@ def _matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", 
             _np.copyto(out, target, casting="unsafe")  # resolve_dtypes checked the casting
         return out
     return target[()] if target.ndim == 0 else target
+
+
+def _numpy_matmul(a, b, out, dtype, casting, precision, loop=None, **options):
+    """NumPy's matmul, for what portmat leaves to it (subclasses, dtypes without kernels), where
+    the precision asked for is exact float32 (NumPy has no other); `options` are np.matmul's."""
+    if loop is None:
+        loop = _loop_dtype(a, b, out, dtype, casting)
+    active = (_precision_arg(precision) or _ext.get_precision()) if _np.dtype(loop).name in _MODED else "float32"
+    if active != "float32":
+        raise DeviceError(f"matmul: precision '{active}' is not available for "
+                          f"{type(a).__name__} / {type(b).__name__} operands, which NumPy multiplies; "
+                          f"pass plain numpy.ndarray operands (np.asarray) or precision='float32'")
+    return _np.matmul(a, b, out=out, dtype=dtype, casting=casting, **options)
 
 
 _ext.set_matmul_fallback(_matmul)

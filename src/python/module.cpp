@@ -462,11 +462,12 @@ nb::object matmul_small(nb::handle a_obj, nb::handle b_obj, nb::handle device_ob
 // second try does not matter there).
 // portmat.matmul's docstring; its first lines give inspect.signature() the signature.
 constexpr const char* kMatmulDoc =
-    "matmul(a, b, /, out=None, *, dtype=None, device=None, casting='same_kind', precision=None)\n"
+    "matmul(a, b, /, out=None, *, dtype=None, device=None, casting='same_kind', precision=None, "
+    "order='K', subok=True, signature=None, axes=None, axis=None)\n"
     "--\n"
     "\n"
-    "a @ b as np.matmul(a, b, out=out, dtype=dtype, casting=casting) computes it, on a portmat\n"
-    "device.\n"
+    "a @ b as np.matmul(a, b, out=out, dtype=dtype, casting=casting, order=order, subok=subok,\n"
+    "signature=signature, axes=axes) computes it, on a portmat device.\n"
     "\n"
     "Every shape np.matmul takes: 1-D operands (a row or a column vector, the added axis removed\n"
     "from the result), stacks of matrices whose leading axes broadcast, empty ones. Every dtype:\n"
@@ -475,7 +476,9 @@ constexpr const char* kMatmulDoc =
     "NumPy itself computes the dtypes portmat has no kernels for (object, longdouble). `out` may\n"
     "be any array of the result's shape that NumPy's casting rules allow, any strides, even\n"
     "overlapping a or b; it is returned. Any views are read in place where a kernel can.\n"
-    "Both 1-D: a NumPy scalar, as np.matmul returns.\n"
+    "Both 1-D: a NumPy scalar, as np.matmul returns. np.matmul's other ufunc arguments mean what\n"
+    "they mean there: axes (where each operand's and the result's matrix axes are), order (the\n"
+    "result's layout), subok, signature (dtype's longer form); axis raises NumPy's TypeError.\n"
     "\n"
     "device: a device (a spec such as 'cuda:0', 'opencl:1', 'gpu', 'cpu', or an entry of\n"
     "devices()), None for the default, or a list / tuple of devices: one product split across\n"

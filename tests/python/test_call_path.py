@@ -17,7 +17,10 @@ from conftest import check_matmul, random_matrix
 
 def test_signature_doc_and_pickle():
     sig = inspect.signature(portmat.matmul)
-    assert list(sig.parameters) == ["a", "b", "out", "dtype", "device", "casting", "precision"]
+    assert list(sig.parameters) == ["a", "b", "out", "dtype", "device", "casting", "precision",
+                                    "order", "subok", "signature", "axes", "axis"]
+    # The C entry's documented signature is its general path's (which takes every argument).
+    assert str(sig) == str(inspect.signature(portmat._matmul))
     assert sig.parameters["a"].kind is inspect.Parameter.POSITIONAL_ONLY
     assert sig.parameters["out"].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     assert sig.parameters["device"].kind is inspect.Parameter.KEYWORD_ONLY
