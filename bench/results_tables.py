@@ -286,8 +286,9 @@ def results_readme(files, shape_files=(), others=()) -> str:
 
 
 def headline(files, shape_files=()) -> str:
+    # "measured": rows come from files of different days; a reader sees which figures are old.
     rows = ["| machine | device | dtype | n | portmat (NumPy in/out) | vs NumPy | vs MKL | vs CuPy (in/out) "
-            "| kernel TFLOP/s | vs cuBLAS through CuPy (kernel) |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "| kernel TFLOP/s | vs cuBLAS through CuPy (kernel) | measured |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for machine, dev, dtype, records in files:
         if dtype not in ("float32", "float64"):  # the front page: the square float products
             continue
@@ -303,6 +304,7 @@ def headline(files, shape_files=()) -> str:
             ratio(cupy["host_s"] / r["portmat_s"]) if cupy else "",
             tflops(r.get("gflops_kernel")) if gpu else "",
             ratio(r["gflops_kernel"] / cupy["gflops_resident"]) if cupy and r.get("gflops_kernel") and cupy.get("gflops_resident") else "",
+            r["date"][:10],
         ]) + " |")
     if shape_files:
         rows.append("")

@@ -43,6 +43,7 @@ def test_bench_json_and_the_tables_made_from_it(tmp_path):
         speedup = f"{rec['numpy_s'] / rec['portmat_s']:.2f}x"
         assert f"| {rec['size']} | " in table and speedup in table
     assert f": {records[-1]['device_name']} | float32 | 100 |" in front and "| testbox |" in front
+    assert f"| {records[-1]['date'][:10]} |" in front  # the day the headline row was measured
     assert records[0]["command"] in table
 
 
