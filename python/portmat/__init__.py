@@ -337,14 +337,21 @@ def _matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", 
     # computes overlapping operands as if they did not overlap); else a fresh result, from
     # recycled memory, with operands pinned for a discrete GPU, where that pays (_host_memory:
     # float32 / float64 results of 1 MiB and more, operands of 4 MiB).
-    direct = out is not None and out.dtype == dtype and out.flags.c_contiguous and \
-        out.flags.aligned and not _np.may_share_memory(out, a) and not _np.may_share_memory(out, b)
+    into = out
+    direct = out is not None and out.dtype == dtype and out.flags.aligned and \
+        (out.flags.c_contiguous or (out.ndim == 2 and a.ndim == 2 and b.ndim == 2 and out.flags.f_contiguous)) and \
+        not _np.may_share_memory(out, a) and not _np.may_share_memory(out, b)
+    if direct and not out.flags.c_contiguous:
+        # A matrix out in Fortran order: its transpose is C-ordered, and c^T = b^T a^T is written
+        # straight there (not computed aside and copied: a second pass over c, on a GPU the
+        # transfer's size again).
+        a, b, into, shape = b.T, a.T, out.T, shape[::-1]
     dev = spec
     # Several devices (a list, or "cuda": every CUDA device) split the product in the core, which
     # is given the spec itself; a list's result is ordinary memory (no one device's pinned pool).
     several = _ext.names_device_list(spec)
     if direct:
-        target = out
+        target = into
     elif dtype not in _POOLED or "," in spec or (a.nbytes < _host_memory.MIN_OPERAND_BYTES and
                                                  b.nbytes < _host_memory.MIN_OPERAND_BYTES and
                                                  _prod(shape) * dtype.itemsize < _host_memory.MIN_RESULT_BYTES):
