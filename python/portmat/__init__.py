@@ -276,7 +276,7 @@ def _matmul(a, b, /, out=None, *, dtype=None, device=None, casting="same_kind", 
     mode = _precision_arg(precision)
     # The common small case in one call, as matmul's C entry tries it (issue 16: NumPy's own call
     # takes ~0.8-2.5 us at n = 8), here for the calls that entry leaves to this function (a
-    # precision named, say): plain 1-2 dimensional float32 / float64 arrays of one dtype, a small
+    # precision named, say): plain float32 / float64 arrays (or stacks) of one dtype, a small
     # result, no dtype or casting asked, and out, if given, a plain array the result can go
     # straight into. _ext.matmul_small returns None for anything else, and the general path below
     # decides (and raises NumPy's errors).

@@ -265,6 +265,40 @@ def test_small_plain_arrays_in_every_form(device):
 
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
+def test_small_stacks_in_every_form(device):
+    """Small stacks through the one-call path (_ext.matmul_small takes plain float32 / float64
+    operands of up to 64 dimensions) and what it hands to the general one: broadcast stacks,
+    vectors against stacks, empty stacks and K = 0, every view; NumPy's result, a fresh array."""
+    from portmat import _ext
+    rng = np.random.default_rng()
+    shapes = [((10, 8, 8), (10, 8, 8)), ((3, 1, 5, 7), (4, 7, 2)), ((7,), (5, 7, 3)), ((2, 4, 7), (7,)),
+              ((2, 16, 16), (16, 16)), ((5, 6), (3, 6, 2)), ((0, 3, 4), (4, 5)), ((2, 3, 0), (2, 0, 4)),
+              ((2, 1, 1, 1, 3, 4), (4, 2)), ((1, 2, 33, 9), (2, 9, 17))]
+    forms = [lambda x: x, lambda x: as_view(rng, x, "transposed"), lambda x: as_view(rng, x, "strided"),
+             lambda x: as_view(rng, x, "reversed"), lambda x: x.astype(x.dtype.newbyteorder(">")),
+             unaligned_copy, lambda x: np.broadcast_to(x[..., :1], x.shape) if x.size else x,
+             lambda x: np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 0, -1)), -1, 0) if x.ndim > 2 else x]
+    for dtype in (np.float32, np.float64):
+        for sa, sb in shapes:
+            for fa in forms:
+                for fb in forms:
+                    a = fa(random_values(rng, sa, dtype))
+                    b = fb(random_values(rng, sb, dtype))
+                    got = portmat.matmul(a, b, device=device)
+                    check_same_as_numpy(got, a, b)
+                    assert not np.shares_memory(got, a) and not np.shares_memory(got, b)
+        # The one-call path takes plain native stacks itself (not handing them on).
+        a, b = random_values(rng, (10, 8, 8), dtype), random_values(rng, (8, 3), dtype)
+        assert _ext.matmul_small(a, b, device, None, "") is not None
+        assert _ext.matmul_small(a, b.astype(np.float32 if dtype == np.float64 else np.float64), device, None, "") is None
+        assert _ext.matmul_small(a, b, device, np.empty((10, 8, 3), dtype), "") is None  # out=: general path
+    with pytest.raises(ValueError, match=r"\(2, 3, 4\).*\(3, 5, 2\)"):
+        portmat.matmul(np.ones((2, 3, 4), np.float32), np.ones((3, 5, 2), np.float32), device=device)
+    with pytest.raises(ValueError, match=r"broadcast"):
+        portmat.matmul(np.ones((2, 3, 4), np.float32), np.ones((3, 4, 2), np.float32), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
 def test_integer_products_wrap_around_exactly(device):
     rng = np.random.default_rng()
     for dtype in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"):
