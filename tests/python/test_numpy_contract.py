@@ -236,9 +236,10 @@ def unaligned_copy(arr):
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
 def test_small_plain_arrays_in_every_form(device):
-    """Small products of 1-D and 2-D arrays, the one-call path (_ext.matmul_small) and what it
-    hands to the general one: every view, read-only, big-endian, unaligned, broadcast, empty and
-    K = 0, subclasses; the result is what NumPy returns, a fresh array of the right type."""
+    """Small products of 1-D and 2-D arrays, the one-call path (_ext.matmul_small: float32,
+    float64, int32, int64, complex64, complex128) and what it hands to the general one: every
+    view, read-only, big-endian, unaligned, broadcast, empty and K = 0, subclasses; the result is
+    what NumPy returns, a fresh array of the right type."""
     rng = np.random.default_rng()
     shapes = [((5, 7), (7, 3)), ((7,), (7, 4)), ((4, 7), (7,)), ((1, 1), (1, 1)), ((0, 3), (3, 2)),
               ((3, 0), (0, 2)), ((6, 16), (16, 17)), ((33,), (33, 1)), ((9, 300), (300, 5))]
@@ -249,7 +250,7 @@ def test_small_plain_arrays_in_every_form(device):
              lambda x: x.view(np.memmap) if x.ndim == 2 else x,
              lambda x: np.repeat(x, 3, axis=-1)[..., 1::3],  # gaps along the last axis, 1-D too
              lambda x: np.flip(np.flip(x, -1).copy(), -1)]
-    for dtype in (np.float32, np.float64):
+    for dtype in (np.float32, np.float64, np.int32, np.int64, np.complex64, np.complex128):
         for sa, sb in shapes:
             for fa in forms:
                 for fb in forms[:4] + forms[-4:]:
@@ -266,8 +267,8 @@ def test_small_plain_arrays_in_every_form(device):
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
 def test_small_stacks_in_every_form(device):
-    """Small stacks through the one-call path (_ext.matmul_small takes plain float32 / float64
-    operands of up to 64 dimensions) and what it hands to the general one: broadcast stacks,
+    """Small stacks through the one-call path (_ext.matmul_small takes plain float32, float64,
+    int32, int64, complex64 and complex128 operands of up to 64 dimensions) and what it hands to the general one: broadcast stacks,
     vectors against stacks, empty stacks and K = 0, every view; NumPy's result, a fresh array."""
     from portmat import _ext
     rng = np.random.default_rng()
@@ -278,7 +279,7 @@ def test_small_stacks_in_every_form(device):
              lambda x: as_view(rng, x, "reversed"), lambda x: x.astype(x.dtype.newbyteorder(">")),
              unaligned_copy, lambda x: np.broadcast_to(x[..., :1], x.shape) if x.size else x,
              lambda x: np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 0, -1)), -1, 0) if x.ndim > 2 else x]
-    for dtype in (np.float32, np.float64):
+    for dtype in (np.float32, np.float64, np.int32, np.int64, np.complex64, np.complex128):
         for sa, sb in shapes:
             for fa in forms:
                 for fb in forms:
@@ -290,7 +291,9 @@ def test_small_stacks_in_every_form(device):
         # The one-call path takes plain native stacks itself (not handing them on).
         a, b = random_values(rng, (10, 8, 8), dtype), random_values(rng, (8, 3), dtype)
         assert _ext.matmul_small(a, b, device, None, "") is not None
-        assert _ext.matmul_small(a, b.astype(np.float32 if dtype == np.float64 else np.float64), device, None, "") is None
+        other = b.astype(np.float32 if dtype == np.float64 else np.float64) if b.dtype.kind != "c" else b.astype(
+            np.complex128 if dtype == np.complex64 else np.complex64)
+        assert _ext.matmul_small(a, other, device, None, "") is None  # promotion: general path
         assert _ext.matmul_small(a, b, device, np.empty((10, 8, 3), dtype), "") is None  # out=: general path
     with pytest.raises(ValueError, match=r"\(2, 3, 4\).*\(3, 5, 2\)"):
         portmat.matmul(np.ones((2, 3, 4), np.float32), np.ones((3, 5, 2), np.float32), device=device)
