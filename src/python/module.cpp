@@ -303,9 +303,9 @@ bool operand_from_buffer(const Py_buffer& v, SmallOperand& op, int max_ndim = 2)
   return true;
 }
 
-// A plain ndarray (exactly numpy.ndarray) of 1 to max_ndim dimensions of native float32 / float64
-// as an operand, read from its head where that is known to work, else through `buf` (flags: what
-// the buffer must allow); false for anything else.
+// A plain ndarray (exactly numpy.ndarray) of 1 to max_ndim dimensions of a fast dtype as an
+// operand, read from its head where that is known to work (any of fast_dtypes), else through
+// `buf` (flags: what the buffer must allow; native float32 / float64 only); false for anything else.
 bool small_operand(PyObject* o, Buffer& buf, int flags, SmallOperand& op, int max_ndim = 2) {
   if (Py_TYPE(o) != ndarray_type) return false;
   if (array_head_ok) {
@@ -443,9 +443,13 @@ PyObject* stack_product(const SmallOperand& va, const SmallOperand& vb, const st
   double elements = 1.0;
   for (std::int64_t d : c.shape) elements *= static_cast<double>(d);
   if (elements * static_cast<double>(va.itemsize) >= static_cast<double>(kSmallResultBytes)) return nullptr;
-  nb::tuple shape = nb::steal<nb::tuple>(PyTuple_New(static_cast<Py_ssize_t>(c.shape.size())));
-  for (std::size_t i = 0; i < c.shape.size(); ++i)
-    PyTuple_SET_ITEM(shape.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(c.shape[i]));
+  nb::object shape = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(c.shape.size())));
+  if (!shape.is_valid()) throw nb::python_error();
+  for (std::size_t i = 0; i < c.shape.size(); ++i) {
+    PyObject* d = PyLong_FromLongLong(c.shape[i]);
+    if (!d) throw nb::python_error();
+    PyTuple_SET_ITEM(shape.ptr(), static_cast<Py_ssize_t>(i), d);
+  }
   PyObject* args[2] = {shape.ptr(), descr_of(va.dtype)};
   nb::object c_obj = nb::steal(PyObject_Vectorcall(numpy_empty, args, 2, nullptr));
   if (!c_obj.is_valid()) throw nb::python_error();
