@@ -20,6 +20,9 @@ import numpy as _np
 from . import _arrays
 
 _ORDERS = ("K", "C", "F", "A")
+# NumPy's AxisError: numpy.exceptions' from NumPy 1.25 on, the top level's before (the package
+# takes NumPy 1.24 and later).
+_AxisError = getattr(_np, "exceptions", _np).AxisError
 # matmul's gufunc signature (n?,k),(k,m?)->(n?,m?): what NumPy says when given `axis`.
 AXIS_MESSAGE = ("matmul: axis can only be used with a single shared core dimension, not with the 3 "
                  "distinct ones implied by signature (n?,k),(k,m?)->(n?,m?); use axes= to say where "
@@ -37,23 +40,31 @@ def order_arg(order) -> str:
     return order.upper()
 
 
+def _axis_index(axis: int, ndim: int) -> int:
+    """axis (negative from the end) as an index below ndim, or NumPy's AxisError (its
+    normalize_axis_index lives in numpy.lib.array_utils only from NumPy 2.0)."""
+    if not -ndim <= axis < ndim:
+        raise _AxisError(axis, ndim)
+    return axis % ndim
+
+
 def _entry_axes(entry, index: int, ndim: int, cores: int) -> tuple:
     """One entry of `axes` for operand `index` (2 is the result) of `ndim` dimensions, `cores`
     of them matrix (core) axes: the axes normalized, as NumPy checks them."""
     if isinstance(entry, tuple):
         items = entry
         if len(items) != cores:
-            raise _np.exceptions.AxisError(
+            raise _AxisError(
                 f"matmul: operand {index} has {cores} core dimensions, but {len(items)} dimensions "
                 f"are specified by axes tuple.")
     elif isinstance(entry, (list, _np.ndarray)) or not hasattr(type(entry), "__index__"):
         raise TypeError(f"matmul: axes item {index} should be a tuple.")
     elif cores != 1:
-        raise _np.exceptions.AxisError(
+        raise _AxisError(
             f"matmul: operand {index} has {cores} core dimensions, but the axes item is a single integer.")
     else:
         items = (entry,)
-    normal = tuple(_np.lib.array_utils.normalize_axis_index(_operator.index(i), ndim) for i in items)
+    normal = tuple(_axis_index(_operator.index(i), ndim) for i in items)
     if len(set(normal)) != len(normal):
         raise ValueError(f"matmul: axes item {index} has value {normal[0]} repeated")
     return normal
