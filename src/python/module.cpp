@@ -213,10 +213,8 @@ nb::capsule hold(std::shared_ptr<void> p) {
 // this first: through a Python function the call cost ~0.18 us more (issue 16).
 PyTypeObject* ndarray_type = nullptr;  // numpy.ndarray
 PyObject* numpy_empty = nullptr;       // numpy.empty
-PyObject* float32_descr = nullptr;     // numpy.dtype('float32'), numpy.dtype('float64'): empty's
-PyObject* float64_descr = nullptr;     // dtype argument (0.05 us faster than the scalar types)
-// The dtypes the fast path takes, by their canonical descriptor (numpy.dtype(name)): besides the
-// two floats, the ones a same-dtype product keeps without promotion that the core computes as
+// The dtypes the fast path takes, by their canonical descriptor (numpy.dtype(name), also empty's
+// dtype argument: 0.05 us faster than the scalar types): float32, float64, and the ones a same-dtype product keeps without promotion that the core computes as
 // they are (integers wrapping as NumPy's, complex through the real kernels). An array whose
 // descriptor is another object (a byte-swapped one, or 'q' where int64 is 'l') takes the general path.
 struct FastDtype {
@@ -269,12 +267,14 @@ struct NumpyArrayHead {
 bool array_head_ok = false;
 
 // An operand of the fast path: 1-2 dimensions (a stack's: up to kFastMaxDims), strides in bytes.
+// Only the first ndim entries of shape and strides are set or read (left uninitialised: three
+// operands a call would otherwise clear 3 KiB).
 constexpr int kFastMaxDims = 64;  // NumPy 2's NPY_MAXDIMS
 struct SmallOperand {
   void* data = nullptr;
   int ndim = 0;
-  Py_ssize_t shape[kFastMaxDims] = {};
-  Py_ssize_t strides[kFastMaxDims] = {};
+  Py_ssize_t shape[kFastMaxDims];
+  Py_ssize_t strides[kFastMaxDims];
   Py_ssize_t itemsize = 0;
   portmat::DType dtype = portmat::DType::f32;
   double bytes() const {
@@ -334,7 +334,7 @@ void check_array_fields(nb::module_& np) {
       if (!buf.get(v.ptr(), PyBUF_RECORDS_RO)) return;
       const auto* h = reinterpret_cast<const NumpyArrayHead*>(v.ptr());
       ok = ok && h->data == buf.view.buf && h->nd == buf.view.ndim &&
-           h->descr == (std::strcmp(dt, "float32") == 0 ? float32_descr : float64_descr);
+           h->descr == descr_of(std::strcmp(dt, "float32") == 0 ? portmat::DType::f32 : portmat::DType::f64);
       for (int i = 0; ok && i < buf.view.ndim; ++i)
         ok = h->dimensions[i] == buf.view.shape[i] && h->strides[i] == buf.view.strides[i];
     }
@@ -344,11 +344,17 @@ void check_array_fields(nb::module_& np) {
 
 // The operand as a matrix: a 2-D one as it is, a 1-D one as a row (`as_row`) or a column; nothing
 // when an element or a stride is not a multiple of the element size.
+// Whether the operand's address and strides are whole elements (the kernels' views count in them).
+bool element_aligned(const SmallOperand& v) {
+  if (reinterpret_cast<std::uintptr_t>(v.data) % v.itemsize != 0) return false;
+  for (int i = 0; i < v.ndim; ++i)
+    if (v.strides[i] % v.itemsize != 0) return false;
+  return true;
+}
+
 std::optional<portmat::MatrixView> matrix_of(const SmallOperand& v, bool as_row) {
   const Py_ssize_t es = v.itemsize;
-  if (reinterpret_cast<std::uintptr_t>(v.data) % es != 0) return std::nullopt;
-  for (int i = 0; i < v.ndim; ++i)
-    if (v.strides[i] % es != 0) return std::nullopt;
+  if (!element_aligned(v)) return std::nullopt;
   portmat::MatrixView m;
   m.data = v.data, m.dtype = v.dtype;
   if (v.ndim == 2) {
@@ -422,19 +428,13 @@ PyObject* stack_product(const SmallOperand& va, const SmallOperand& vb, const st
   if (out_obj != Py_None || va.bytes() >= static_cast<double>(kSmallOperandBytes) ||
       vb.bytes() >= static_cast<double>(kSmallOperandBytes))
     return nullptr;
-  auto view_of = [](const SmallOperand& v, portmat::ArrayView& out) {
-    if (reinterpret_cast<std::uintptr_t>(v.data) % v.itemsize != 0) return false;
-    out.data = v.data, out.dtype = v.dtype;
-    out.shape.assign(v.shape, v.shape + v.ndim);
-    out.strides.resize(v.ndim);
-    for (int i = 0; i < v.ndim; ++i) {
-      if (v.strides[i] % v.itemsize != 0) return false;
-      out.strides[i] = v.strides[i] / v.itemsize;
-    }
-    return true;
+  if (!element_aligned(va) || !element_aligned(vb)) return nullptr;
+  auto view_of = [](const SmallOperand& v) {
+    portmat::ArrayView out{v.data, v.dtype, {v.shape, v.shape + v.ndim}, {}};
+    for (int i = 0; i < v.ndim; ++i) out.strides.push_back(v.strides[i] / v.itemsize);
+    return out;
   };
-  portmat::ArrayView a, b, c;
-  if (!view_of(va, a) || !view_of(vb, b)) return nullptr;
+  portmat::ArrayView a = view_of(va), b = view_of(vb), c;
   try {
     c.shape = portmat::matmul_shape(a.shape, b.shape);
   } catch (const std::invalid_argument&) {
@@ -443,13 +443,7 @@ PyObject* stack_product(const SmallOperand& va, const SmallOperand& vb, const st
   double elements = 1.0;
   for (std::int64_t d : c.shape) elements *= static_cast<double>(d);
   if (elements * static_cast<double>(va.itemsize) >= static_cast<double>(kSmallResultBytes)) return nullptr;
-  nb::object shape = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(c.shape.size())));
-  if (!shape.is_valid()) throw nb::python_error();
-  for (std::size_t i = 0; i < c.shape.size(); ++i) {
-    PyObject* d = PyLong_FromLongLong(c.shape[i]);
-    if (!d) throw nb::python_error();
-    PyTuple_SET_ITEM(shape.ptr(), static_cast<Py_ssize_t>(i), d);
-  }
+  nb::object shape = nb::cast(c.shape);  // a list: numpy.empty takes it as a shape
   PyObject* args[2] = {shape.ptr(), descr_of(va.dtype)};
   nb::object c_obj = nb::steal(PyObject_Vectorcall(numpy_empty, args, 2, nullptr));
   if (!c_obj.is_valid()) throw nb::python_error();
@@ -773,8 +767,6 @@ NB_MODULE(_ext, m) {
     nb::module_ np = nb::module_::import_("numpy");
     ndarray_type = reinterpret_cast<PyTypeObject*>(nb::object(np.attr("ndarray")).release().ptr());
     numpy_empty = nb::object(np.attr("empty")).release().ptr();
-    float32_descr = nb::object(np.attr("dtype")("float32")).release().ptr();
-    float64_descr = nb::object(np.attr("dtype")("float64")).release().ptr();
     using portmat::DType;
     const std::pair<const char*, DType> fast[] = {{"float32", DType::f32},   {"float64", DType::f64},
                                                   {"int32", DType::i32},     {"int64", DType::i64},
