@@ -70,4 +70,12 @@ double max_abs(const MatrixView& v, std::int64_t step, std::int64_t count);
 // Every entry is then the sum of NumPy's four real products per term: the same accuracy.
 Converted complex_b(const MatrixView& b, std::int64_t step, std::int64_t count);
 
+// Complex products with few rows (matmul.cpp, complex_few_rows): a's parts stacked as the real
+// (2M x K) matrix A' = [re a; im a] (rows 0..M-1 the real parts, M..2M-1 the imaginary ones), for
+// the real product R = A' @ b_real with b read as the real (K x 2N) matrix of its interleaved parts.
+Converted complex_parts_a(const MatrixView& a, std::int64_t step, std::int64_t count);
+// ... and c from R (count contiguous real (2M x 2N) matrices, c's M rows):
+// re c[i][n] = R[i][2n] - R[M+i][2n+1], im c[i][n] = R[i][2n+1] + R[M+i][2n].
+void store_complex_rows(const void* r, const MatrixView& c, std::int64_t c_step, std::int64_t count);
+
 }  // namespace portmat::core

@@ -346,4 +346,53 @@ Converted complex_b(const MatrixView& b, std::int64_t step, std::int64_t count) 
   return out;
 }
 
+Converted complex_parts_a(const MatrixView& a, std::int64_t step, std::int64_t count) {
+  const bool single = a.dtype == DType::c64;
+  Converted out;
+  const std::int64_t distinct = step == 0 ? 1 : count, M = a.rows, K = a.cols, elems = 2 * M * K;
+  out.storage = buffer(static_cast<std::size_t>(distinct * elems) * (single ? 4 : 8));
+  out.view = {out.storage.get(), 2 * M, K, K, 1, single ? DType::f32 : DType::f64};
+  out.step = step == 0 ? 0 : elems;
+  auto fill = [&](auto real_t) {
+    using R = decltype(real_t);
+    for (std::int64_t m = 0; m < distinct; ++m) {
+      const auto* src = static_cast<const std::complex<R>*>(nth(a, step, m).data);
+      R* re = reinterpret_cast<R*>(out.storage.get()) + m * elems;
+      R* im = re + M * K;
+      for (std::int64_t i = 0; i < M; ++i)
+        for (std::int64_t k = 0; k < K; ++k) {
+          const std::complex<R> z = src[i * a.row_stride + k * a.col_stride];
+          re[i * K + k] = z.real(), im[i * K + k] = z.imag();
+        }
+    }
+  };
+  if (single)
+    fill(float{});
+  else
+    fill(double{});
+  return out;
+}
+
+void store_complex_rows(const void* r, const MatrixView& c, std::int64_t c_step, std::int64_t count) {
+  const std::int64_t M = c.rows, N = c.cols;
+  auto store = [&](auto real_t) {
+    using R = decltype(real_t);
+    for (std::int64_t b = 0; b < count; ++b) {
+      const R* rb = static_cast<const R*>(r) + b * 4 * M * N;
+      auto* dst = static_cast<std::complex<R>*>(nth(c, c_step, b).data);
+      for (std::int64_t i = 0; i < M; ++i) {
+        const R* p = rb + i * 2 * N;          // (re a_i . re b, re a_i . im b) interleaved
+        const R* q = rb + (M + i) * 2 * N;    // (im a_i . re b, im a_i . im b)
+        std::complex<R>* ci = dst + i * c.row_stride;
+        for (std::int64_t n = 0; n < N; ++n)
+          ci[n * c.col_stride] = {p[2 * n] - q[2 * n + 1], p[2 * n + 1] + q[2 * n]};
+      }
+    }
+  };
+  if (c.dtype == DType::c64)
+    store(float{});
+  else
+    store(double{});
+}
+
 }  // namespace portmat::core

@@ -333,6 +333,33 @@ def test_large_complex_products_in_every_layout(device):
 
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
+def test_complex_products_with_few_rows_in_every_layout(device):
+    """Complex products of at most a few rows of a (vectors among them), which multiply a's real
+    and imaginary parts stacked by b read as reals where its rows are contiguous, and the layouts
+    that cannot be read so (transposed, strided, reversed along a row): every one against the
+    exact product, with stacks, a broadcast a and out=."""
+    rng = np.random.default_rng()
+    for dtype in (np.complex64, np.complex128):
+        for m, k, n in ((1, 257, 97), (2, 300, 200), (3, 64, 5), (4, 1024, 260), (5, 33, 70), (1, 1, 1)):
+            a = random_values(rng, (m, k), dtype)
+            big = random_values(rng, (k + 7, n + 5), dtype)
+            for b in (big[:k, :n].copy(), big[3:k + 3, 5:n + 5], big[:k, :n][::-1],
+                      as_view(rng, big[:k, :n], "transposed"), as_view(rng, big[:k, :n], "strided"),
+                      as_view(rng, big[:k, :n], "reversed")):
+                check_same_as_numpy(portmat.matmul(a, b, device=device), a, b)
+                for av in (a[0], as_view(rng, a, "transposed"), as_view(rng, a, "strided")):
+                    check_same_as_numpy(portmat.matmul(av, b, device=device), av, b)
+            stack_a = random_values(rng, (3, m, k), dtype)
+            stack_b = random_values(rng, (3, k, n), dtype)
+            check_same_as_numpy(portmat.matmul(stack_a, big[:k, :n], device=device), stack_a, big[:k, :n])
+            check_same_as_numpy(portmat.matmul(a, stack_b, device=device), a, stack_b)
+            check_same_as_numpy(portmat.matmul(stack_a, stack_b, device=device), stack_a, stack_b)
+            out = np.full((m, n), np.nan, dtype)
+            assert portmat.matmul(a, big[:k, :n], out=out, device=device) is out
+            check_same_as_numpy(out, a, big[:k, :n])
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
 def test_dtype_argument_as_numpy(device):
     rng = np.random.default_rng()
     a, b = random_values(rng, (5, 8), "int16"), random_values(rng, (8, 3), "int16")
