@@ -312,6 +312,20 @@ double max_abs(const MatrixView& v, std::int64_t step, std::int64_t count) {
   return worst;
 }
 
+// dst's pairs = (-im, re) for src's pairs (re, im), n pairs: the odd rows of B''. float32 pairs as
+// one 64-bit word each (rotated by 32 bits, the new low half's sign flipped); float64 pairs as two.
+void swapped_pairs(const float* src, float* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint64_t w;
+    std::memcpy(&w, src + 2 * i, 8);
+    w = ((w >> 32) | (w << 32)) ^ 0x80000000u;
+    std::memcpy(dst + 2 * i, &w, 8);
+  }
+}
+void swapped_pairs(const double* src, double* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[2 * i] = -src[2 * i + 1], dst[2 * i + 1] = src[2 * i];
+}
+
 Converted complex_b(const MatrixView& b, std::int64_t step, std::int64_t count) {
   const bool single = b.dtype == DType::c64;
   Converted out;
@@ -330,6 +344,15 @@ Converted complex_b(const MatrixView& b, std::int64_t step, std::int64_t count) 
         for (std::int64_t k = k0; k < k1; ++k) {
           R* even = dst + (2 * k) * (2 * N);
           R* odd = even + 2 * N;
+          if (b.col_stride == 1) {
+            // A row of b as it is, and its pairs swapped with a sign: plain loops over the reals
+            // that the compiler vectorises (the strided loop below cost a 64 x 64 complex64
+            // product 7-8 us of its 28).
+            const R* row = reinterpret_cast<const R*>(src + k * b.row_stride);
+            std::memcpy(even, row, static_cast<std::size_t>(2 * N) * sizeof(R));
+            swapped_pairs(row, odd, N);
+            continue;
+          }
           for (std::int64_t n = 0; n < N; ++n) {
             const std::complex<R> z = src[k * b.row_stride + n * b.col_stride];
             even[2 * n] = z.real(), even[2 * n + 1] = z.imag();

@@ -208,12 +208,17 @@ class CpuDevice final : public core::Device {
   // the real product a @ B'' whose B packer builds B'''s panels from b directly
   // (pack_b_complex_panels): the core's B'' would be written out (4KN reals) and read back by the
   // packer, a pass over 1.5x b's bytes that costs several percent of a complex64 product at
-  // n = 1024. Smaller ones take the core's B''.
+  // n = 1024. Smaller ones take the core's B'', except those small_complex_on_kernels gives the
+  // complex kernels.
   bool matmul_complex_b_host(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c) override {
     if (c.dtype != DType::f32 && c.dtype != DType::f64) return false;
-    if (!takes_packed_gemm(a.rows, a.cols, c.cols, dtype_size(c.dtype))) return false;
-    if (c.dtype == DType::f32 && kernels_.c64.ukernel && complex_gemm(kernels_.c64, a, b, c)) return true;
-    if (c.dtype == DType::f64 && kernels_.c128.ukernel && complex_gemm(kernels_.c128, a, b, c)) return true;
+    const bool f32 = c.dtype == DType::f32;
+    const bool kernels = f32 ? kernels_.c64.ukernel != nullptr : kernels_.c128.ukernel != nullptr;
+    if (!takes_packed_gemm(a.rows, a.cols, c.cols, dtype_size(c.dtype)))
+      return kernels && small_complex_on_kernels(a.rows, a.cols / 2, c.cols / 2) &&
+             (f32 ? complex_gemm(kernels_.c64, a, b, c) : complex_gemm(kernels_.c128, a, b, c));
+    if (f32 && kernels && complex_gemm(kernels_.c64, a, b, c)) return true;
+    if (!f32 && kernels && complex_gemm(kernels_.c128, a, b, c)) return true;
     bool done = false;
     with_config(c.dtype, [&](const auto& cfg) {
       using T = typename std::decay_t<decltype(cfg)>::Element;
@@ -288,6 +293,20 @@ class CpuDevice final : public core::Device {
   }
 
  private:
+  // Whether a complex M x K x N product that the real path would give the small kernels (small.hpp)
+  // runs on the complex kernels instead: from kSmallComplexMacs complex multiply-adds on, with more
+  // than 8 columns and a k over 8. Below, or with few columns or a short k, B'' is small and the
+  // small kernels' unpacked product wins. The real path writes B'' (4 K N reals) first, which the
+  // small sizes pay for in full. 2-core machine (Intel Xeon, AVX-512), us, B'' / complex kernels,
+  // blocks alternated in one process: complex64 48^3 15.5 / 8.3, 64^3 26.2 / 18.0, 96^3 64.7 / 49.1,
+  // (100 x 37) @ (37 x 61) 23.0 / 14.8, (33 x 200) @ (200 x 17) 29.2 / 14.6; complex128 48^3 23.4 /
+  // 14.2, 64^3 51.3 / 31.4, 128^3 188 / 163; but 32^3 2.7 / 3.5, (64 x 64) @ (64 x 8) 3.6 / 6.8,
+  // (64 x 8) @ (8 x 64) 2.7 / 3.8.
+  static constexpr std::int64_t kSmallComplexMacs = 65536;
+  static bool small_complex_on_kernels(std::int64_t M, std::int64_t K, std::int64_t N) {
+    return M > kSkinnyMax && N > 2 * kSkinnyMax && K > 8 && M * K * N >= kSmallComplexMacs;
+  }
+
   // Whether multiply() takes the packed GEMM for an M x K x N product of `size`-byte elements
   // whatever the layouts: neither small.hpp's nor skinny.hpp's shapes.
   static bool takes_packed_gemm(std::int64_t M, std::int64_t K, std::int64_t N, std::size_t size) {

@@ -318,11 +318,12 @@ def test_integer_products_wrap_around_exactly(device):
 @pytest.mark.parametrize("device", DEVICE_IDS)
 def test_large_complex_products_in_every_layout(device):
     """Complex products big enough for the packed GEMMs (on the CPU, b's real form is packed
-    straight from b): b contiguous, transposed, a slice with a leading dimension and an offset,
-    strided and reversed; a transposed too; odd sizes, so panels end inside a complex column."""
+    straight from b), and smaller ones that the CPU gives its complex kernels: b contiguous,
+    transposed, a slice with a leading dimension and an offset, strided and reversed; a transposed
+    too; odd sizes, so panels end inside a complex column."""
     rng = np.random.default_rng()
     for dtype in (np.complex64, np.complex128):
-        for m, k, n in ((131, 257, 97), (64, 300, 200)):
+        for m, k, n in ((131, 257, 97), (64, 300, 200), (48, 48, 48), (33, 200, 17), (100, 37, 61)):
             a = random_values(rng, (m, k), dtype)
             big = random_values(rng, (k + 7, n + 5), dtype)
             for b in (big[:k, :n].copy(), big[3:k + 3, 5:n + 5], as_view(rng, big[:k, :n], "transposed"),
