@@ -150,7 +150,41 @@ template <class T, int NS, int R>
   }
 }
 
-template <class T, int NS>
+// The same for every short row s < NS at once, acc_s = acc + s * W: each element of L's R rows is
+// loaded once for all of them, where axpy_step per short row reads the rows NS times (from L1 or
+// L2: the block's rows for NS = 2 are 64 KiB). The sums are axpy_step's tree.
+template <class T, int NS, int R, int B>
+[[gnu::always_inline]] inline void axpy_steps(const T* l0, std::int64_t ldl, const T* s, std::int64_t w, T* acc,
+                                              std::int64_t W) {
+  static_assert(R == 4 || R == 8, "4 or 8 rows a step");
+  constexpr int V = kLanes<T, B>;
+  const T* l[R];
+  T sv[NS][R];
+  for (int q = 0; q < R; ++q) {
+    l[q] = l0 + q * ldl;
+    for (int t = 0; t < NS; ++t) sv[t][q] = s[q * NS + t];
+  }
+  auto sum = [&](int t, const auto* v) {
+    if constexpr (R == 4)
+      return (sv[t][0] * v[0] + sv[t][1] * v[1]) + (sv[t][2] * v[2] + sv[t][3] * v[3]);
+    else
+      return ((sv[t][0] * v[0] + sv[t][1] * v[1]) + (sv[t][2] * v[2] + sv[t][3] * v[3])) +
+             ((sv[t][4] * v[4] + sv[t][5] * v[5]) + (sv[t][6] * v[6] + sv[t][7] * v[7]));
+  };
+  std::int64_t x = 0;
+  for (; x + V <= w; x += V) {
+    Vec<T, B> v[R];
+    for (int q = 0; q < R; ++q) v[q] = load<T, B>(l[q] + x);
+    for (int t = 0; t < NS; ++t) store(acc + t * W + x, load<T, B>(acc + t * W + x) + sum(t, v));
+  }
+  for (; x < w; ++x) {
+    T v[R];
+    for (int q = 0; q < R; ++q) v[q] = l[q][x];
+    for (int t = 0; t < NS; ++t) acc[t * W + x] += sum(t, v);
+  }
+}
+
+template <class T, int NS, int B>
 [[gnu::always_inline]] inline void axpy(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
                                         std::int64_t k1, std::int64_t W, T* acc) {
   constexpr std::int64_t XB = kAxpyL1Bytes / (NS * sizeof(T));
@@ -163,6 +197,8 @@ template <class T, int NS>
       // accumulator traffic. A vector times a 4096 x 4096 float32 matrix, 2-core machine: one
       // row a step 4.0-4.8 ms, four 2.3 ms (NumPy 1.9-2.2); 4 rows: 7.0-7.6 -> 4.7-5.8 ms.
       std::int64_t k = kb;
+      if constexpr (NS > 1)
+        for (; k + R <= ke; k += R) axpy_steps<T, NS, R, B>(L + k * ldl + xb, ldl, Sk + k * NS, w, acc + xb, W);
       for (; k + R <= ke; k += R)
         for (int s = 0; s < NS; ++s) axpy_step<T, NS, R>(L + k * ldl + xb, ldl, Sk + k * NS + s, w, acc + s * W + xb);
       if constexpr (R > 4) {
@@ -251,14 +287,14 @@ template <class T, int B>
     default: return dots<T, 4, B>(L, ldl, S, K, r0, r1, ns, out, ors, oss);
   }
 }
-template <class T>
+template <class T, int B>
 [[gnu::always_inline]] inline void axpy_any(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0,
                                             std::int64_t k1, std::int64_t W, int NS, T* acc) {
   switch (NS) {
-    case 1: return axpy<T, 1>(L, ldl, Sk, k0, k1, W, acc);
-    case 2: return axpy<T, 2>(L, ldl, Sk, k0, k1, W, acc);
-    case 4: return axpy<T, 4>(L, ldl, Sk, k0, k1, W, acc);
-    default: return axpy<T, 8>(L, ldl, Sk, k0, k1, W, acc);
+    case 1: return axpy<T, 1, B>(L, ldl, Sk, k0, k1, W, acc);
+    case 2: return axpy<T, 2, B>(L, ldl, Sk, k0, k1, W, acc);
+    case 4: return axpy<T, 4, B>(L, ldl, Sk, k0, k1, W, acc);
+    default: return axpy<T, 8, B>(L, ldl, Sk, k0, k1, W, acc);
   }
 }
 
@@ -291,7 +327,7 @@ using RowsFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int
   }                                                                                                            \
   ATTR void axpy_##TN##_##SUFFIX(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std::int64_t k1,  \
                                  std::int64_t W, int NS, T* acc) {                                             \
-    axpy_any<T>(L, ldl, Sk, k0, k1, W, NS, acc);                                                               \
+    axpy_any<T, B>(L, ldl, Sk, k0, k1, W, NS, acc);                                                             \
   }                                                                                                            \
   ATTR void rows_##TN##_##SUFFIX(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std::int64_t k1,  \
                                  std::int64_t x0, std::int64_t x1, std::int64_t kb, bool fresh, int NS, T* P,  \
