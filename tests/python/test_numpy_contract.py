@@ -334,30 +334,42 @@ def test_large_complex_products_in_every_layout(device):
 
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
-def test_complex_products_with_few_rows_in_every_layout(device):
-    """Complex products of at most a few rows of a (vectors among them), which multiply a's real
-    and imaginary parts stacked by b read as reals where its rows are contiguous, and the layouts
-    that cannot be read so (transposed, strided, reversed along a row): every one against the
-    exact product, with stacks, a broadcast a and out=."""
+def test_complex_products_with_few_rows_or_columns_in_every_layout(device):
+    """Complex products of at most a few rows of a or columns of b (vectors among them): few rows
+    multiply a's real and imaginary parts stacked by b read as reals where b's rows are contiguous,
+    column-major operands go through the transposed product, the rest through b's real form.
+    Every pair of layouts (contiguous, a slice with a leading dimension, column-major, strided,
+    reversed) against the exact product, and stacks, a broadcast operand and out=."""
     rng = np.random.default_rng()
+
+    def layouts(x, big):
+        r, c = x.shape
+        big[3:r + 3, 5:c + 5] = x
+        return (x, big[3:r + 3, 5:c + 5], as_view(rng, x, "transposed"), as_view(rng, x, "strided"),
+                as_view(rng, x, "reversed"), x[::-1].copy()[::-1])
+
     for dtype in (np.complex64, np.complex128):
-        for m, k, n in ((1, 257, 97), (2, 300, 200), (3, 64, 5), (4, 1024, 260), (5, 33, 70), (1, 1, 1)):
+        for m, k, n in ((1, 257, 97), (2, 300, 200), (3, 64, 5), (4, 1024, 260), (5, 33, 70), (1, 1, 1),
+                        (97, 257, 1), (200, 300, 2), (260, 1024, 4), (70, 33, 5)):
             a = random_values(rng, (m, k), dtype)
-            big = random_values(rng, (k + 7, n + 5), dtype)
-            for b in (big[:k, :n].copy(), big[3:k + 3, 5:n + 5], big[:k, :n][::-1],
-                      as_view(rng, big[:k, :n], "transposed"), as_view(rng, big[:k, :n], "strided"),
-                      as_view(rng, big[:k, :n], "reversed")):
-                check_same_as_numpy(portmat.matmul(a, b, device=device), a, b)
-                for av in (a[0], as_view(rng, a, "transposed"), as_view(rng, a, "strided")):
-                    check_same_as_numpy(portmat.matmul(av, b, device=device), av, b)
+            b = random_values(rng, (k, n), dtype)
+            big_a = random_values(rng, (m + 7, k + 9), dtype)
+            big_b = random_values(rng, (k + 7, n + 9), dtype)
+            for av in layouts(a, big_a):
+                for bv in layouts(b, big_b):
+                    check_same_as_numpy(portmat.matmul(av, bv, device=device), av, bv)
+            for av, bv in ((a[0], b), (a, b[:, 0]), (a[0], b[:, 0])):
+                check_same_as_numpy(portmat.matmul(av, bv, device=device), av, bv)
             stack_a = random_values(rng, (3, m, k), dtype)
             stack_b = random_values(rng, (3, k, n), dtype)
-            check_same_as_numpy(portmat.matmul(stack_a, big[:k, :n], device=device), stack_a, big[:k, :n])
-            check_same_as_numpy(portmat.matmul(a, stack_b, device=device), a, stack_b)
-            check_same_as_numpy(portmat.matmul(stack_a, stack_b, device=device), stack_a, stack_b)
-            out = np.full((m, n), np.nan, dtype)
-            assert portmat.matmul(a, big[:k, :n], out=out, device=device) is out
-            check_same_as_numpy(out, a, big[:k, :n])
+            for sa, sb in ((stack_a, b), (a, stack_b), (stack_a, stack_b),
+                           (np.swapaxes(np.swapaxes(stack_a, 1, 2).copy(), 1, 2), as_view(rng, b, "transposed")),
+                           (as_view(rng, a, "transposed"), np.swapaxes(np.swapaxes(stack_b, 1, 2).copy(), 1, 2))):
+                check_same_as_numpy(portmat.matmul(sa, sb, device=device), sa, sb)
+            for out in (np.full((m, n), np.nan, dtype), np.full((n, m), np.nan, dtype).T):
+                at, bt = as_view(rng, a, "transposed"), as_view(rng, b, "transposed")
+                assert portmat.matmul(at, bt, out=out, device=device) is out
+                check_same_as_numpy(out, at, bt)
 
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
