@@ -161,6 +161,8 @@ bool complex_few_rows(core::Device& dev, const core::Batch& p, DType real, const
 // the 2-core machine, and (2048) @ (2048 x 2048, Fortran order) 14.5 ms. Transposed, the long
 // operand is read where it is: a^T by complex_few_rows, or b^T as the real matrix of its
 // interleaved parts with the short a^T's B'' (4 K M reals).
+void route_complex(core::Device& dev, const core::Batch& p, const std::string& device, bool may_transpose);
+
 bool complex_transposed(core::Device& dev, const core::Batch& p, const std::string& device) {
   const std::int64_t M = p.a.rows, K = p.a.cols, N = p.b.cols;
   if (M < 1 || K < 1 || N < 1) return false;
@@ -176,7 +178,7 @@ bool complex_transposed(core::Device& dev, const core::Batch& p, const std::stri
   q.b = {p.a.data, K, M, p.a.col_stride, p.a.row_stride, t};
   q.c = {ct.storage.get(), N, M, M, 1, t};
   q.count = p.count, q.a_step = p.b_step, q.b_step = p.a_step, q.c_step = N * M;
-  route(dev, q, device);
+  route_complex(dev, q, device, false);  // once: with both sides short it would turn back
   const MatrixView c_t{p.c.data, N, M, p.c.col_stride, p.c.row_stride, t};
   core::store_stack(ct.storage.get(), t, c_t, p.c_step, p.count);
   return true;
@@ -199,29 +201,8 @@ void route(core::Device& dev, const core::Batch& p, const std::string& device) {
     case DType::bf16:  // the same (ml_dtypes' bfloat16 matmul accumulates in float32 too)
       return through(dev, p, DType::f32, device);
     case DType::c64:
-    case DType::c128: {
-      const DType real = t == DType::c64 ? DType::f32 : DType::f64;
-      if (complex_transposed(dev, p, device)) return;
-      // a and c as real matrices of interleaved parts where they are (a packed first if its
-      // complex elements are not contiguous along k); b rewritten (dtypes.cpp, complex_b).
-      core::Converted a_packed;
-      MatrixView a = p.a;
-      std::int64_t a_step = p.a_step;
-      if (a.col_stride != 1 && a.cols > 1) {
-        a_packed = core::convert_stack(p.a, p.a_step, p.count, t);
-        a = a_packed.view, a_step = a_packed.step;
-      }
-      core::Batch r;
-      r.a = {a.data, a.rows, 2 * a.cols, 2 * a.row_stride, 1, real};
-      r.b = p.b;  // complex: taken as it is by a device that can, else b's real form
-      r.c = {p.c.data, p.c.rows, 2 * p.c.cols, 2 * p.c.row_stride, 1, real};
-      r.count = p.count, r.a_step = 2 * a_step, r.b_step = p.b_step, r.c_step = 2 * p.c_step;
-      if (complex_b_on_device(dev, r)) return;
-      if (complex_few_rows(dev, p, real, device)) return;
-      const core::Converted b2 = core::complex_b(p.b, p.b_step, p.count);
-      r.b = b2.view, r.b_step = b2.step;
-      return route(dev, r, device);
-    }
+    case DType::c128:
+      return route_complex(dev, p, device, true);
     case DType::i32:
     case DType::u32:
     case DType::i64:
@@ -244,6 +225,32 @@ void route(core::Device& dev, const core::Batch& p, const std::string& device) {
         return through(dev, p, DType::f64, device);
       return through(dev, p, DType::u32, device);
   }
+}
+
+// c = a @ b for complex64 / complex128 (route's case), may_transpose: complex_transposed may take it.
+void route_complex(core::Device& dev, const core::Batch& p, const std::string& device, bool may_transpose) {
+  const DType t = p.c.dtype;
+  const DType real = t == DType::c64 ? DType::f32 : DType::f64;
+  if (may_transpose && complex_transposed(dev, p, device)) return;
+  // a and c as real matrices of interleaved parts where they are (a packed first if its
+  // complex elements are not contiguous along k); b rewritten (dtypes.cpp, complex_b).
+  core::Converted a_packed;
+  MatrixView a = p.a;
+  std::int64_t a_step = p.a_step;
+  if (a.col_stride != 1 && a.cols > 1) {
+    a_packed = core::convert_stack(p.a, p.a_step, p.count, t);
+    a = a_packed.view, a_step = a_packed.step;
+  }
+  core::Batch r;
+  r.a = {a.data, a.rows, 2 * a.cols, 2 * a.row_stride, 1, real};
+  r.b = p.b;  // complex: taken as it is by a device that can, else b's real form
+  r.c = {p.c.data, p.c.rows, 2 * p.c.cols, 2 * p.c.row_stride, 1, real};
+  r.count = p.count, r.a_step = 2 * a_step, r.b_step = p.b_step, r.c_step = 2 * p.c_step;
+  if (complex_b_on_device(dev, r)) return;
+  if (complex_few_rows(dev, p, real, device)) return;
+  const core::Converted b2 = core::complex_b(p.b, p.b_step, p.count);
+  r.b = b2.view, r.b_step = b2.step;
+  return route(dev, r, device);
 }
 
 void through(core::Device& dev, const core::Batch& p, DType compute, const std::string& device) {
