@@ -350,7 +350,7 @@ def test_complex_products_with_few_rows_or_columns_in_every_layout(device):
 
     for dtype in (np.complex64, np.complex128):
         for m, k, n in ((1, 257, 97), (2, 300, 200), (3, 64, 5), (4, 1024, 260), (5, 33, 70), (1, 1, 1),
-                        (97, 257, 1), (200, 300, 2), (260, 1024, 4), (70, 33, 5)):
+                        (97, 257, 1), (200, 300, 2), (260, 1024, 4), (70, 33, 5), (8, 130, 90), (90, 130, 7)):
             a = random_values(rng, (m, k), dtype)
             b = random_values(rng, (k, n), dtype)
             big_a = random_values(rng, (m + 7, k + 9), dtype)
