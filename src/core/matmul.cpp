@@ -153,6 +153,12 @@ bool complex_few_rows(core::Device& dev, const core::Batch& p, DType real, const
   return true;
 }
 
+void route_complex(core::Device& dev, const core::Batch& p, const std::string& device, bool may_transpose);
+
+// Few here: at most 8 (5-8 complex64 columns of a (1024 x 1024, F): 3.2-3.7 ms copied, 0.86-1.6
+// transposed, NumPy 1.1-1.6; 8 rows of (1024 x 1024, F) b 1.3-1.9 against 0.64).
+constexpr std::int64_t kComplexTransposedMax = 8;
+
 // A complex product with few columns and a column-major a, or few rows and a column-major b, as its
 // transpose, c^T = b^T @ a^T (into a scratch stack, then c). The route below reads a as reals only
 // where its elements are contiguous along k, and b (for few rows) only where they are along n;
@@ -161,12 +167,6 @@ bool complex_few_rows(core::Device& dev, const core::Batch& p, DType real, const
 // the 2-core machine, and (2048) @ (2048 x 2048, Fortran order) 14.5 ms. Transposed, the long
 // operand is read where it is: a^T by complex_few_rows, or b^T as the real matrix of its
 // interleaved parts with the short a^T's B'' (4 K M reals).
-void route_complex(core::Device& dev, const core::Batch& p, const std::string& device, bool may_transpose);
-
-// Few here: at most 8 (5-8 complex64 columns of a (1024 x 1024, F): 3.2-3.7 ms copied, 0.86-1.6
-// transposed, NumPy 1.1-1.6; 8 rows of (1024 x 1024, F) b 1.3-1.9 against 0.64).
-constexpr std::int64_t kComplexTransposedMax = 8;
-
 bool complex_transposed(core::Device& dev, const core::Batch& p, const std::string& device) {
   const std::int64_t M = p.a.rows, K = p.a.cols, N = p.b.cols;
   if (M < 1 || K < 1 || N < 1) return false;
