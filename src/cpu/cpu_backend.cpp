@@ -214,11 +214,10 @@ class CpuDevice final : public core::Device {
     if (c.dtype != DType::f32 && c.dtype != DType::f64) return false;
     const bool f32 = c.dtype == DType::f32;
     const bool kernels = f32 ? kernels_.c64.ukernel != nullptr : kernels_.c128.ukernel != nullptr;
-    if (!takes_packed_gemm(a.rows, a.cols, c.cols, dtype_size(c.dtype)))
-      return kernels && small_complex_on_kernels(a.rows, a.cols / 2, c.cols / 2) &&
-             (f32 ? complex_gemm(kernels_.c64, a, b, c) : complex_gemm(kernels_.c128, a, b, c));
-    if (f32 && kernels && complex_gemm(kernels_.c64, a, b, c)) return true;
-    if (!f32 && kernels && complex_gemm(kernels_.c128, a, b, c)) return true;
+    const bool packed = takes_packed_gemm(a.rows, a.cols, c.cols, dtype_size(c.dtype));
+    if (!packed && !(kernels && small_complex_on_kernels(a.rows, a.cols / 2, c.cols / 2))) return false;
+    if (kernels && (f32 ? complex_gemm(kernels_.c64, a, b, c) : complex_gemm(kernels_.c128, a, b, c))) return true;
+    if (!packed) return false;  // a small one the complex kernel declined: the core's B''
     bool done = false;
     with_config(c.dtype, [&](const auto& cfg) {
       using T = typename std::decay_t<decltype(cfg)>::Element;

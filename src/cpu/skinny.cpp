@@ -202,6 +202,8 @@ template <class T, int NS, int B>
       for (; k + R <= ke; k += R)
         for (int s = 0; s < NS; ++s) axpy_step<T, NS, R>(L + k * ldl + xb, ldl, Sk + k * NS + s, w, acc + s * W + xb);
       if constexpr (R > 4) {
+        if constexpr (NS > 1)
+          for (; k + 4 <= ke; k += 4) axpy_steps<T, NS, 4, B>(L + k * ldl + xb, ldl, Sk + k * NS, w, acc + xb, W);
         for (; k + 4 <= ke; k += 4)
           for (int s = 0; s < NS; ++s) axpy_step<T, NS, 4>(L + k * ldl + xb, ldl, Sk + k * NS + s, w, acc + s * W + xb);
       }

@@ -214,9 +214,10 @@ nb::capsule hold(std::shared_ptr<void> p) {
 PyTypeObject* ndarray_type = nullptr;  // numpy.ndarray
 PyObject* numpy_empty = nullptr;       // numpy.empty
 // The dtypes the fast path takes, by their canonical descriptor (numpy.dtype(name), also empty's
-// dtype argument: 0.05 us faster than the scalar types): float32, float64, and the ones a same-dtype product keeps without promotion that the core computes as
-// they are (integers wrapping as NumPy's, complex through the real kernels). An array whose
-// descriptor is another object (a byte-swapped one, or 'q' where int64 is 'l') takes the general path.
+// dtype argument: 0.05 us faster than the scalar types): float32, float64, and the ones a
+// same-dtype product keeps without promotion that the core computes as they are (integers
+// wrapping as NumPy's, complex through the real kernels). An array whose descriptor is another
+// object (a byte-swapped one, or 'q' where int64 is 'l') takes the general path.
 struct FastDtype {
   PyObject* descr;
   portmat::DType dtype;
@@ -342,8 +343,6 @@ void check_array_fields(nb::module_& np) {
   array_head_ok = ok;
 }
 
-// The operand as a matrix: a 2-D one as it is, a 1-D one as a row (`as_row`) or a column; nothing
-// when an element or a stride is not a multiple of the element size.
 // Whether the operand's address and strides are whole elements (the kernels' views count in them).
 bool element_aligned(const SmallOperand& v) {
   if (reinterpret_cast<std::uintptr_t>(v.data) % v.itemsize != 0) return false;
@@ -352,6 +351,8 @@ bool element_aligned(const SmallOperand& v) {
   return true;
 }
 
+// The operand as a matrix: a 2-D one as it is, a 1-D one as a row (`as_row`) or a column; nothing
+// when an element or a stride is not a multiple of the element size.
 std::optional<portmat::MatrixView> matrix_of(const SmallOperand& v, bool as_row) {
   const Py_ssize_t es = v.itemsize;
   if (!element_aligned(v)) return std::nullopt;
