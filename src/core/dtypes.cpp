@@ -17,6 +17,8 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/batch.hpp"
@@ -153,8 +155,8 @@ To convert(From x, DType from, DType to) {
     (void)from;
     return to == DType::f16 ? float_to_half(x) : to == DType::bf16 ? float_to_bfloat(x) : static_cast<std::uint16_t>(x);
   } else if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) {
-    (void)from;
-    if (to == DType::boolean) return static_cast<To>(x != 0);
+    // A boolean is 0 or 1 whatever its byte holds (NumPy's truth value of a view's bytes).
+    if (to == DType::boolean || from == DType::boolean) return static_cast<To>(x != 0);
     // Widening extends by the source's own signedness; narrowing keeps the low bits.
     return static_cast<To>(x);
   } else if constexpr (std::is_integral_v<From> && std::is_same_v<To, double>) {
@@ -177,6 +179,21 @@ template <class From, class To>
 void copy_matrix(const MatrixView& v, DType to, To* dst) {
   const auto* src = static_cast<const From*>(v.data);
   const std::int64_t R = v.rows, C = v.cols, rs = v.row_stride, cs = v.col_stride;
+  if (cs == 1) {  // rows contiguous: a loop the compiler vectorises
+    const bool to_bool = to == DType::boolean || v.dtype == DType::boolean;  // a boolean's bytes as 0 / 1
+    for (std::int64_t i = 0; i < R; ++i, dst += C) {
+      const From* row = src + i * rs;
+      if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) {
+        if (to_bool)
+          for (std::int64_t j = 0; j < C; ++j) dst[j] = static_cast<To>(row[j] != 0);
+        else
+          for (std::int64_t j = 0; j < C; ++j) dst[j] = static_cast<To>(row[j]);
+      } else {
+        for (std::int64_t j = 0; j < C; ++j) dst[j] = convert<From, To>(row[j], v.dtype, to);
+      }
+    }
+    return;
+  }
   if (R < 2 || C < 2 || std::abs(cs) <= std::abs(rs)) {
     for (std::int64_t i = 0; i < R; ++i)
       for (std::int64_t j = 0; j < C; ++j) *dst++ = convert<From, To>(src[i * rs + j * cs], v.dtype, to);
@@ -280,18 +297,26 @@ Converted result_buffer(std::int64_t elements, DType t) {
   return out;
 }
 
-Converted convert_stack(const MatrixView& v, std::int64_t step, std::int64_t count, DType to) {
+Converted convert_stack(const MatrixView& v, std::int64_t step, std::int64_t count, DType to,
+                        bool keep_column_major) {
   Converted out;
   const std::int64_t distinct = step == 0 ? 1 : count, elems = v.rows * v.cols;
+  const bool column_major = keep_column_major && v.rows > 1 && v.cols > 1 && std::abs(v.row_stride) < std::abs(v.col_stride);
   out.storage = buffer(static_cast<std::size_t>(distinct * elems) * dtype_size(to));
-  out.view = {out.storage.get(), v.rows, v.cols, v.cols, 1, to};
+  out.view = column_major ? MatrixView{out.storage.get(), v.rows, v.cols, 1, v.rows, to}
+                          : MatrixView{out.storage.get(), v.rows, v.cols, v.cols, 1, to};
   out.step = step == 0 ? 0 : elems;
   with_type(v.dtype, [&](auto from_t) {
     with_type(to, [&](auto to_t) {
       using From = decltype(from_t);
       using To = decltype(to_t);
       auto* dst = reinterpret_cast<To*>(out.storage.get());
-      for (std::int64_t i = 0; i < distinct; ++i) copy_matrix<From, To>(nth(v, step, i), to, dst + i * elems);
+      for (std::int64_t i = 0; i < distinct; ++i) {
+        MatrixView m = nth(v, step, i);
+        if (column_major)  // m^T row-major is m column-major
+          std::swap(m.rows, m.cols), std::swap(m.row_stride, m.col_stride);
+        copy_matrix<From, To>(m, to, dst + i * elems);
+      }
     });
   });
   return out;

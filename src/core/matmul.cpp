@@ -258,8 +258,8 @@ void route_complex(core::Device& dev, const core::Batch& p, const std::string& d
 }
 
 void through(core::Device& dev, const core::Batch& p, DType compute, const std::string& device) {
-  const core::Converted a = core::convert_stack(p.a, p.a_step, p.count, compute);
-  const core::Converted b = core::convert_stack(p.b, p.b_step, p.count, compute);
+  const core::Converted a = core::convert_stack(p.a, p.a_step, p.count, compute, true);
+  const core::Converted b = core::convert_stack(p.b, p.b_step, p.count, compute, true);
   const std::int64_t M = p.c.rows, N = p.c.cols;
   const core::Converted c = core::result_buffer(p.count * M * N, compute);
   core::Batch q;

@@ -336,13 +336,15 @@ using RowsFn = void (*)(const T*, std::int64_t, const T*, std::int64_t, std::int
                                  std::int64_t ldp) {                                                           \
     rows_any<T, B>(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);                                         \
   }
-#define PM_SKINNY_CLONES(SUFFIX, ATTR, B)            \
-  PM_SKINNY_CLONE_T(float, f32, SUFFIX, ATTR, B)     \
-  PM_SKINNY_CLONE_T(double, f64, SUFFIX, ATTR, B)
+#define PM_SKINNY_CLONES(SUFFIX, ATTR, B)                  \
+  PM_SKINNY_CLONE_T(float, f32, SUFFIX, ATTR, B)           \
+  PM_SKINNY_CLONE_T(double, f64, SUFFIX, ATTR, B)          \
+  PM_SKINNY_CLONE_T(std::uint32_t, u32, SUFFIX, ATTR, B)   \
+  PM_SKINNY_CLONE_T(std::uint64_t, u64, SUFFIX, ATTR, B)
 // The SkinnyKernels of a clone set.
-#define PM_SKINNY_SET(SUFFIX, B)                                                                  \
-  {dots_f32_##SUFFIX, dots_f64_##SUFFIX, axpy_f32_##SUFFIX, axpy_f64_##SUFFIX, rows_f32_##SUFFIX, \
-   rows_f64_##SUFFIX, B}
+#define PM_SKINNY_SET(SUFFIX, B)                                                                                \
+  {{dots_f32_##SUFFIX, axpy_f32_##SUFFIX, rows_f32_##SUFFIX}, {dots_f64_##SUFFIX, axpy_f64_##SUFFIX, rows_f64_##SUFFIX}, \
+   {dots_u32_##SUFFIX, axpy_u32_##SUFFIX, rows_u32_##SUFFIX}, {dots_u64_##SUFFIX, axpy_u64_##SUFFIX, rows_u64_##SUFFIX}, B}
 
 // The baseline in registers of its own width (SSE2's 16 bytes on x86-64, so that in_register holds).
 #ifdef __x86_64__
@@ -357,14 +359,28 @@ PM_SKINNY_CLONES(avx2, PM_TARGET_AVX2, 32)
 PM_SKINNY_CLONES(avx512, PM_TARGET_AVX512, 64)
 #endif
 
+// The three kernels of one element type.
+template <class T>
+struct SkinnyOf {
+  DotsFn<T> dots;
+  AxpyFn<T> axpy;
+  RowsFn<T> rows;
+};
+
 struct SkinnyKernels {
-  DotsFn<float> dots_f32;
-  DotsFn<double> dots_f64;
-  AxpyFn<float> axpy_f32;
-  AxpyFn<double> axpy_f64;
-  RowsFn<float> rows_f32;
-  RowsFn<double> rows_f64;
+  SkinnyOf<float> f32;
+  SkinnyOf<double> f64;
+  SkinnyOf<std::uint32_t> u32;  // the integers' wrap-around products (cpu_backend.cpp)
+  SkinnyOf<std::uint64_t> u64;
   int vector_bytes;  // rows_tiles' tile is two vectors wide
+
+  template <class T>
+  const SkinnyOf<T>& of() const {
+    if constexpr (std::is_same_v<T, float>) return f32;
+    else if constexpr (std::is_same_v<T, double>) return f64;
+    else if constexpr (std::is_same_v<T, std::uint32_t>) return u32;
+    else return u64;
+  }
 };
 
 // The clones of the ISA the packed GEMM runs (kernel_table.cpp's choice, PORTMAT_CPU_ISA
@@ -387,27 +403,18 @@ const SkinnyKernels& skinny_kernels() {
 template <class T>
 void dots_kernel(const T* L, std::int64_t ldl, const T* S, std::int64_t K, std::int64_t r0, std::int64_t r1,
                  int ns, int NS, T* out, std::int64_t ors, std::int64_t oss) {
-  if constexpr (std::is_same_v<T, float>)
-    skinny_kernels().dots_f32(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
-  else
-    skinny_kernels().dots_f64(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
+  skinny_kernels().of<T>().dots(L, ldl, S, K, r0, r1, ns, NS, out, ors, oss);
 }
 template <class T>
 void axpy_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std::int64_t k1, std::int64_t W,
                  int NS, T* acc) {
-  if constexpr (std::is_same_v<T, float>)
-    skinny_kernels().axpy_f32(L, ldl, Sk, k0, k1, W, NS, acc);
-  else
-    skinny_kernels().axpy_f64(L, ldl, Sk, k0, k1, W, NS, acc);
+  skinny_kernels().of<T>().axpy(L, ldl, Sk, k0, k1, W, NS, acc);
 }
 
 template <class T>
 void rows_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std::int64_t k1, std::int64_t x0,
                  std::int64_t x1, std::int64_t kb, bool fresh, int NS, T* P, std::int64_t ldp) {
-  if constexpr (std::is_same_v<T, float>)
-    skinny_kernels().rows_f32(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
-  else
-    skinny_kernels().rows_f64(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
+  skinny_kernels().of<T>().rows(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
 }
 
 // Bytes of the long operand per thread when a dot-product kernel splits K (skinny_gemm).
@@ -622,5 +629,9 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
 
 template bool skinny_gemm<float>(const core::HostMatrix&, const core::HostMatrix&, float*, std::int64_t, int);
 template bool skinny_gemm<double>(const core::HostMatrix&, const core::HostMatrix&, double*, std::int64_t, int);
+template bool skinny_gemm<std::uint32_t>(const core::HostMatrix&, const core::HostMatrix&, std::uint32_t*,
+                                         std::int64_t, int);
+template bool skinny_gemm<std::uint64_t>(const core::HostMatrix&, const core::HostMatrix&, std::uint64_t*,
+                                         std::int64_t, int);
 
 }  // namespace portmat::cpu

@@ -275,6 +275,19 @@ void check_driver_integers(GemmConfig<T> cfg, bool narrow) {
   }
 }
 
+// Random elements: floats as random_vector's, unsigned integers over their whole range (so that
+// products wrap around).
+template <class T>
+std::vector<T> random_elements(std::size_t count, std::mt19937& rng) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return random_vector<T>(count, rng);
+  } else {
+    std::vector<T> v(count);
+    for (auto& x : v) x = static_cast<T>((std::uint64_t(rng()) << 32) ^ rng());
+    return v;
+  }
+}
+
 // The skinny path (skinny.hpp) on every layout case: few rows with b row- or column-major, few
 // columns with a row- or column-major (5-8 of them: taken only by the axpy kernel's layouts; 5-16
 // rows of a long K against a row-major b: rows_tiles); padded leading dimensions, offsets, 1-3 threads, a result
@@ -302,13 +315,14 @@ void check_skinny() {
       for (bool b_col : {false, true})
         for (int threads : {1, 3}) {
           const std::int64_t lda = (a_col ? m : k) + 2, ldb = (b_col ? k : n) + 3, ldc = n + 1, off = 3;
-          auto a = random_vector<T>(off + lda * (a_col ? k : m), rng);
-          auto b = random_vector<T>(off + ldb * (b_col ? n : k), rng);
+          auto a = random_elements<T>(off + lda * (a_col ? k : m), rng);
+          auto b = random_elements<T>(off + ldb * (b_col ? n : k), rng);
           // Over a long K, float32's bound (K * eps * |a| @ |b|) would pass a sum that lost a
           // stretch of random-sign terms: positive terms make every stretch count.
-          if (k > 100000)
-            for (auto* v : {&a, &b})
-              for (auto& x : *v) x = std::abs(x);
+          if constexpr (std::is_floating_point_v<T>)
+            if (k > 100000)
+              for (auto* v : {&a, &b})
+                for (auto& x : *v) x = std::abs(x);
           std::vector<T> c(m * ldc, poison);
           portmat::core::HostMatrix ha{a.data(), off, m, k, lda, a_col, dtype_of<T>()};
           portmat::core::HostMatrix hb{b.data(), off, k, n, ldb, b_col, dtype_of<T>()};
@@ -327,6 +341,17 @@ void check_skinny() {
           }
           ASSERT_TRUE(portmat::cpu::skinny_gemm<T>(ha, hb, c.data(), ldc, threads));
           for (std::int64_t i = 0; i < m; ++i) ASSERT_EQ(c[i * ldc + n], poison) << "padding written";
+          if constexpr (std::is_integral_v<T>) {  // exact, wrapping around
+            for (std::int64_t i = 0; i < m; ++i)
+              for (std::int64_t j = 0; j < n; ++j) {
+                T want = 0;
+                for (std::int64_t q = 0; q < k; ++q)
+                  want += a[off + (a_col ? q * lda + i : i * lda + q)] * b[off + (b_col ? j * ldb + q : q * ldb + j)];
+                ASSERT_EQ(c[i * ldc + j], want) << m << "x" << k << "x" << n << " a_col=" << a_col
+                                                << " b_col=" << b_col << " threads=" << threads << " at " << i << "," << j;
+              }
+            continue;
+          }
           MatrixView va{a.data() + off, m, k, a_col ? 1 : lda, a_col ? lda : 1, dtype_of<T>()};
           MatrixView vb{b.data() + off, k, n, b_col ? 1 : ldb, b_col ? ldb : 1, dtype_of<T>()};
           MatrixView vc{c.data(), m, n, ldc, 1, dtype_of<T>()};
@@ -584,6 +609,9 @@ void check_complex_driver(GemmConfig<C> cfg) {
 
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat32) { check_skinny<float>(); }
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat64) { check_skinny<double>(); }
+TEST(CpuSkinny, EveryLayoutSizeAndThreadCountUint32) { check_skinny<std::uint32_t>(); }
+TEST(CpuSkinny, EveryLayoutSizeAndThreadCountUint64) { check_skinny<std::uint64_t>(); }
+
 // The size limit in use (small.hpp, small_elements): the base one, or the larger one exactly where
 // the small path runs AVX-512 tiles on a core with half-rate 512-bit FMAs; products up to it are
 // taken (a 256^3 and an oblong one past the base limit, checked against the reference where this

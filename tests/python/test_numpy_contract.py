@@ -315,6 +315,37 @@ def test_integer_products_wrap_around_exactly(device):
         assert np.array_equal(portmat.matmul(*small, device=device), np.matmul(*small)), dtype
 
 
+def every_layout(rng, x, big):
+    """x's values in six layouts: contiguous, a slice of `big` (a leading dimension and an offset),
+    column-major, strided, reversed, and column-major reversed."""
+    r, c = x.shape
+    big[3:r + 3, 5:c + 5] = x
+    return (x, big[3:r + 3, 5:c + 5], as_view(rng, x, "transposed"), as_view(rng, x, "strided"),
+            as_view(rng, x, "reversed"), x[::-1].copy()[::-1])
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
+def test_integer_products_with_few_rows_or_columns_in_every_layout(device):
+    """Integer products of few rows or few columns (on the CPU: the skinny kernels, the long
+    operand read where it is; 8/16-bit ones converted in their own layout first) equal NumPy's,
+    wrap-around included, for every pair of layouts, vectors, long dot products (split over
+    threads) and stacks."""
+    rng = np.random.default_rng()
+    for dtype in ("int8", "uint16", "int32", "uint32", "int64", "uint64"):
+        for m, k, n in ((1, 257, 97), (2, 300, 200), (4, 1024, 260), (8, 130, 90), (13, 70, 300),
+                        (97, 257, 1), (200, 300, 2), (260, 1024, 4), (90, 130, 7), (300, 70, 13)):
+            a, b = random_values(rng, (m, k), dtype), random_values(rng, (k, n), dtype)
+            big_a, big_b = random_values(rng, (m + 7, k + 9), dtype), random_values(rng, (k + 7, n + 9), dtype)
+            for av in every_layout(rng, a, big_a):
+                for bv in every_layout(rng, b, big_b):
+                    check_same_as_numpy(portmat.matmul(av, bv, device=device), av, bv)
+            for av, bv in ((a[0], b), (a, b[:, 0]), (random_values(rng, (3, m, k), dtype), b)):
+                check_same_as_numpy(portmat.matmul(av, bv, device=device), av, bv)
+        x, y = random_values(rng, 400_000, dtype), random_values(rng, (400_000, 1), dtype)
+        check_same_as_numpy(portmat.matmul(x, y, device=device), x, y)
+        check_same_as_numpy(portmat.matmul(y.T, y, device=device), y.T, y)
+
+
 @pytest.mark.parametrize("device", DEVICE_IDS)
 def test_large_complex_products_in_every_layout(device):
     """Complex products big enough for the packed GEMMs (on the CPU, b's real form is packed
@@ -341,13 +372,6 @@ def test_complex_products_with_few_rows_or_columns_in_every_layout(device):
     Every pair of layouts (contiguous, a slice with a leading dimension, column-major, strided,
     reversed) against the exact product, and stacks, a broadcast operand and out=."""
     rng = np.random.default_rng()
-
-    def layouts(x, big):
-        r, c = x.shape
-        big[3:r + 3, 5:c + 5] = x
-        return (x, big[3:r + 3, 5:c + 5], as_view(rng, x, "transposed"), as_view(rng, x, "strided"),
-                as_view(rng, x, "reversed"), x[::-1].copy()[::-1])
-
     for dtype in (np.complex64, np.complex128):
         for m, k, n in ((1, 257, 97), (2, 300, 200), (3, 64, 5), (4, 1024, 260), (5, 33, 70), (1, 1, 1),
                         (97, 257, 1), (200, 300, 2), (260, 1024, 4), (70, 33, 5), (8, 130, 90), (90, 130, 7)):
@@ -355,8 +379,8 @@ def test_complex_products_with_few_rows_or_columns_in_every_layout(device):
             b = random_values(rng, (k, n), dtype)
             big_a = random_values(rng, (m + 7, k + 9), dtype)
             big_b = random_values(rng, (k + 7, n + 9), dtype)
-            for av in layouts(a, big_a):
-                for bv in layouts(b, big_b):
+            for av in every_layout(rng, a, big_a):
+                for bv in every_layout(rng, b, big_b):
                     check_same_as_numpy(portmat.matmul(av, bv, device=device), av, bv)
             for av, bv in ((a[0], b), (a, b[:, 0]), (a[0], b[:, 0])):
                 check_same_as_numpy(portmat.matmul(av, bv, device=device), av, bv)
