@@ -224,6 +224,9 @@ void route(core::Device& dev, const core::Batch& p, const std::string& device) {
         throw DeviceError(std::string("matmul: no device here multiplies ") + dtype_name(t) + " exactly");
       return route(*cpu, p, device);
     }
+    case DType::boolean:
+      if (dev.computes(t)) return multiply_computed(dev, p);  // logic, where the device has it
+      [[fallthrough]];
     default:  // boolean and 8/16-bit integers: through uint32 (or float64, exact, on the device)
       if (!dev.computes(DType::u32) && dev.computes(DType::f64) && exact_in_f64(p))
         return through(dev, p, DType::f64, device);

@@ -4,13 +4,14 @@
 # builds add the NEON kernels, which every AArch64 CPU runs.
 set(cpu_dir ${CMAKE_CURRENT_LIST_DIR})
 target_sources(portmat_core PRIVATE
+  ${cpu_dir}/boolean.cpp
   ${cpu_dir}/cpu_backend.cpp
   ${cpu_dir}/gemm_driver.cpp
   ${cpu_dir}/kernel_table.cpp
   ${cpu_dir}/skinny.cpp
   ${cpu_dir}/small.cpp
   ${cpu_dir}/thread_pool.cpp)
-set(cpu_hot_files ${cpu_dir}/gemm_driver.cpp ${cpu_dir}/skinny.cpp ${cpu_dir}/small.cpp)
+set(cpu_hot_files ${cpu_dir}/boolean.cpp ${cpu_dir}/gemm_driver.cpp ${cpu_dir}/skinny.cpp ${cpu_dir}/small.cpp)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   target_sources(portmat_core PRIVATE ${cpu_dir}/kernels/gemm_avx512.cpp ${cpu_dir}/kernels/gemm_avx512_int.cpp
                  ${cpu_dir}/kernels/gemm_complex_avx512.cpp ${cpu_dir}/kernels/gemm_avx2.cpp
@@ -46,7 +47,7 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   # Their vector helpers (vector_ext.hpp) are static and always inlined into each clone, so the
   # note that a 32- or 64-byte vector's calling convention differs between ISAs concerns no call.
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-    set_property(SOURCE ${cpu_dir}/skinny.cpp ${cpu_dir}/small.cpp APPEND PROPERTY COMPILE_OPTIONS "-Wno-psabi")
+    set_property(SOURCE ${cpu_dir}/boolean.cpp ${cpu_dir}/skinny.cpp ${cpu_dir}/small.cpp APPEND PROPERTY COMPILE_OPTIONS "-Wno-psabi")
   endif()
   # Under sanitizers small.cpp drops back to the sanitizer build's -O1 (appended last, so it wins),
   # and GCC keeps its line tables but not its variables' locations: each of its call sites inlines

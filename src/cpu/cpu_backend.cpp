@@ -21,6 +21,7 @@
 #include "core/backend.hpp"
 #include "core/casts.hpp"
 #include "core/host_block_pool.hpp"
+#include "cpu/boolean.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernel_table.hpp"
 #include "cpu/skinny.hpp"
@@ -182,8 +183,9 @@ class CpuDevice final : public core::Device {
     return result_pool_->get(bytes, reuse_only);
   }
 
+  // Booleans too: their products are logic here (boolean.hpp), not counts in uint32.
   bool computes(DType t) const override {
-    return t == DType::f32 || t == DType::f64 || t == DType::u32 || t == DType::u64;
+    return t == DType::f32 || t == DType::f64 || t == DType::u32 || t == DType::u64 || t == DType::boolean;
   }
 
   // Device arrays here are host memory: a cast is the host loop (core/casts.cpp).
@@ -193,6 +195,8 @@ class CpuDevice final : public core::Device {
 
   void matmul_host(const core::HostMatrix& a, const core::HostMatrix& b,
                    const MatrixView& c) override {
+    if (c.dtype == DType::boolean)
+      return cpu::boolean_gemm(a, b, static_cast<std::uint8_t*>(c.data), c.row_stride, configured_threads());
     if (c.dtype == DType::u64) {  // the packed GEMM on 32-bit multiplies where the values allow
       auto* c64 = static_cast<std::uint64_t*>(c.data);
       if (unpacked_int(a, b, c64, c.row_stride, configured_threads())) return;
@@ -258,7 +262,7 @@ class CpuDevice final : public core::Device {
                          std::int64_t count) override {
     const int threads = configured_threads();
     const double flops = 2.0 * c.rows * c.cols * a.cols;
-    if (threads == 1 || count < 2 || flops >= cpu::kMinFlopsPerThread * threads)
+    if (threads == 1 || count < 2 || flops >= cpu::kMinFlopsPerThread * threads || c.dtype == DType::boolean)
       return core::Device::matmul_batch_host(a, a_step, b, b_step, c, c_step, count);
     with_config(c.dtype, [&](const auto& cfg) {
       using T = typename std::decay_t<decltype(cfg)>::Element;

@@ -21,6 +21,7 @@
 #include "core/batch.hpp"
 #include "core/layout.hpp"
 #include "core/reference.hpp"
+#include "cpu/boolean.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernel_table.hpp"
 #include "cpu/skinny.hpp"
@@ -612,6 +613,46 @@ TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat64) { check_skinny<double>(); 
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountUint32) { check_skinny<std::uint32_t>(); }
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountUint64) { check_skinny<std::uint64_t>(); }
 
+// Boolean products (boolean.hpp): every pair of layouts, densities from none to all (so that rows
+// stop early, late and never), bytes other than 0 and 1, shapes that reach the rows kernel on c
+// and on c^T, the dots kernel and the copies before it, outputs wider than a part; 1 and 3
+// threads; the result's padding untouched.
+TEST(CpuBoolean, EveryLayoutDensityAndThreadCount) {
+  std::mt19937 rng(11);
+  const std::uint8_t poison = 0x5a;
+  for (auto [m, k, n] : {std::tuple{1, 1, 1}, {1, 300, 200}, {3, 100, 70}, {200, 300, 1}, {70, 100, 5},
+                         {130, 257, 97}, {5, 1000, 3}, {2, 5000, 300}, {40, 70, 4100}, {4100, 70, 40},
+                         {64, 17, 64}, {300, 300, 300}})
+    for (double density : {0.0, 0.003, 0.5, 1.0})
+      for (bool a_col : {false, true})
+        for (bool b_col : {false, true})
+          for (int threads : {1, 3}) {
+            const std::int64_t lda = (a_col ? m : k) + 2, ldb = (b_col ? k : n) + 3, ldc = n + 1, off = 3;
+            // a at `density`, b at its complement's (dense against sparse), bytes 1-255 for true
+            auto fill = [&](std::size_t count, double p) {
+              std::vector<std::uint8_t> v(count);
+              for (auto& x : v) x = (rng() % 1000) < p * 1000 ? static_cast<std::uint8_t>(1 + rng() % 255) : 0;
+              return v;
+            };
+            const auto a = fill(off + lda * (a_col ? k : m), density);
+            const auto b = fill(off + ldb * (b_col ? n : k), density == 0.5 ? 0.5 : 1.0 - density);
+            std::vector<std::uint8_t> c(m * ldc, poison);
+            portmat::core::HostMatrix ha{a.data(), off, m, k, lda, a_col, portmat::DType::boolean};
+            portmat::core::HostMatrix hb{b.data(), off, k, n, ldb, b_col, portmat::DType::boolean};
+            portmat::cpu::boolean_gemm(ha, hb, c.data(), ldc, threads);
+            for (std::int64_t i = 0; i < m; ++i) {
+              ASSERT_EQ(c[i * ldc + n], poison) << "padding written";
+              for (std::int64_t j = 0; j < n; ++j) {
+                std::uint8_t want = 0;
+                for (std::int64_t q = 0; q < k && !want; ++q)
+                  want = a[off + (a_col ? q * lda + i : i * lda + q)] && b[off + (b_col ? j * ldb + q : q * ldb + j)];
+                ASSERT_EQ(c[i * ldc + j], want) << m << "x" << k << "x" << n << " density=" << density
+                                                << " a_col=" << a_col << " b_col=" << b_col << " threads=" << threads
+                                                << " at " << i << "," << j;
+              }
+            }
+          }
+}
 // The size limit in use (small.hpp, small_elements): the base one, or the larger one exactly where
 // the small path runs AVX-512 tiles on a core with half-rate 512-bit FMAs; products up to it are
 // taken (a 256^3 and an oblong one past the base limit, checked against the reference where this

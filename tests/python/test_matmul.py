@@ -262,3 +262,34 @@ def test_tile_multiple_views_at_any_alignment(device, rng, offset, transpose_a, 
     a = a.T if transpose_a else a
     b = b.T if transpose_b else b
     check_matmul(portmat.matmul(a, b, device=device), a, b)
+
+
+ISA_SCRIPT = r"""
+import numpy as np, portmat
+rng = np.random.default_rng()
+for m, k, n in ((1, 300, 200), (200, 300, 1), (3, 1000, 70), (70, 1000, 3), (130, 257, 97), (5, 100, 4100)):
+    for p in (0.0, 0.01, 0.5):
+        a, b = rng.random((m, k)) < p, rng.random((k, n)) < 0.5
+        for x, y in ((a, b), (a.T.copy().T, b), (a, b.T.copy().T), (a.T.copy().T, b.T.copy().T)):
+            assert np.array_equal(portmat.matmul(x, y, device="cpu:0"), x @ y), (m, k, n, p)
+    for dtype in (np.int32, np.uint64, np.int8):
+        info = np.iinfo(dtype)
+        a = rng.integers(info.min, info.max, (m, k), dtype=dtype, endpoint=True)
+        b = rng.integers(info.min, info.max, (k, n), dtype=dtype, endpoint=True)
+        for x, y in ((a, b), (a.T.copy().T, b), (a, b.T.copy().T)):
+            assert np.array_equal(portmat.matmul(x, y, device="cpu:0"), x @ y), (m, k, n, dtype)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("isa", ["avx2", "scalar"])
+def test_boolean_and_integer_skinny_products_on_every_isa(isa):
+    """The boolean kernels and the integer skinny kernels are compiled once per ISA (AVX-512,
+    AVX2, the baseline) and the CPU's best runs in-process: the others run here, chosen by
+    PORTMAT_CPU_ISA in a fresh process (on a CPU without that ISA, its best runs again)."""
+    from conftest import run_python
+
+    if "cpu:0" not in [d.id for d in portmat.devices()]:
+        pytest.skip("no cpu:0")
+    r = run_python("-c", ISA_SCRIPT, env={"PORTMAT_CPU_ISA": isa}, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

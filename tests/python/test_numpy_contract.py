@@ -347,6 +347,38 @@ def test_integer_products_with_few_rows_or_columns_in_every_layout(device):
 
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
+def test_boolean_products_in_every_layout_and_density(device):
+    """Boolean products are NumPy's logic (an OR of ANDs), whichever way they stop early: all
+    false, sparse, half and all true operands, in every pair of layouts, on shapes that reach each
+    kernel (rows OR-ed on c or on c^T, dots of rows and columns, a short operand copied first),
+    outputs wider than a thread's part, bytes other than 0 and 1 (true, as in NumPy), stacks."""
+    rng = np.random.default_rng()
+    shapes = ((1, 300, 200), (3, 100, 70), (200, 300, 1), (70, 100, 5), (130, 257, 97), (64, 64, 64),
+              (5, 1000, 3), (1, 1, 1), (2, 5000, 300), (40, 70, 4100), (4100, 70, 40), (3, 0, 4))
+    for m, k, n in shapes:
+        for density_a, density_b in ((0.0, 0.5), (0.5, 0.0), (0.002, 0.01), (0.5, 0.5), (1.0, 0.02), (0.03, 1.0)):
+            a, b = rng.random((m, k)) < density_a, rng.random((k, n)) < density_b
+            big_a, big_b = np.zeros((m + 7, k + 9), bool), np.zeros((k + 7, n + 9), bool)
+            pairs = [(av, bv) for av in every_layout(rng, a, big_a) for bv in every_layout(rng, b, big_b)]
+            if m * k * n > 1_000_000:
+                pairs = pairs[::5]
+            for av, bv in pairs:
+                check_same_as_numpy(portmat.matmul(av, bv, device=device), av, bv)
+        if k:
+            a8 = (rng.random((m, k)) < 0.1) * rng.integers(1, 256, (m, k)).astype(np.uint8)
+            b8 = (rng.random((k, n)) < 0.1) * rng.integers(1, 256, (k, n)).astype(np.uint8)
+            av, bv = a8.view(bool), b8.view(bool)
+            check_same_as_numpy(portmat.matmul(av, bv, device=device), av, bv)
+            check_same_as_numpy(portmat.matmul(av.T.copy().T, bv.T.copy().T, device=device), av, bv)
+    sa, sb = rng.random((4, 30, 50)) < 0.05, rng.random((4, 50, 20)) < 0.05
+    for x, y in ((sa, sb), (sa, sb[0]), (sa[0], sb), (np.swapaxes(sa, 1, 2).copy().swapaxes(1, 2), sb)):
+        check_same_as_numpy(portmat.matmul(x, y, device=device), x, y)
+    out = np.ones((4, 30, 20), bool)
+    assert portmat.matmul(sa, sb, out=out, device=device) is out
+    check_same_as_numpy(out, sa, sb)
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
 def test_large_complex_products_in_every_layout(device):
     """Complex products big enough for the packed GEMMs (on the CPU, b's real form is packed
     straight from b), and smaller ones that the CPU gives its complex kernels: b contiguous,
