@@ -73,6 +73,43 @@ def test_fast_and_general_paths_agree(device, rng, dtype):
                 assert np.all(np.abs(c - want) <= bound)
 
 
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "uint8", "uint16", "uint32", "uint64", "float16"])
+def test_fast_and_general_paths_agree_on_every_dtype(device, rng, dtype):
+    """The fast path takes every same-dtype product NumPy keeps in its dtype: the C entry and the
+    general path give NumPy's integers and booleans exactly (wrapping), float16 within float32's
+    accumulation bound, for the shapes and views above; out= of these dtypes goes to the general
+    path and is written all the same."""
+    dtype = np.dtype(dtype)
+
+    def values(shape):
+        if dtype.kind == "b":
+            return rng.random(shape) < 0.3
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+        return rng.uniform(-1, 1, shape).astype(dtype)
+
+    big = values((40, 50))
+    pairs = [(values((7, 13)), values((13, 9))), (big[1:18:2, 3:40:3], big[::-3, 5:12][:13]),
+             (values((31,)), values((31, 17))), (values((17, 31)), big[0, :31]),
+             (values((0, 4)), values((4, 3))), (values((5, 13)).astype(dtype.newbyteorder()), values((13, 2)))]
+    for a, b in pairs:
+        want = np.matmul(a, b)
+        for c in (portmat.matmul(a, b, device=device), portmat._matmul(a, b, device=device)):
+            assert c.dtype == want.dtype and c.shape == want.shape
+            if dtype.kind in "biu":
+                assert np.array_equal(c, want)
+            else:
+                ref = a.astype(np.float64) @ b.astype(np.float64)
+                bound = (max(a.shape[-1], 1) * np.finfo(np.float32).eps * (np.abs(a.astype(np.float64)) @
+                         np.abs(b.astype(np.float64))) + np.abs(ref) * np.finfo(np.float16).eps)
+                assert np.all(np.abs(c.astype(np.float64) - ref) <= bound)
+    a, b = pairs[0]
+    out = np.empty((7, 9), dtype)
+    assert portmat.matmul(a, b, out=out, device=device) is out
+    assert np.array_equal(out, np.matmul(a, b)) if dtype.kind in "biu" else np.allclose(out, np.matmul(a, b), atol=0.05)
+
+
 def test_out_positional_and_keyword(device, rng):
     a, b = random_matrix(rng, (9, 14)), random_matrix(rng, (14, 6))
     for call in (lambda o: portmat.matmul(a, b, o, device=device),
