@@ -5,6 +5,7 @@
 // classifying strided views, packing views no kernel can read, K = 0 and empty results.
 #pragma once
 
+#include <stdexcept>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -182,6 +183,27 @@ class Device {
   // path for this product (the core then builds B'' itself).
   virtual bool matmul_complex_b_host(const HostMatrix& /*a*/, const HostMatrix& /*b*/, const MatrixView& /*c*/) {
     return false;
+  }
+
+  // The same for a stack of count products (x_step elements between matrices, as
+  // matmul_batch_host's): false, touching nothing, where the device declines the first (every
+  // product of a stack has its shape). Backends override it to run small products in parallel;
+  // this one loops.
+  virtual bool matmul_complex_b_batch_host(const HostMatrix& a, std::int64_t a_step, const HostMatrix& b,
+                                           std::int64_t b_step, const MatrixView& c, std::int64_t c_step,
+                                           std::int64_t count) {
+    for (std::int64_t i = 0; i < count; ++i) {
+      HostMatrix ai = a, bi = b;
+      MatrixView ci = c;
+      ai.data = static_cast<const unsigned char*>(a.data) + i * a_step * static_cast<std::int64_t>(dtype_size(a.dtype));
+      bi.data = static_cast<const unsigned char*>(b.data) + i * b_step * static_cast<std::int64_t>(dtype_size(b.dtype));
+      ci.data = static_cast<unsigned char*>(c.data) + i * c_step * static_cast<std::int64_t>(dtype_size(c.dtype));
+      if (!matmul_complex_b_host(ai, bi, ci)) {
+        if (i == 0) return false;
+        throw std::logic_error("matmul: the device declined a complex product of a stack it had taken");
+      }
+    }
+    return true;
   }
 
   // Whether the device has kernels of its own for this dtype: float32 always, float64 where

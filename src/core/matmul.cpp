@@ -116,14 +116,8 @@ bool complex_b_on_device(core::Device& dev, const core::Batch& r) {
   // Where the real product would not fit on the device, the core's own B'' goes out-of-core.
   const DType real = r.a.dtype;
   if (!core::fits_on_device(dev, r.a.rows, 2 * r.b.cols, r.a.cols, real)) return false;
-  for (std::int64_t i = 0; i < r.count; ++i) {
-    if (!dev.matmul_complex_b_host(*core::dense_in_place(core::nth(r.a, r.a_step, i)),
-                                   *core::dense_in_place(core::nth(r.b, r.b_step, i)), core::nth(r.c, r.c_step, i))) {
-      if (i == 0) return false;  // every product of a stack has the same shape: declined at the first
-      throw std::logic_error("matmul: the device declined a complex product of a stack it had taken");
-    }
-  }
-  return true;
+  return dev.matmul_complex_b_batch_host(*core::dense_in_place(r.a), r.a_step, *core::dense_in_place(r.b), r.b_step,
+                                         r.c, r.c_step, r.count);
 }
 
 // A complex product with few rows (M <= kComplexFewRows: a vector times a matrix among them) whose

@@ -216,12 +216,57 @@ class CpuDevice final : public core::Device {
   // n = 1024. Smaller ones take the core's B'', except those small_complex_on_kernels gives the
   // complex kernels.
   bool matmul_complex_b_host(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c) override {
+    return complex_b_product(a, b, c, configured_threads());
+  }
+
+  // A stack of them: products too small to keep every thread busy run one a thread at a time, as
+  // matmul_batch_host's real ones do (each was run on every thread in turn: 1000 complex64 64^3
+  // products took 24 ms against NumPy's 18, one product alone 17.6 us on one thread).
+  bool matmul_complex_b_batch_host(const core::HostMatrix& a, std::int64_t a_step, const core::HostMatrix& b,
+                                   std::int64_t b_step, const MatrixView& c, std::int64_t c_step,
+                                   std::int64_t count) override {
+    const int threads = configured_threads();
+    const double flops = 8.0 * c.rows * (c.cols / 2) * (a.cols / 2);
+    if (threads == 1 || count < 2 || flops >= cpu::kMinFlopsPerThread * threads)
+      return core::Device::matmul_complex_b_batch_host(a, a_step, b, b_step, c, c_step, count);
+    const std::int64_t ra = a_step * static_cast<std::int64_t>(dtype_size(a.dtype));
+    const std::int64_t rb = b_step * static_cast<std::int64_t>(dtype_size(b.dtype));
+    const std::int64_t rc = c_step * static_cast<std::int64_t>(dtype_size(c.dtype));
+    auto nth = [&](std::int64_t i, core::HostMatrix& ai, core::HostMatrix& bi, MatrixView& ci) {
+      ai = a, bi = b, ci = c;
+      ai.data = static_cast<const unsigned char*>(a.data) + i * ra;
+      bi.data = static_cast<const unsigned char*>(b.data) + i * rb;
+      ci.data = static_cast<unsigned char*>(c.data) + i * rc;
+    };
+    core::HostMatrix a0, b0;
+    MatrixView c0;
+    nth(0, a0, b0, c0);
+    if (!complex_b_product(a0, b0, c0, 1)) return false;  // declined: the shape decides for all
+    // Runs of consecutive products a claim (matmul_batch_host's why).
+    const std::int64_t run = std::clamp<std::int64_t>((count - 1) / (8 * threads), 1, 64);
+    std::atomic<std::int64_t> next{1};
+    std::atomic<bool> declined{false};
+    cpu::run_parts(threads, threads, [&](std::int64_t) {
+      for (std::int64_t first; (first = next.fetch_add(run, std::memory_order_relaxed)) < count;)
+        for (std::int64_t i = first; i < std::min(first + run, count); ++i) {
+          core::HostMatrix ai, bi;
+          MatrixView ci;
+          nth(i, ai, bi, ci);
+          if (!complex_b_product(ai, bi, ci, 1)) declined = true;
+        }
+    });
+    if (declined) throw std::logic_error("matmul: the CPU declined a complex product of a stack it had taken");
+    return true;
+  }
+
+  bool complex_b_product(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c, int threads) {
     if (c.dtype != DType::f32 && c.dtype != DType::f64) return false;
     const bool f32 = c.dtype == DType::f32;
     const bool kernels = f32 ? kernels_.c64.ukernel != nullptr : kernels_.c128.ukernel != nullptr;
     const bool packed = takes_packed_gemm(a.rows, a.cols, c.cols, dtype_size(c.dtype));
-    if (!packed && !(kernels && small_complex_on_kernels(a.rows, a.cols / 2, c.cols / 2))) return false;
-    if (kernels && (f32 ? complex_gemm(kernels_.c64, a, b, c) : complex_gemm(kernels_.c128, a, b, c))) return true;
+    if (!packed && !(kernels && small_complex_on_kernels(a.rows, a.cols / 2, c.cols / 2, threads))) return false;
+    if (kernels && (f32 ? complex_gemm(kernels_.c64, a, b, c, threads) : complex_gemm(kernels_.c128, a, b, c, threads)))
+      return true;
     if (!packed) return false;  // a small one the complex kernel declined: the core's B''
     bool done = false;
     with_config(c.dtype, [&](const auto& cfg) {
@@ -232,7 +277,7 @@ class CpuDevice final : public core::Device {
         if (!fused.pack_b) return;
         core::HostMatrix b_real = b;  // B'''s shape; data, offset and ld stay b's (complex elements)
         b_real.rows = 2 * b.rows, b_real.cols = 2 * b.cols, b_real.dtype = c.dtype;
-        cpu::gemm(fused, a, b_real, static_cast<T*>(c.data), c.row_stride, configured_threads());
+        cpu::gemm(fused, a, b_real, static_cast<T*>(c.data), c.row_stride, threads);
         done = true;
       }
     });
@@ -244,12 +289,12 @@ class CpuDevice final : public core::Device {
   // is not row-major with whole complex elements (the real product takes it).
   template <class C>
   bool complex_gemm(const GemmConfig<C>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
-                    const MatrixView& c) {
+                    const MatrixView& c, int threads) {
     if (a.col_major || a.cols % 2 || a.ld % 2 || a.offset % 2 || c.row_stride % 2) return false;
     core::HostMatrix ac = a, bc = b;
     ac.cols = a.cols / 2, ac.ld = a.ld / 2, ac.offset = a.offset / 2;
     ac.dtype = bc.dtype = std::is_same_v<C, Complex64> ? DType::c64 : DType::c128;
-    cpu::gemm(cfg, ac, bc, static_cast<C*>(c.data), c.row_stride / 2, configured_threads());
+    cpu::gemm(cfg, ac, bc, static_cast<C*>(c.data), c.row_stride / 2, threads);
     return true;
   }
 
@@ -306,9 +351,13 @@ class CpuDevice final : public core::Device {
   // (100 x 37) @ (37 x 61) 23.0 / 14.8, (33 x 200) @ (200 x 17) 29.2 / 14.6; complex128 48^3 23.4 /
   // 14.2, 64^3 51.3 / 31.4, 128^3 188 / 163; but 32^3 2.7 / 3.5, (64 x 64) @ (64 x 8) 3.6 / 6.8,
   // (64 x 8) @ (8 x 64) 2.7 / 3.8.
-  static constexpr std::int64_t kSmallComplexMacs = 65536;
-  static bool small_complex_on_kernels(std::int64_t M, std::int64_t K, std::int64_t N) {
-    return M > kSkinnyMax && N > 2 * kSkinnyMax && K > 8 && M * K * N >= kSmallComplexMacs;
+  // On one thread (a stack's products, one a thread) the kernels win from 16^3: stacks of 10000
+  // complex64 products, ms, B'' / kernels: 12^3 4.5 / 4.2, 16^3 9.4 / 5.3, 24^3 31.1 / 23.4, 32^3
+  // 56.5 / 35.4 (NumPy 5.5-8.1, 7.9-12.7, 26.1-32.8, 58.7-69.4).
+  static constexpr std::int64_t kSmallComplexMacs = 65536, kSmallComplexMacsOneThread = 4096;
+  static bool small_complex_on_kernels(std::int64_t M, std::int64_t K, std::int64_t N, int threads) {
+    return M > kSkinnyMax && N > 2 * kSkinnyMax && K > 8 &&
+           M * K * N >= (threads == 1 ? kSmallComplexMacsOneThread : kSmallComplexMacs);
   }
 
   // Whether multiply() takes the packed GEMM for an M x K x N product of `size`-byte elements

@@ -79,6 +79,16 @@ def test_stacks(rng, dtype):
     b = random_complex(rng, (3, 160, 140), dtype)
     check(portmat.matmul(a, b, device="cpu"), a, b)  # a product per matrix
     check(portmat.matmul(a, np.swapaxes(b, 1, 2).copy().swapaxes(1, 2), device="cpu"), a, b)
+    # Stacks of small products, one a thread at a time (on the complex kernels from 16^3, else
+    # through b's real form), an odd count so that the threads' runs end unevenly; a column-major
+    # a's products are declined by the complex kernels and go through b's real form.
+    for (s, m, k, n) in ((41, 16, 20, 24), (37, 33, 40, 17), (23, 8, 12, 10), (50, 64, 64, 64)):
+        a = random_complex(rng, (s, m, k), dtype)
+        b = random_complex(rng, (s, k, n), dtype)
+        check(portmat.matmul(a, b, device="cpu"), a, b)
+        at = np.swapaxes(np.swapaxes(a, 1, 2).copy(), 1, 2)
+        check(portmat.matmul(at, b, device="cpu"), at, b)
+        check(portmat.matmul(a, b[0].T.copy().T, device="cpu"), a, b[0])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
