@@ -224,6 +224,48 @@ constexpr std::int64_t kRowsMinColumns = 64;
 // A part of the rows kernel: one row of out and up to this many of its columns.
 constexpr std::int64_t kRowsPartColumns = 4096;
 
+// ---- bits: short k ----------------------------------------------------------------------------
+// Where k is short the dots kernel's early stop saves little and its byte compares cost each pair
+// ~20 ns ((32 x 32) @ (32 x 32): 22 us): a's rows and b's columns packed into words of 64 bits (k
+// along the bits) make a pair one AND a word.
+
+// The nonzero bytes of x as 8 bits (byte i -> bit i): each byte's top bit set where it is nonzero,
+// then the top bits gathered by one multiply.
+inline std::uint64_t nonzero_bits8(std::uint64_t x) {
+  const std::uint64_t t = (((x & 0x7f7f7f7f7f7f7f7fULL) + 0x7f7f7f7f7f7f7f7fULL) | x) & 0x8080808080808080ULL;
+  return ((t >> 7) * 0x0102040810204080ULL) >> 56;
+}
+
+// out[r * W + k / 64] bit k % 64 = (p[r * rs + k * ks] != 0) for r < R, k < K (W = ceil(K / 64)).
+void pack_bits(const std::uint8_t* p, std::int64_t rs, std::int64_t ks, std::int64_t R, std::int64_t K,
+               std::int64_t W, std::uint64_t* out) {
+  if (ks == 1) {  // rows of contiguous bytes: 8 at a time
+    for (std::int64_t r = 0; r < R; ++r) {
+      const std::uint8_t* row = p + r * rs;
+      for (std::int64_t w = 0, k = 0; w < W; ++w) {
+        std::uint64_t word = 0;
+        if (k + 64 <= K) {
+          for (int q = 0; q < 8; ++q, k += 8) {
+            std::uint64_t x;
+            std::memcpy(&x, row + k, 8);
+            word |= nonzero_bits8(x) << (8 * q);
+          }
+        } else {
+          for (int q = 0; k < K; ++k, ++q) word |= std::uint64_t(row[k] != 0) << q;
+        }
+        out[r * W + w] = word;
+      }
+    }
+    return;
+  }
+  std::fill(out, out + R * W, std::uint64_t(0));
+  for (std::int64_t k = 0; k < K; ++k)  // along memory where the rows are its columns
+    for (std::int64_t r = 0; r < R; ++r) out[r * W + (k >> 6)] |= std::uint64_t(p[r * rs + k * ks] != 0) << (k & 63);
+}
+
+// Past this k the dots kernel's early stop wins over packing every bit first.
+constexpr std::int64_t kBitsMaxK = 256;
+
 // Rows of a part: eight parts a thread (threads claim them from one counter: a part a row cost
 // a contended atomic a row, ~100 ns, where a row that stops at its first vector takes ~10).
 std::int64_t rows_a_part(std::int64_t rows, int threads) {
@@ -260,6 +302,34 @@ void boolean_gemm(const core::HostMatrix& a, const core::HostMatrix& b, std::uin
     run_parts(blocks * chunks, use, [&](std::int64_t p) {
       const std::int64_t r = p / chunks * step, x0 = (p % chunks) * kRowsPartColumns;
       kern.rows(S, sr, sk, K, L, ldl, r, std::min(R, r + step), x0, std::min(X, x0 + kRowsPartColumns), c, or_, ox);
+    });
+    return;
+  }
+  if (K <= kBitsMaxK) {  // bits: b's columns packed once, a's rows by each part
+    const std::int64_t W = std::max<std::int64_t>(1, (K + 63) / 64);
+    std::vector<std::uint64_t> b_bits(static_cast<std::size_t>(N * W));
+    pack_bits(pb, bj, bk, N, K, W, b_bits.data());
+    const std::int64_t step = rows_a_part(M, use);
+    run_parts((M + step - 1) / step, use, [&](std::int64_t p) {
+      const std::int64_t i0 = p * step, i1 = std::min(M, i0 + step);
+      thread_local std::vector<std::uint64_t> a_bits;
+      a_bits.resize(static_cast<std::size_t>((i1 - i0) * W));
+      pack_bits(pa + i0 * ai, ai, ak, i1 - i0, K, W, a_bits.data());
+      for (std::int64_t i = i0; i < i1; ++i) {
+        const std::uint64_t* x = a_bits.data() + (i - i0) * W;
+        std::uint8_t* ci = c + i * ldc;
+        if (W == 1) {
+          const std::uint64_t x0 = x[0];
+          for (std::int64_t j = 0; j < N; ++j) ci[j] = (x0 & b_bits[static_cast<std::size_t>(j)]) != 0;
+          continue;
+        }
+        for (std::int64_t j = 0; j < N; ++j) {
+          const std::uint64_t* y = b_bits.data() + j * W;
+          std::uint64_t hit = x[0] & y[0];
+          for (std::int64_t w = 1; w < W && !hit; ++w) hit = x[w] & y[w];
+          ci[j] = hit != 0;
+        }
+      }
     });
     return;
   }

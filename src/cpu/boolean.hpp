@@ -11,7 +11,9 @@
 //         a time, by OR-ing in the rows of L that S's row selects (its nonzero k, listed once a
 //         row, 64 at a time as they are needed), until every lane of the C vectors is set;
 //   dots: out[i][j] = any(a[i][k] != 0 and b[k][j] != 0), a row-major and b column-major: both
-//         contiguous along k, a vector of k at a time, up to the first hit.
+//         contiguous along k, a vector of k at a time, up to the first hit;
+//   bits: the same for a short k (at most 256): a's rows and b's columns packed into 64-bit words
+//         first (any layout), a pair one AND a word.
 // A byte other than 0 or 1 in a boolean counts as true (NumPy's truth value), and c gets 0 or 1.
 #pragma once
 
