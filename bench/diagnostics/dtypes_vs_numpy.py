@@ -2,7 +2,8 @@
 complex) over vectors, few rows or columns, small squares and stacks, in every layout pair: where
 `portmat bench` times one dtype on squares or the float32 suite, this finds the shapes a dtype has
 no fast path for. Each product is checked against NumPy first (integers and booleans exactly);
-then portmat's and NumPy's calls alternate in blocks (a block of calls each, several rounds), and
+then portmat's and NumPy's calls alternate in blocks (a block of calls each after a pause, several
+rounds), and
 the table gives the medians and NumPy time / portmat time (> 1: portmat faster).
 
   python bench/diagnostics/dtypes_vs_numpy.py                          # every dtype, every shape
@@ -46,7 +47,11 @@ def layout(x, order):
 
 
 def median_call(f, budget_s):
-    """Seconds a call: the median over blocks of calls, each block about budget_s long."""
+    """Seconds a call: the median over blocks of calls, each block about budget_s long, after a
+    pause: OpenBLAS's threads spin ~0.1 s after NumPy's last call, and without it they took the
+    CPUs from the portmat block that followed (a complex64 vector times 2048 x 2048 matrix read
+    0.64x NumPy, 0.94x with the pause)."""
+    time.sleep(0.3)
     f()
     n, t0 = 1, time.perf_counter()
     f()
