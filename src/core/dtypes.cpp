@@ -311,6 +311,14 @@ Converted convert_stack(const MatrixView& v, std::int64_t step, std::int64_t cou
       using From = decltype(from_t);
       using To = decltype(to_t);
       auto* dst = reinterpret_cast<To*>(out.storage.get());
+      if (!column_major && distinct > 1 && v.col_stride == 1 && v.row_stride == v.cols && step == elems) {
+        // A dense stack of row-major matrices: one matrix of all their rows (a call a matrix cost
+        // a stack of 10000 int8 4 x 4 products more than their multiply-adds).
+        MatrixView all = v;
+        all.rows = distinct * v.rows;
+        copy_matrix<From, To>(all, to, dst);
+        return;
+      }
       for (std::int64_t i = 0; i < distinct; ++i) {
         MatrixView m = nth(v, step, i);
         if (column_major)  // m^T row-major is m column-major
@@ -328,11 +336,28 @@ void store_stack(const void* src, DType from, const MatrixView& c, std::int64_t 
       using From = decltype(from_t);
       using To = decltype(to_t);
       const auto* s = static_cast<const From*>(src);
-      for (std::int64_t b = 0; b < count; ++b) {
+      // A dense stack (c's matrices one after another, rows contiguous) is one matrix of all their
+      // rows; rows of integers narrow in a loop the compiler vectorises.
+      const bool dense = c.col_stride == 1 && (c.rows <= 1 || c.row_stride == c.cols) && c_step == c.rows * c.cols;
+      const std::int64_t matrices = dense ? 1 : count, rows = dense ? count * c.rows : c.rows;
+      const std::int64_t ld = dense ? c.cols : c.row_stride;
+      for (std::int64_t b = 0; b < matrices; ++b) {
         auto* dst = static_cast<To*>(nth(c, c_step, b).data);
-        for (std::int64_t i = 0; i < c.rows; ++i)
+        for (std::int64_t i = 0; i < rows; ++i) {
+          if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) {
+            if (c.col_stride == 1) {
+              To* d = dst + i * ld;
+              if (c.dtype == DType::boolean)
+                for (std::int64_t j = 0; j < c.cols; ++j) d[j] = static_cast<To>(s[j] != 0);
+              else
+                for (std::int64_t j = 0; j < c.cols; ++j) d[j] = static_cast<To>(s[j]);
+              s += c.cols;
+              continue;
+            }
+          }
           for (std::int64_t j = 0; j < c.cols; ++j)
-            dst[i * c.row_stride + j * c.col_stride] = convert<From, To>(*s++, from, c.dtype);
+            dst[i * ld + j * c.col_stride] = convert<From, To>(*s++, from, c.dtype);
+        }
       }
     });
   });
