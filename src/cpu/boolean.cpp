@@ -29,6 +29,14 @@ constexpr std::int64_t kScanStep = 64;
 template <int B>
 using Bytes = Vec<std::uint8_t, B>;
 
+// A thread's scratch (the hit list, a's bits) is kept for its next product up to this many bytes,
+// and freed past it: a row of a long k that never fills c's row lists every k (4 bytes each).
+constexpr std::size_t kKeepScratchBytes = std::size_t(4) << 20;
+template <class T>
+void release_if_large(std::vector<T>& v) {
+  if (v.capacity() * sizeof(T) > kKeepScratchBytes) std::vector<T>().swap(v);
+}
+
 template <int B>
 [[gnu::always_inline]] inline bool any_lane(const Bytes<B>& v) {
   Vec<std::uint64_t, B> w;
@@ -135,6 +143,7 @@ template <int B>
     Hits hits{S + r * sr, sk, K, list};
     rows_range<B>(L, ldl, hits, x0, x1, out + r * or_, ox);
   }
+  release_if_large(list);
 }
 
 // out[i * ldc + j] for rows [i0, i1), every j < N: whether a's row i and b's column j (both
@@ -330,6 +339,7 @@ void boolean_gemm(const core::HostMatrix& a, const core::HostMatrix& b, std::uin
           ci[j] = hit != 0;
         }
       }
+      release_if_large(a_bits);
     });
     return;
   }
