@@ -5,10 +5,10 @@
 // classifying strided views, packing views no kernel can read, K = 0 and empty results.
 #pragma once
 
-#include <stdexcept>
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 

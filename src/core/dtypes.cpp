@@ -175,23 +175,26 @@ To convert(From x, DType from, DType to) {
 
 constexpr std::int64_t kCopyTileRows = 64, kCopyTileCols = 8;
 
+// dst[j] = convert(src[j]) for j < n: between integers (booleans as 0 / 1) a loop the compiler
+// vectorises, where convert's dtype tests per element kept it scalar.
+template <class From, class To>
+void convert_run(const From* src, DType from, To* dst, DType to, std::int64_t n) {
+  if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) {
+    if (to == DType::boolean || from == DType::boolean)
+      for (std::int64_t j = 0; j < n; ++j) dst[j] = static_cast<To>(src[j] != 0);
+    else
+      for (std::int64_t j = 0; j < n; ++j) dst[j] = static_cast<To>(src[j]);
+  } else {
+    for (std::int64_t j = 0; j < n; ++j) dst[j] = convert<From, To>(src[j], from, to);
+  }
+}
+
 template <class From, class To>
 void copy_matrix(const MatrixView& v, DType to, To* dst) {
   const auto* src = static_cast<const From*>(v.data);
   const std::int64_t R = v.rows, C = v.cols, rs = v.row_stride, cs = v.col_stride;
-  if (cs == 1) {  // rows contiguous: a loop the compiler vectorises
-    const bool to_bool = to == DType::boolean || v.dtype == DType::boolean;  // a boolean's bytes as 0 / 1
-    for (std::int64_t i = 0; i < R; ++i, dst += C) {
-      const From* row = src + i * rs;
-      if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) {
-        if (to_bool)
-          for (std::int64_t j = 0; j < C; ++j) dst[j] = static_cast<To>(row[j] != 0);
-        else
-          for (std::int64_t j = 0; j < C; ++j) dst[j] = static_cast<To>(row[j]);
-      } else {
-        for (std::int64_t j = 0; j < C; ++j) dst[j] = convert<From, To>(row[j], v.dtype, to);
-      }
-    }
+  if (cs == 1) {  // rows contiguous
+    for (std::int64_t i = 0; i < R; ++i, dst += C) convert_run<From, To>(src + i * rs, v.dtype, dst, to, C);
     return;
   }
   if (R < 2 || C < 2 || std::abs(cs) <= std::abs(rs)) {
@@ -337,23 +340,17 @@ void store_stack(const void* src, DType from, const MatrixView& c, std::int64_t 
       using To = decltype(to_t);
       const auto* s = static_cast<const From*>(src);
       // A dense stack (c's matrices one after another, rows contiguous) is one matrix of all their
-      // rows; rows of integers narrow in a loop the compiler vectorises.
+      // rows; contiguous rows go through convert_run.
       const bool dense = c.col_stride == 1 && (c.rows <= 1 || c.row_stride == c.cols) && c_step == c.rows * c.cols;
       const std::int64_t matrices = dense ? 1 : count, rows = dense ? count * c.rows : c.rows;
       const std::int64_t ld = dense ? c.cols : c.row_stride;
       for (std::int64_t b = 0; b < matrices; ++b) {
         auto* dst = static_cast<To*>(nth(c, c_step, b).data);
         for (std::int64_t i = 0; i < rows; ++i) {
-          if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) {
-            if (c.col_stride == 1) {
-              To* d = dst + i * ld;
-              if (c.dtype == DType::boolean)
-                for (std::int64_t j = 0; j < c.cols; ++j) d[j] = static_cast<To>(s[j] != 0);
-              else
-                for (std::int64_t j = 0; j < c.cols; ++j) d[j] = static_cast<To>(s[j]);
-              s += c.cols;
-              continue;
-            }
+          if (c.col_stride == 1) {
+            convert_run<From, To>(s, from, dst + i * ld, c.dtype, c.cols);
+            s += c.cols;
+            continue;
           }
           for (std::int64_t j = 0; j < c.cols; ++j)
             dst[i * ld + j * c.col_stride] = convert<From, To>(*s++, from, c.dtype);

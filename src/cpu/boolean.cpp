@@ -71,6 +71,13 @@ struct Hits {
     found += n, scanned = end;
     return true;
   }
+
+  // Whether hit h exists, scanning as far as it takes.
+  bool has(std::int64_t h) {
+    while (h == found)
+      if (!more()) return false;
+    return true;
+  }
 };
 
 // out[x * ox] for x < W (W = C vectors, or fewer columns for the scalar tail): OR over the hits of
@@ -83,11 +90,7 @@ template <int B, int C>
   for (int c = 0; c < C; ++c) acc[c] = Bytes<B>{};
   std::int64_t h = 0;
   int since = 0;
-  for (;;) {
-    if (h == hits.found) {
-      if (!hits.more()) break;
-      continue;
-    }
+  while (hits.has(h)) {
     const std::uint8_t* row = L + static_cast<std::int64_t>(hits.list[static_cast<std::size_t>(h++)]) * ldl;
     for (int c = 0; c < C; ++c) acc[c] |= load<std::uint8_t, B>(row + c * V);
     if (++since == kCheckEvery) {  // done once no lane is zero
@@ -117,16 +120,8 @@ template <int B>
   for (; x + V <= x1; x += V) rows_block<B, 1>(L + x, ldl, hits, out + x * ox, ox);
   for (; x < x1; ++x) {  // the last columns, one at a time
     std::uint8_t v = 0;
-    for (std::int64_t h = 0;;) {
-      if (h == hits.found) {
-        if (!hits.more()) break;
-        continue;
-      }
-      if (L[static_cast<std::int64_t>(hits.list[static_cast<std::size_t>(h++)]) * ldl + x]) {
-        v = 1;
-        break;
-      }
-    }
+    for (std::int64_t h = 0; !v && hits.has(h); ++h)
+      v = L[static_cast<std::int64_t>(hits.list[static_cast<std::size_t>(h)]) * ldl + x] != 0;
     out[x * ox] = v;
   }
 }

@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/batch.hpp"
 #include "core/casts.hpp"
 #include "core/host_block_pool.hpp"
+#include "core/layout.hpp"
 #include "cpu/boolean.hpp"
 #include "cpu/gemm_driver.hpp"
 #include "cpu/kernel_table.hpp"
@@ -229,31 +231,18 @@ class CpuDevice final : public core::Device {
     const double flops = 8.0 * c.rows * (c.cols / 2) * (a.cols / 2);
     if (threads == 1 || count < 2 || flops >= cpu::kMinFlopsPerThread * threads)
       return core::Device::matmul_complex_b_batch_host(a, a_step, b, b_step, c, c_step, count);
-    const std::int64_t ra = a_step * static_cast<std::int64_t>(dtype_size(a.dtype));
-    const std::int64_t rb = b_step * static_cast<std::int64_t>(dtype_size(b.dtype));
-    const std::int64_t rc = c_step * static_cast<std::int64_t>(dtype_size(c.dtype));
-    auto nth = [&](std::int64_t i, core::HostMatrix& ai, core::HostMatrix& bi, MatrixView& ci) {
-      ai = a, bi = b, ci = c;
-      ai.data = static_cast<const unsigned char*>(a.data) + i * ra;
-      bi.data = static_cast<const unsigned char*>(b.data) + i * rb;
-      ci.data = static_cast<unsigned char*>(c.data) + i * rc;
+    auto product = [&](std::int64_t i) {
+      return complex_b_product(core::nth(a, a_step, i), core::nth(b, b_step, i), core::nth(c, c_step, i), 1);
     };
-    core::HostMatrix a0, b0;
-    MatrixView c0;
-    nth(0, a0, b0, c0);
-    if (!complex_b_product(a0, b0, c0, 1)) return false;  // declined: the shape decides for all
+    if (!product(0)) return false;  // declined: the shape decides for all
     // Runs of consecutive products a claim (matmul_batch_host's why).
     const std::int64_t run = std::clamp<std::int64_t>((count - 1) / (8 * threads), 1, 64);
     std::atomic<std::int64_t> next{1};
     std::atomic<bool> declined{false};
     cpu::run_parts(threads, threads, [&](std::int64_t) {
       for (std::int64_t first; (first = next.fetch_add(run, std::memory_order_relaxed)) < count;)
-        for (std::int64_t i = first; i < std::min(first + run, count); ++i) {
-          core::HostMatrix ai, bi;
-          MatrixView ci;
-          nth(i, ai, bi, ci);
-          if (!complex_b_product(ai, bi, ci, 1)) declined = true;
-        }
+        for (std::int64_t i = first; i < std::min(first + run, count); ++i)
+          if (!product(i)) declined = true;
     });
     if (declined) throw std::logic_error("matmul: the CPU declined a complex product of a stack it had taken");
     return true;

@@ -217,8 +217,9 @@ PyObject* numpy_empty = nullptr;       // numpy.empty
 // dtype argument: 0.05 us faster than the scalar types): every dtype a same-dtype product keeps
 // without promotion (integers wrapping as NumPy's, booleans as logic, float16 accumulated in
 // float32, complex through the real kernels; the core converts what its kernels do not compute).
-// A (16 x 16) @ (16 x 16) bool product took 16.7 us through the general path, NumPy 3.3. An array whose descriptor is another
-// object (a byte-swapped one, or 'q' where int64 is 'l') takes the general path.
+// A (16 x 16) @ (16 x 16) bool product took 16.7 us through the general path, NumPy 3.3. An array
+// whose descriptor is another object (a byte-swapped one, or 'q' where int64 is 'l') takes the
+// general path.
 struct FastDtype {
   PyObject* descr;
   portmat::DType dtype;
