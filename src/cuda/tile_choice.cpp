@@ -27,6 +27,13 @@ struct Candidate {
   // 131072) @ (131072 x 64) 47.9, 43.3, 43.7 (H200, session 32, split_sum in runs): 200 GFLOP/s an
   // SM against 170 alone, as the 64x64 rates above. Shorter slices were not measured this way.
   double split_shared_flops_per_sm = 0.0;
+  // Its data-parallel grid's rate over a short run where SMs run as many of its blocks at once as
+  // fit (min_blocks; 0: flops_per_sm): 64x64 at 4 an SM (H200, session 39, queued, us, with k =
+  // 64, 128, 256: (64 x 64) @ (64 x 65536) 20.4, (65536 x 128) @ (128 x 64) 40.7, (64 x 128) @
+  // (128 x 65536) 37.0, (65536 x 256) @ (256 x 64) 71.1, (64 x 256) @ (256 x 65536) 67.0: 199-243
+  // GFLOP/s an SM, rising with k; (32768 x 256) @ (256 x 64), 512 tiles, 38.9: 209), where 2 an SM
+  // ran at 158-190 ((16384 x 128) @ (128 x 64) 12.9, (16384 x 256) @ (256 x 64) 22.3).
+  double crowded_flops_per_sm = 0.0;
 };
 
 // A stream-K block's cost beyond its share of the work: its pipeline's start (two slabs at its
@@ -63,6 +70,28 @@ constexpr double kClusterSumS = 2.5e-6, kClusterSumBytesPerS = 100e9;
 constexpr double kShareMargin = 1.03;
 // Candidate::split_shared_flops_per_sm applies to slices at least this deep.
 constexpr std::int64_t kSplitLongSlice = 256;
+// A data-parallel tile's run of at most this many 16-deep slabs (k <= 256) is short: its pipeline's
+// start and its stores are a fair part of it, and how its blocks share the SMs shows (below).
+constexpr std::int64_t kShortRunSlabs = 16;
+// A short run's last wave of co-resident blocks, where it has at most one block an SM, costs this
+// many turns rather than one. H200, session 39 (cuda_vs_cublas.py, PORTMAT_CUDA_TILE=128x64_fp or
+// 64x128_fp, queued, us): 512 tiles on 132 SMs of 3 slots each leave 116 for a second wave, which
+// took 2.6, 1.9, 2.8 and 2.1 turns of the first wave's rate ((65536 x 128) @ (128 x 64) 44.8 where
+// four turns are 32.3, (65536 x 256) @ (256 x 64) 78.5 for 64.5, (64 x 64) @ (64 x 65536) 23.1 for
+// 15.8, (64 x 128) @ (128 x 65536) 40.0 for 31.7): a short run alone on an SM hides none of its
+// start and end (128 tiles of 128x64_fp, one an SM: (16384 x 128) @ (128 x 64) 14.4 for 8.1), and
+// the blocks need not spread one an SM. Within one wave the turns hold ((32768 x 256) @ (256 x 64)
+// 33.9 for 32.3, (8192 x 256) @ (256 x 256) 31.0 for 31.7), and at long k too: 64x128_fp's 512
+// tiles at n = 2048 ran at the rate of its one wave at n = 1024 (docs/cuda.md).
+constexpr double kSparseTailTurns = 2.3;
+// The 128x256 tile (one block an SM) on a short run: each turn costs this much beyond its
+// multiply-adds at the tile's rate (its pipeline's start and the 128 KiB of c it stores, which
+// no other block on the SM overlaps). H100, session 39, PORTMAT_CUDA_TILE=128x256_wsk, data-
+// parallel grids, us: (6144 x 96) @ (96 x 640) 46.3 in 2 turns of 16.2, (6144 x 128) @ (128 x
+// 640) 58.6 in 2 of 21.6, (16384 x 64) @ (64 x 640) 54.2 in 3 of 10.8, (8192 x 256) @ (256 x 256)
+// 47.8 in 1 of 43.2: 7.0, 7.7, 7.3 and 4.6 us a turn (the first three ran 1.3-1.6x the 64x64
+// tile's time).
+constexpr double kBigShortRunTurnS = 7.0e-6;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -91,7 +120,7 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
        warp_specialized ? 388e9 : 380e9},
       {&kF32_64x128_fp, &kF32_64x128_sk, 265e9, &kF32_64x128_fpb},
       {&kF32_128x64_fp, &kF32_128x64_sk, 260e9, &kF32_128x64_fpb},
-      {&kF32_64x64, nullptr, 170e9, &kF32_64x64b, &kF32_64x64c, 200e9},
+      {&kF32_64x64, nullptr, 170e9, &kF32_64x64b, &kF32_64x64c, 200e9, 215e9},
       {&kF32_64x128_sl, nullptr, kSlicedFlopsPerSm, sliced >= 2 ? &kF32_64x128_slb : nullptr},
       {&kF32_128x64_sl, nullptr, kSlicedFlopsPerSm, sliced >= 2 ? &kF32_128x64_slb : nullptr}};
   const std::int64_t s = std::max(1, sms);
@@ -121,13 +150,33 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
     const double tile_s = 2.0 * t.bm * t.bn * static_cast<double>(std::max<std::int64_t>(k, 1)) / c.flops_per_sm;
     const double start_s = kStartSlabs * 2.0 * t.bm * t.bn * 16.0 / c.flops_per_sm;
     const double hand_over_s = kHandOverS + kHandOverPerElementS * t.bm * t.bn;
-    if (big && tiles >= s) {  // launch()'s hybrid grid: whole waves, then the rest shared
-      consider(c.sk, false, 0, static_cast<double>(tiles) * tile_s / s + start_s + hand_over_s, 0, tiles);
+    const bool short_run = k_tiles <= kShortRunSlabs;
+    // launch()'s hybrid grid: whole waves, then the rest shared, where the rest gives each of the
+    // SMs' blocks kMinSkSlabs slabs (the warp-specialized _wsk shares no more than the rest);
+    // otherwise launch() runs it data-parallel: ceil(tiles / SMs) turns, each a short run's.
+    if (big && tiles >= s) {
+      if (!warp_specialized || (tiles % s) * k_tiles >= s * kMinSkSlabs)
+        consider(c.sk, false, 0, static_cast<double>(tiles) * tile_s / s + start_s + hand_over_s, 0, tiles);
+      else
+        consider(c.sk, false, 0,
+                 static_cast<double>(ceil_div(tiles, s)) * (tile_s + (short_run ? kBigShortRunTurnS : 0.0)), 0,
+                 tiles);
       continue;
     }
-    // Data-parallel: the busiest SM runs ceil(tiles / SMs) tiles in turn. (128x256: its stream-K
-    // tile, which launch() runs data-parallel below a wave.)
-    consider(big ? c.sk : c.dp, false, 0, static_cast<double>(ceil_div(tiles, s)) * tile_s, 0, tiles);
+    // Data-parallel: the busiest SM runs ceil(tiles / SMs) tiles in turn (128x256: its stream-K
+    // tile, which launch() runs data-parallel below a wave); for a short run of a tile that
+    // shares its SM, a sparse last wave costs kSparseTailTurns turns, and where the busiest SM
+    // is full (min_blocks), the SMs run at crowded_flops_per_sm.
+    double turns = static_cast<double>(ceil_div(tiles, s));
+    double dp_tile_s = big && short_run ? tile_s + kBigShortRunTurnS : tile_s;
+    if (!big && short_run && t.min_blocks > 1) {
+      const std::int64_t wave = s * t.min_blocks, rest = tiles % wave;
+      if (tiles > wave && rest > 0 && rest <= s)
+        turns = static_cast<double>(tiles / wave * t.min_blocks) + kSparseTailTurns;
+      if (c.crowded_flops_per_sm > 0 && ceil_div(tiles, s) >= t.min_blocks)
+        dp_tile_s = tile_s * c.flops_per_sm / c.crowded_flops_per_sm;
+    }
+    consider(big ? c.sk : c.dp, false, 0, turns * dp_tile_s, 0, tiles);
     if (!whole) continue;
     // Split k into p slices (the tile's batched kernel over the slices, then their sum): the
     // busiest SM runs its share of the slices (kc slabs each), plus a pipeline start and the sum.
@@ -177,6 +226,13 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
     // tile is split into, a hand-over.
     for (std::int64_t w = s * t.min_blocks; w >= 2; w = w > s ? s : w / 2) {
       if (tiles * k_tiles < w * kMinSkSlabs) continue;
+      // A short run of the 4-warp tiles only where no block's run crosses from one tile into the
+      // next (w >= tiles): each crossing is a pipeline start and a hand-over that the estimate
+      // leaves out, and such grids lost to the data-parallel ones wherever measured (H200, session
+      // 39, us, every tile shared / 64x64: 128x64_sk in 396 blocks, (65536 x 128) @ (128 x 64) 62.4
+      // / 40.7, (65536 x 256) @ (256 x 64) 91.0 / 71.1; 64x128_sk, (64 x 256) @ (256 x 65536)
+      // 78.9 / 67.0).
+      if (!big && short_run && w < tiles) continue;
       const double parts = std::max(1.0, static_cast<double>(w) / static_cast<double>(tiles));
       consider(c.sk, true, w,
                kShareMargin * (static_cast<double>(tiles) * tile_s / static_cast<double>(std::min(w, s)) + start_s +

@@ -637,7 +637,22 @@ TEST(CudaTileChoice, ModelPicksWhatMeasuredBestOnTheH200) {
       {64, 4096, 4096, &pc::kF32_64x128_slb, false, true},  // (64 x 4096) @ (4096 x 4096)
       {16, 4096, 4096, &pc::kF32_64x128_slb, false, true},
       {8192, 256, 256, &pc::kF32_64x128_fp, false, false},
-      {65536, 64, 64, &pc::kF32_128x64_fp, false, false},
+      // Short runs of 512 tiles of 128x64 or 64x128 (a wave of 396 and a sparse one of 116): the
+      // 64x64 tile's 1024, four an SM, ran 7-11% faster (session 39); within one wave the 128-wide
+      // tiles stay.
+      {65536, 64, 64, &pc::kF32_64x64, false, false},
+      {65536, 64, 128, &pc::kF32_64x64, false, false},
+      {65536, 64, 256, &pc::kF32_64x64, false, false},
+      {64, 65536, 64, &pc::kF32_64x64, false, false},
+      {64, 65536, 128, &pc::kF32_64x64, false, false},
+      {32768, 64, 256, &pc::kF32_128x64_fp, false, false},
+      {128, 65536, 128, &pc::kF32_128x256_wsk, false, false},
+      {65536, 128, 128, &pc::kF32_64x128_fp, false, false},
+      // Short runs on the 128x256 tile cost about 7 us a turn beyond its rate, and its hybrid grid
+      // with too little to share runs data-parallel: (6144 x 96) @ (96 x 640) 46.3 us against 28.9
+      // on 64x64, (16384 x 64) @ (64 x 640) 54.2 against 49.1 on 64x128_fp (H100, session 39).
+      {6144, 640, 96, &pc::kF32_64x64, false, false},
+      {16384, 640, 64, &pc::kF32_64x128_fp, false, false},
   };
   // A 64 x 64 result over k = 65536: k split in many slices (one tile: the GPU fills only so), two
   // an SM (264 slices of 256 measured 26.1 us against 29.6 for 132 of 512, one an SM: a block
