@@ -17,6 +17,8 @@
 
 namespace portmat::core {
 
+struct Batch;  // batch.hpp
+
 // Device memory. Released when the last owner drops it.
 class Buffer {
  public:
@@ -184,6 +186,12 @@ class Device {
   virtual bool matmul_complex_b_host(const HostMatrix& /*a*/, const HostMatrix& /*b*/, const MatrixView& /*c*/) {
     return false;
   }
+
+  // c = a @ b for a stack of 8- or 16-bit integer products (batch.hpp's Batch: host memory, one
+  // dtype, any strides) in their own dtype, wrapping as NumPy's loop does: false, touching nothing,
+  // where the device has no such path for these products (the core then widens the operands to
+  // uint32, multiplies, and narrows the results).
+  virtual bool matmul_narrow_int_batch_host(const Batch& /*p*/) { return false; }
 
   // The same for a stack of count products (x_step elements between matrices, as
   // matmul_batch_host's): false, touching nothing, where the device declines the first (every

@@ -255,6 +255,7 @@ void route_complex(core::Device& dev, const core::Batch& p, const std::string& d
 }
 
 void through(core::Device& dev, const core::Batch& p, DType compute, const std::string& device) {
+  if (compute == DType::u32 && dev.matmul_narrow_int_batch_host(p)) return;  // 8/16-bit, in place
   const core::Converted a = core::convert_stack(p.a, p.a_step, p.count, compute, true);
   const core::Converted b = core::convert_stack(p.b, p.b_step, p.count, compute, true);
   const std::int64_t M = p.c.rows, N = p.c.cols;

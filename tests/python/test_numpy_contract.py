@@ -347,6 +347,30 @@ def test_integer_products_with_few_rows_or_columns_in_every_layout(device):
 
 
 @pytest.mark.parametrize("device", DEVICE_IDS)
+def test_tiny_narrow_integer_stacks_in_every_layout(device):
+    """Stacks of tiny 8- and 16-bit integer products (on the CPU: computed in place in their own
+    dtype, the sums wrapping as NumPy's do) equal NumPy's: whole-range values, every matrix layout,
+    stacks that broadcast, negative steps between matrices, out=, up to the largest such product
+    (512 multiply-adds) and just past it, and stacks long enough to be shared between threads."""
+    rng = np.random.default_rng()
+    for dtype in ("int8", "uint8", "int16", "uint16"):
+        for m, k, n in ((4, 4, 4), (1, 1, 1), (3, 5, 2), (8, 8, 8), (1, 512, 1), (2, 16, 16), (9, 8, 8)):
+            a, b = random_values(rng, (5, m, k), dtype), random_values(rng, (5, k, n), dtype)
+            for kind_a in ("contiguous", "transposed", "strided", "reversed"):
+                for kind_b in ("contiguous", "transposed", "strided", "reversed"):
+                    av, bv = as_view(rng, a, kind_a), as_view(rng, b, kind_b)
+                    check_same_as_numpy(portmat.matmul(av, bv, device=device), av, bv)
+            for av, bv in ((a, b[0]), (a[0], b), (a[::-1], b[::-1]), (a[::-2], b[::2]), (a[::-1], b[:1])):
+                check_same_as_numpy(portmat.matmul(av, bv, device=device), av, bv)
+            out = np.empty((5, m, n), dtype)
+            got = portmat.matmul(a, b, out=out, device=device)
+            assert got is out
+            check_same_as_numpy(out, a, b)
+        x, y = random_values(rng, (70_000, 4, 4), dtype), random_values(rng, (70_000, 4, 4), dtype)
+        check_same_as_numpy(portmat.matmul(x, y, device=device), x, y)
+
+
+@pytest.mark.parametrize("device", DEVICE_IDS)
 def test_boolean_products_in_every_layout_and_density(device):
     """Boolean products are NumPy's logic (an OR of ANDs), whichever way they stop early: all
     false, sparse, half and all true operands, in every pair of layouts, on shapes that reach each
