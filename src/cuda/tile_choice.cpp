@@ -151,22 +151,11 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
     const double start_s = kStartSlabs * 2.0 * t.bm * t.bn * 16.0 / c.flops_per_sm;
     const double hand_over_s = kHandOverS + kHandOverPerElementS * t.bm * t.bn;
     const bool short_run = k_tiles <= kShortRunSlabs;
-    // launch()'s hybrid grid: whole waves, then the rest shared, where the rest gives each of the
-    // SMs' blocks kMinSkSlabs slabs (the warp-specialized _wsk shares no more than the rest);
-    // otherwise launch() runs it data-parallel: ceil(tiles / SMs) turns, each a short run's.
-    if (big && tiles >= s) {
-      if (!warp_specialized || (tiles % s) * k_tiles >= s * kMinSkSlabs)
-        consider(c.sk, false, 0, static_cast<double>(tiles) * tile_s / s + start_s + hand_over_s, 0, tiles);
-      else
-        consider(c.sk, false, 0,
-                 static_cast<double>(ceil_div(tiles, s)) * (tile_s + (short_run ? kBigShortRunTurnS : 0.0)), 0,
-                 tiles);
-      continue;
-    }
     // Data-parallel: the busiest SM runs ceil(tiles / SMs) tiles in turn (128x256: its stream-K
-    // tile, which launch() runs data-parallel below a wave); for a short run of a tile that
-    // shares its SM, a sparse last wave costs kSparseTailTurns turns, and where the busiest SM
-    // is full (min_blocks), the SMs run at crowded_flops_per_sm.
+    // tile, which launch() runs data-parallel below a wave, a turn of a short run costing
+    // kBigShortRunTurnS more); for a short run of a tile that shares its SM, a sparse last wave
+    // costs kSparseTailTurns turns, and where the busiest SM is full (min_blocks), the SMs run at
+    // crowded_flops_per_sm.
     double turns = static_cast<double>(ceil_div(tiles, s));
     double dp_tile_s = big && short_run ? tile_s + kBigShortRunTurnS : tile_s;
     if (!big && short_run && t.min_blocks > 1) {
@@ -176,7 +165,17 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
       if (c.crowded_flops_per_sm > 0 && ceil_div(tiles, s) >= t.min_blocks)
         dp_tile_s = tile_s * c.flops_per_sm / c.crowded_flops_per_sm;
     }
-    consider(big ? c.sk : c.dp, false, 0, turns * dp_tile_s, 0, tiles);
+    const double data_parallel_s = turns * dp_tile_s;
+    // launch()'s hybrid grid: whole waves, then the rest shared, where the rest gives each of the
+    // SMs' blocks kMinSkSlabs slabs (the warp-specialized _wsk shares no more than the rest);
+    // otherwise launch() runs it data-parallel, as estimated above.
+    if (big && tiles >= s) {
+      const bool hybrid = !warp_specialized || (tiles % s) * k_tiles >= s * kMinSkSlabs;
+      consider(c.sk, false, 0, hybrid ? static_cast<double>(tiles) * tile_s / s + start_s + hand_over_s : data_parallel_s,
+               0, tiles);
+      continue;
+    }
+    consider(big ? c.sk : c.dp, false, 0, data_parallel_s, 0, tiles);
     if (!whole) continue;
     // Split k into p slices (the tile's batched kernel over the slices, then their sum): the
     // busiest SM runs its share of the slices (kc slabs each), plus a pipeline start and the sum.
