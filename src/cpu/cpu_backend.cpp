@@ -235,14 +235,9 @@ class CpuDevice final : public core::Device {
       return complex_b_product(core::nth(a, a_step, i), core::nth(b, b_step, i), core::nth(c, c_step, i), 1);
     };
     if (!product(0)) return false;  // declined: the shape decides for all
-    // Runs of consecutive products a claim (matmul_batch_host's why).
-    const std::int64_t run = std::clamp<std::int64_t>((count - 1) / (8 * threads), 1, 64);
-    std::atomic<std::int64_t> next{1};
     std::atomic<bool> declined{false};
-    cpu::run_parts(threads, threads, [&](std::int64_t) {
-      for (std::int64_t first; (first = next.fetch_add(run, std::memory_order_relaxed)) < count;)
-        for (std::int64_t i = first; i < std::min(first + run, count); ++i)
-          if (!product(i)) declined = true;
+    run_products(1, count, threads, 64, [&](std::int64_t i) {
+      if (!product(i)) declined = true;
     });
     if (declined) throw std::logic_error("matmul: the CPU declined a complex product of a stack it had taken");
     return true;
@@ -304,20 +299,15 @@ class CpuDevice final : public core::Device {
       }
     };
     // Threads only for stacks whose multiply-adds are worth a wake-up each (the others' stay on the
-    // caller, as NumPy's do), in runs of consecutive products (matmul_batch_host's why).
+    // caller, as NumPy's do).
     const int threads = configured_threads();
     const double flops = 2.0 * static_cast<double>(M * K * N) * static_cast<double>(p.count);
     if (threads == 1 || flops < cpu::kMinFlopsPerThread * 2) {
       for (std::int64_t i = 0; i < p.count; ++i) product(i);
       return;
     }
-    const int use = static_cast<int>(std::min<double>(threads, flops / cpu::kMinFlopsPerThread));
-    const std::int64_t run = std::clamp<std::int64_t>(p.count / (8 * use), 1, 1024);
-    std::atomic<std::int64_t> next{0};
-    cpu::run_parts(use, use, [&](std::int64_t) {
-      for (std::int64_t first; (first = next.fetch_add(run, std::memory_order_relaxed)) < p.count;)
-        for (std::int64_t i = first; i < std::min(first + run, p.count); ++i) product(i);
-    });
+    run_products(0, p.count, static_cast<int>(std::min<double>(threads, flops / cpu::kMinFlopsPerThread)), 1024,
+                 product);
   }
 
   bool complex_b_product(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c, int threads) {
@@ -372,33 +362,29 @@ class CpuDevice final : public core::Device {
       return core::Device::matmul_batch_host(a, a_step, b, b_step, c, c_step, count);
     with_config(c.dtype, [&](const auto& cfg) {
       using T = typename std::decay_t<decltype(cfg)>::Element;
-      struct Job {
-        const GemmConfig<T>& cfg;
-        core::HostMatrix a, b;
-        MatrixView c;
-        std::int64_t a_step, b_step, c_step, count, run_length;
-        std::atomic<std::int64_t> next{0};
-      } job{cfg, a, b, c, a_step, b_step, c_step, count, 0};
-      // Threads claim runs of consecutive products (up to 64, eight runs a thread at least), so
-      // that each reads and writes long stretches of memory: a 32x32 float matrix is one 4 KiB
-      // page, the hardware prefetchers stop at page boundaries, and with products claimed one at
-      // a time a stack of 10000 took 10.4 ms rather than 8.4 on the 2-core machine. (Prefetching
-      // the next product's operands by hand gained nothing on top of the runs.)
-      job.run_length = std::clamp<std::int64_t>(count / (8 * threads), 1, 64);
-      auto run = [](void* ctx, int) {
-        auto& j = *static_cast<Job*>(ctx);
-        for (std::int64_t first; (first = j.next.fetch_add(j.run_length, std::memory_order_relaxed)) < j.count;) {
-          for (std::int64_t i = first; i < std::min(first + j.run_length, j.count); ++i) {
-            core::HostMatrix ai = j.a, bi = j.b;
-            ai.data = static_cast<const T*>(j.a.data) + i * j.a_step;
-            bi.data = static_cast<const T*>(j.b.data) + i * j.b_step;
-            multiply(j.cfg, ai, bi, static_cast<T*>(j.c.data) + i * j.c_step, j.c.row_stride, 1);
-          }
-        }
-      };
-      ThreadPool& pool = ThreadPool::instance();
-      std::lock_guard<std::mutex> lock(pool.lock());
-      pool.run(static_cast<int>(std::min<std::int64_t>(threads, count)), run, &job);
+      run_products(0, count, threads, 64, [&](std::int64_t i) {
+        core::HostMatrix ai = a, bi = b;
+        ai.data = static_cast<const T*>(a.data) + i * a_step;
+        bi.data = static_cast<const T*>(b.data) + i * b_step;
+        multiply(cfg, ai, bi, static_cast<T*>(c.data) + i * c_step, c.row_stride, 1);
+      });
+    });
+  }
+
+  // product(i) for first <= i < count on up to `threads` threads, each claiming runs of consecutive
+  // products (up to max_run, eight runs a thread at least), so that each reads and writes long
+  // stretches of memory: a 32x32 float matrix is one 4 KiB page, the hardware prefetchers stop at
+  // page boundaries, and with products claimed one at a time a stack of 10000 took 10.4 ms rather
+  // than 8.4 on the 2-core machine. (Prefetching the next product's operands by hand gained nothing
+  // on top of the runs.)
+  template <class F>
+  static void run_products(std::int64_t first, std::int64_t count, int threads, std::int64_t max_run, F&& product) {
+    const int use = static_cast<int>(std::clamp<std::int64_t>(count - first, 1, std::max(threads, 1)));
+    const std::int64_t run = std::clamp<std::int64_t>((count - first) / (8 * use), 1, max_run);
+    std::atomic<std::int64_t> next{first};
+    cpu::run_parts(use, use, [&](std::int64_t) {
+      for (std::int64_t i0; (i0 = next.fetch_add(run, std::memory_order_relaxed)) < count;)
+        for (std::int64_t i = i0; i < std::min(i0 + run, count); ++i) product(i);
     });
   }
 
