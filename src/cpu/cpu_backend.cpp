@@ -313,6 +313,11 @@ class CpuDevice final : public core::Device {
   bool complex_b_product(const core::HostMatrix& a, const core::HostMatrix& b, const MatrixView& c, int threads) {
     if (c.dtype != DType::f32 && c.dtype != DType::f64) return false;
     const bool f32 = c.dtype == DType::f32;
+    // A matrix times a vector (or two columns): skinny's dots with b's two short rows a column
+    // built from b itself (skinny.hpp, complex_dots).
+    if (c.col_stride == 1 && (f32 ? cpu::complex_dots<float>(a, b, static_cast<float*>(c.data), c.row_stride, threads)
+                                  : cpu::complex_dots<double>(a, b, static_cast<double*>(c.data), c.row_stride, threads)))
+      return true;
     const bool kernels = f32 ? kernels_.c64.ukernel != nullptr : kernels_.c128.ukernel != nullptr;
     const bool packed = takes_packed_gemm(a.rows, a.cols, c.cols, dtype_size(c.dtype));
     if (!packed && !(kernels && small_complex_on_kernels(a.rows, a.cols / 2, c.cols / 2, threads))) return false;

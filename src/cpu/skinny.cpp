@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <complex>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -636,6 +637,38 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
   add_parts_rows(partial, NS * span, span, use, ns, span, c, o_long, o_short, use);
   return true;
 }
+
+template <class T>
+bool complex_dots(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::int64_t ldc, int threads) {
+  const std::int64_t M = a.rows, K2 = a.cols, N = b.cols;
+  // Few rows too (M <= kSkinnyMax) stay with the core's complex_few_rows, which reads b in place: the
+  // panel here is twice b's bytes, a pass that pays only where a is the long operand.
+  if (a.col_major || N < 1 || N > kComplexDotsMax || M <= kSkinnyMax || K2 < 2 || K2 % 2 || b.rows != K2 / 2)
+    return false;
+  const std::int64_t K = K2 / 2;
+  const int NS = static_cast<int>(2 * N);  // 2 or 4: dots' panel sizes
+  Scratch once;
+  T* S = short_panel<T>(static_cast<std::size_t>(NS * K2) * sizeof(T), once);
+  for (std::int64_t j = 0; j < N; ++j) {
+    T* re = S + (2 * j) * K2;  // c's real part: re a * re b - im a * im b
+    T* im = re + K2;           // its imaginary part: re a * im b + im a * re b
+    for (std::int64_t k = 0; k < K; ++k) {
+      const std::complex<T> z = at<std::complex<T>>(b, k, j);
+      re[2 * k] = z.real(), re[2 * k + 1] = -z.imag();
+      im[2 * k] = z.imag(), im[2 * k + 1] = z.real();
+    }
+  }
+  const T* L = static_cast<const T*>(a.data) + a.offset;
+  const int use = streaming_threads(8.0 * M * N * K, static_cast<double>(M) * K2 * sizeof(T), threads);
+  const std::int64_t piece = 64, pieces = (M + piece - 1) / piece;
+  run_parts(pieces, use, [&](std::int64_t p) {
+    dots_kernel<T>(L, a.ld, S, K2, p * piece, std::min(M, (p + 1) * piece), NS, NS, c, ldc, 1);
+  });
+  return true;
+}
+
+template bool complex_dots<float>(const core::HostMatrix&, const core::HostMatrix&, float*, std::int64_t, int);
+template bool complex_dots<double>(const core::HostMatrix&, const core::HostMatrix&, double*, std::int64_t, int);
 
 template bool skinny_gemm<float>(const core::HostMatrix&, const core::HostMatrix&, float*, std::int64_t, int);
 template bool skinny_gemm<double>(const core::HostMatrix&, const core::HostMatrix&, double*, std::int64_t, int);
