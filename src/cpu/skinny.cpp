@@ -428,6 +428,20 @@ void rows_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std
   skinny_kernels().of<T>().rows(L, ldl, Sk, k0, k1, x0, x1, kb, fresh, NS, P, ldp);
 }
 
+// The dots kernel's rows of L a part when threads share them (skinny_gemm, complex_dots).
+constexpr std::int64_t kDotsPieceRows = 64;
+
+// out (as dots_kernel's) for all `span` rows of L, in pieces of kDotsPieceRows claimed by up to
+// `threads` threads.
+template <class T>
+void dots_pieces(const T* L, std::int64_t ldl, const T* S, std::int64_t K, std::int64_t span, int ns, int NS,
+                 T* out, std::int64_t ors, std::int64_t oss, int threads) {
+  run_parts((span + kDotsPieceRows - 1) / kDotsPieceRows, threads, [&](std::int64_t p) {
+    const std::int64_t r0 = p * kDotsPieceRows;
+    dots_kernel<T>(L, ldl, S, K, r0, std::min(span, r0 + kDotsPieceRows), ns, NS, out, ors, oss);
+  });
+}
+
 // Bytes of the long operand per thread when a dot-product kernel splits K (skinny_gemm).
 constexpr std::int64_t kDotsSplitBytes = 1 << 20;
 
@@ -591,8 +605,8 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
   const std::int64_t o_long = few_rows ? 1 : ldc, o_short = few_rows ? ldc : 1;
   const int use =
       streaming_threads(2.0 * M * N * K, static_cast<double>(few_rows ? N : M) * static_cast<double>(K) * sizeof(T), threads);
-  if (use_dots) {  // pieces of 64 rows of L
-    const std::int64_t piece = 64, pieces = (span + piece - 1) / piece;
+  if (use_dots) {  // pieces of kDotsPieceRows rows of L
+    const std::int64_t pieces = (span + kDotsPieceRows - 1) / kDotsPieceRows;
     // Fewer pieces than threads and a long K (a dot product of two long vectors; a few long rows
     // times a vector): the threads split K instead, each summing its stretch of every row into
     // partial sums of its own, added up here. Such a product streams memory, so the threads are
@@ -617,9 +631,7 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
       add_parts_rows(partial.data(), span, 0, k_parts, 1, span, c, o_long, 0, k_parts);
       return true;
     }
-    run_parts(pieces, use, [&](std::int64_t p) {
-      dots_kernel<T>(L, ldl, Sp, K, p * piece, std::min(span, (p + 1) * piece), ns, NS, c, o_long, o_short);
-    });
+    dots_pieces<T>(L, ldl, Sp, K, span, ns, NS, c, o_long, o_short, use);
     return true;
   }
   // axpy: each thread a contiguous share of L's K rows into partial sums of its own, added up
@@ -649,21 +661,21 @@ bool complex_dots(const core::HostMatrix& a, const core::HostMatrix& b, T* c, st
   const int NS = static_cast<int>(2 * N);  // 2 or 4: dots' panel sizes
   Scratch once;
   T* S = short_panel<T>(static_cast<std::size_t>(NS * K2) * sizeof(T), once);
+  // b's element (k, j) at src[k * k_step + j * j_step]: the layout resolved once, not per element.
+  const auto* src = static_cast<const std::complex<T>*>(b.data) + b.offset;
+  const std::int64_t k_step = b.col_major ? 1 : b.ld, j_step = b.col_major ? b.ld : 1;
   for (std::int64_t j = 0; j < N; ++j) {
     T* re = S + (2 * j) * K2;  // c's real part: re a * re b - im a * im b
     T* im = re + K2;           // its imaginary part: re a * im b + im a * re b
     for (std::int64_t k = 0; k < K; ++k) {
-      const std::complex<T> z = at<std::complex<T>>(b, k, j);
+      const std::complex<T> z = src[k * k_step + j * j_step];
       re[2 * k] = z.real(), re[2 * k + 1] = -z.imag();
       im[2 * k] = z.imag(), im[2 * k + 1] = z.real();
     }
   }
   const T* L = static_cast<const T*>(a.data) + a.offset;
   const int use = streaming_threads(8.0 * M * N * K, static_cast<double>(M) * K2 * sizeof(T), threads);
-  const std::int64_t piece = 64, pieces = (M + piece - 1) / piece;
-  run_parts(pieces, use, [&](std::int64_t p) {
-    dots_kernel<T>(L, a.ld, S, K2, p * piece, std::min(M, (p + 1) * piece), NS, NS, c, ldc, 1);
-  });
+  dots_pieces<T>(L, a.ld, S, K2, M, NS, NS, c, ldc, 1, use);
   return true;
 }
 
