@@ -45,6 +45,10 @@ struct GemmConfig {
   // (L2), the kernel keeps a B micro-panel and streams A panels. true: A block mc x kc outer (L3),
   // B block kc x nc per step (L2), the kernel keeps an A micro-panel in L1 and streams B panels.
   bool a_outer = false;
+  // The kernel's direct-A form (ukernel.hpp), or null: with A outer, the driver then reads a
+  // row-major a in place instead of packing it where A's packing is not amortised (direct_a in
+  // gemm_driver.cpp).
+  GemmUkernelDirectA<T> ukernel_direct_a = nullptr;
 };
 
 // The packers for a tile size, instantiated in gemm_driver.cpp for the shapes the table uses.

@@ -110,6 +110,53 @@ void check_micro_kernel(const GemmConfig<T>& cfg) {
   }
 }
 
+// The direct-A form of cfg's kernel (ukernel.hpp, GemmUkernelDirectA), where it has one: all mr
+// rows read in place from a row-major a with a padded leading dimension, against the packed kernel's
+// reference on the same panel (packed here by hand); edge columns, accumulate, k with and without a
+// tail, a C tile inside a poisoned matrix.
+template <class T>
+void check_direct_a_kernel(const GemmConfig<T>& cfg) {
+  if (!cfg.ukernel_direct_a) GTEST_SKIP() << cfg.kernel << " has no direct-A form";
+  SCOPED_TRACE(cfg.kernel);
+  auto ref = reference_for(cfg);
+  ASSERT_NE(ref, nullptr);
+  std::mt19937 rng(43);
+  const int mr = cfg.mr, nr = cfg.nr;
+  const T poison = T(-777);
+  for (std::int64_t k : {1, 3, 37, 259}) {
+    const std::int64_t lda = k + 5;  // rows apart by more than k, the last row ending the buffer
+    auto a = random_vector<T>((mr - 1) * lda + k, rng), b = random_vector<T>(k * nr, rng);
+    std::vector<T> ap(mr * k);
+    for (std::int64_t p = 0; p < k; ++p)
+      for (int i = 0; i < mr; ++i) ap[p * mr + i] = a[i * lda + p];
+    for (int n = 1; n <= nr; ++n)
+      for (bool accumulate : {false, true}) {
+        auto bp = b;
+        for (std::int64_t p = 0; p < k; ++p)
+          for (int j = n; j < nr; ++j) bp[p * nr + j] = 0;
+        const std::int64_t ldc = nr + 5, rows = mr + 2;
+        std::vector<T> c(rows * ldc + 8, poison);
+        for (int i = 0; i < mr; ++i)
+          for (int j = 0; j < n; ++j) c[(i + 1) * ldc + 2 + j] = accumulate ? T(0.5 * (i - j)) : T(NAN);
+        auto want = c;
+        cfg.ukernel_direct_a(k, a.data(), lda, bp.data(), c.data() + ldc + 2, ldc, n, accumulate);
+        ref(k, ap.data(), bp.data(), want.data() + ldc + 2, ldc, mr, n, accumulate);
+        const double eps = std::numeric_limits<T>::epsilon();
+        for (std::size_t x = 0; x < c.size(); ++x) {
+          const std::int64_t i = static_cast<std::int64_t>(x) / ldc - 1, j = static_cast<std::int64_t>(x) % ldc - 2;
+          if (!(i >= 0 && i < mr && j >= 0 && j < n)) {
+            ASSERT_EQ(c[x], poison) << "wrote outside the tile at (" << i << ", " << j << ") n=" << n << " k=" << k;
+            continue;
+          }
+          double mag = accumulate ? std::fabs(0.5 * (i - j)) : 0.0;
+          for (std::int64_t p = 0; p < k; ++p) mag += std::fabs(double(ap[p * mr + i]) * bp[p * nr + j]);
+          ASSERT_LE(std::fabs(double(c[x]) - double(want[x])), 2 * (k + 1) * eps * mag + 1e-30)
+              << "n=" << n << " k=" << k << " acc=" << accumulate << " at (" << i << ", " << j << ")";
+        }
+      }
+  }
+}
+
 // The portable packer at the A tile height of cfg: the oracle for ISA-specific packers.
 template <class T>
 portmat::cpu::PackFn<T> reference_pack_a(const GemmConfig<T>& cfg) {
@@ -754,6 +801,8 @@ class KernelSets : public ::testing::TestWithParam<std::string> {
 
 TEST_P(KernelSets, MicroKernelFloat32EveryEdgeTile) { check_micro_kernel(set().f32); }
 TEST_P(KernelSets, MicroKernelFloat64EveryEdgeTile) { check_micro_kernel(set().f64); }
+TEST_P(KernelSets, DirectAKernelFloat32) { check_direct_a_kernel(set().f32); }
+TEST_P(KernelSets, DirectAKernelFloat64) { check_direct_a_kernel(set().f64); }
 TEST_P(KernelSets, PackAFloat32EveryEdgePanel) { check_pack_a(set().f32); }
 TEST_P(KernelSets, PackAFloat64EveryEdgePanel) { check_pack_a(set().f64); }
 TEST_P(KernelSets, PackBComplexFloat32IsBDoublePrime) { check_pack_b_complex(set().f32); }
@@ -820,6 +869,7 @@ void check_driver_split_n(const GemmConfig<T>& table) {
             << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
 }
 TEST_P(KernelSets, DriverSplitNFloat32) { check_driver_split_n(set().f32); }
+
 TEST_P(KernelSets, DriverSplitNFloat64) { check_driver_split_n(set().f64); }
 
 template <class T>

@@ -1,5 +1,5 @@
 // AVX-512 micro-kernels: gemm_avx512_f32_14x32 and gemm_avx512_f64_14x16 (contract: ukernel.hpp),
-// and the float32 A packer for their 14-row panels (pack_a_avx512_f32_14).
+// their direct-A forms (A read in place from a row-major a), and the float32 A packer for their 14-row panels (pack_a_avx512_f32_14).
 //
 // Compiled with -mavx512f -mfma (cpu.cmake) and only ever called after a run-time check, so the
 // same build runs on CPUs without AVX-512. Everything here has internal linkage except the named
@@ -23,10 +23,11 @@ namespace portmat::cpu {
 
 namespace {
 
-template <class S, int MR, int NV, bool EarlyC = false>
-[[gnu::always_inline]] inline void gemm_tile(std::int64_t k, const typename S::T* a,
-                                             const typename S::T* b, typename S::T* c,
-                                             std::int64_t ldc, int m, int n, bool accumulate) {
+// A C tile of m x n (m <= MR, n <= NV vectors) around a k loop `run(acc, tail, before_tail)`
+// (tile_common.hpp's accumulate_broadcast*): C's prefetches, then the store.
+template <class S, int MR, int NV, bool EarlyC, class Loop>
+[[gnu::always_inline]] inline void tile_around(Loop&& run, typename S::T* c, std::int64_t ldc, int m, int n,
+                                               bool accumulate) {
   constexpr int NR = NV * S::lanes;
   static_assert(MR >= 1 && NV >= 1, "empty tile");
   static_assert(MR * NV + NV + 1 <= 32, "accumulators, B row and a broadcast must fit 32 zmm");
@@ -35,25 +36,57 @@ template <class S, int MR, int NV, bool EarlyC = false>
   // panels streaming through L1 would evict it again before the store.
   constexpr std::int64_t kPrefetchTail = 32;
   typename S::V acc[MR][NV];
+  auto prefetch_c = [&](auto hint) PM_LAMBDA_ALWAYS_INLINE {  // hint: a std::integral_constant
+    for (int i = 0; i < m; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), static_cast<_mm_hint>(decltype(hint)::value));
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), static_cast<_mm_hint>(decltype(hint)::value));
+    }
+  };
   // EarlyC: also ask for the tile into L2 before the k loop, thousands of cycles ahead, so the
   // tail prefetch finds it there even when C comes from memory (a big C, or a C tile whose
   // previous pc pass is long gone). Worth 1-3% in float32 products of 2048-4096 on the
   // Sapphire Rapids VM of kernel_table.cpp.
-  if constexpr (EarlyC)
-    for (int i = 0; i < m; ++i) {
-      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T1);
-    }
-  accumulate_broadcast<S, MR, NV>(k, a, b, acc, kPrefetchTail, [&] {
-    for (int i = 0; i < m; ++i) {
-      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + NR - 1), _MM_HINT_T0);
-    }
-  });
+  if constexpr (EarlyC) prefetch_c(std::integral_constant<int, _MM_HINT_T1>{});
+  run(acc, kPrefetchTail, [&] { prefetch_c(std::integral_constant<int, _MM_HINT_T0>{}); });
   store_tile<S, MR, NV>(acc, c, ldc, m, n, accumulate);  // edge columns through masked stores
 }
 
+template <class S, int MR, int NV, bool EarlyC = false>
+[[gnu::always_inline]] inline void gemm_tile(std::int64_t k, const typename S::T* a,
+                                             const typename S::T* b, typename S::T* c,
+                                             std::int64_t ldc, int m, int n, bool accumulate) {
+  tile_around<S, MR, NV, EarlyC>(
+      [&](auto& acc, std::int64_t tail, auto&& before_tail) PM_LAMBDA_ALWAYS_INLINE {
+        accumulate_broadcast<S, MR, NV>(k, a, b, acc, tail, before_tail);
+      },
+      c, ldc, m, n, accumulate);
+}
+
+// The same tile with A read in place from a row-major a (ukernel.hpp, GemmUkernelDirectA): all
+// MR rows real.
+template <class S, int MR, int NV, bool EarlyC = false>
+[[gnu::always_inline]] inline void gemm_tile_direct_a(std::int64_t k, const typename S::T* a,
+                                                      std::int64_t lda, const typename S::T* b,
+                                                      typename S::T* c, std::int64_t ldc, int n,
+                                                      bool accumulate) {
+  tile_around<S, MR, NV, EarlyC>(
+      [&](auto& acc, std::int64_t tail, auto&& before_tail) PM_LAMBDA_ALWAYS_INLINE {
+        accumulate_broadcast_direct_a<S, MR, NV>(k, a, lda, b, acc, tail, before_tail);
+      },
+      c, ldc, MR, n, accumulate);
+}
+
 }  // namespace
+
+void gemm_avx512_f32_14x32_direct_a(std::int64_t k, const float* a, std::int64_t lda, const float* b,
+                                    float* c, std::int64_t ldc, int n, bool accumulate) {
+  gemm_tile_direct_a<F32, 14, 2, true>(k, a, lda, b, c, ldc, n, accumulate);
+}
+
+void gemm_avx512_f64_14x16_direct_a(std::int64_t k, const double* a, std::int64_t lda, const double* b,
+                                    double* c, std::int64_t ldc, int n, bool accumulate) {
+  gemm_tile_direct_a<F64, 14, 2>(k, a, lda, b, c, ldc, n, accumulate);
+}
 
 void gemm_avx512_f32_14x32(std::int64_t k, const float* a, const float* b, float* c,
                            std::int64_t ldc, int m, int n, bool accumulate) {

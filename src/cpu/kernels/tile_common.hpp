@@ -31,14 +31,15 @@ template <int N, class F>
 }
 
 // acc = sum over k steps of (A column, broadcast element by element) x (B row as NV vectors):
-// MR*NV independent FMA chains per step, the x86 kernels' inner loop.
+// MR*NV independent FMA chains per step, the x86 kernels' inner loop. a_row(i) is the address of
+// row i's element at the current step (i a std::integral_constant) and a_step() moves A on a step.
 // `before_tail()` runs when `tail` steps are left (or at once when k <= tail): the place to
 // prefetch the C tile, late enough that the A and B streams do not evict it again before the store.
-template <class S, int MR, int NV, class Hook>
-[[gnu::always_inline]] inline void accumulate_broadcast(std::int64_t k, const typename S::T* a,
-                                                        const typename S::T* b,
-                                                        typename S::V (&acc)[MR][NV],
-                                                        std::int64_t tail, Hook&& before_tail) {
+template <class S, int MR, int NV, class ARow, class AStep, class Hook>
+[[gnu::always_inline]] inline void accumulate_broadcast_rows(std::int64_t k, ARow&& a_row, AStep&& a_step,
+                                                             const typename S::T* b,
+                                                             typename S::V (&acc)[MR][NV],
+                                                             std::int64_t tail, Hook&& before_tail) {
   using V = typename S::V;
   constexpr int NR = NV * S::lanes;
   unroll<MR>([&](auto i) { unroll<NV>([&](auto j) { acc[i][j] = S::zero(); }); });
@@ -50,10 +51,10 @@ template <class S, int MR, int NV, class Hook>
       V bv[NV];
       unroll<NV>([&](auto j) { bv[j] = S::load(b + j * S::lanes); });
       unroll<MR>([&](auto i) {
-        const V ai = S::bcast(a + i);
+        const V ai = S::bcast(a_row(i));
         unroll<NV>([&](auto j) { acc[i][j] = S::fma(ai, bv[j], acc[i][j]); });
       });
-      a += MR;
+      a_step();
       b += NR;
     }
   };
@@ -61,6 +62,46 @@ template <class S, int MR, int NV, class Hook>
   steps(head);
   before_tail();
   steps(k - head);
+}
+
+// The packed kernels' loop: A a k-major micro-panel (ukernel.hpp), MR elements a step.
+template <class S, int MR, int NV, class Hook>
+[[gnu::always_inline]] inline void accumulate_broadcast(std::int64_t k, const typename S::T* a,
+                                                        const typename S::T* b,
+                                                        typename S::V (&acc)[MR][NV],
+                                                        std::int64_t tail, Hook&& before_tail) {
+  accumulate_broadcast_rows<S, MR, NV>(
+      k, [&](auto i) PM_LAMBDA_ALWAYS_INLINE { return a + i; },
+      [&]() PM_LAMBDA_ALWAYS_INLINE { a += MR; }, b, acc, tail, before_tail);
+}
+
+// The direct-A kernels' loop: row i of the tile is a row-major a's row at a + i * lda (k
+// contiguous), every one of the MR rows real (the driver packs an edge panel). The rows are
+// reached as two bases (rows 0 and MR/2 on) plus the same MR/2 offsets, so that the k loop
+// advances two pointers and addresses every row as base + offset: no row pointer spills.
+template <class S, int MR, int NV, class Hook>
+[[gnu::always_inline]] inline void accumulate_broadcast_direct_a(
+    std::int64_t k, const typename S::T* a, std::int64_t lda, const typename S::T* b,
+    typename S::V (&acc)[MR][NV], std::int64_t tail, Hook&& before_tail) {
+  using T = typename S::T;
+  constexpr int H = (MR + 1) / 2;  // rows per base
+  std::intptr_t off[H];            // byte offsets of the rows below each base
+  unroll<H>([&](auto i) { off[i] = static_cast<std::intptr_t>(i * lda * std::int64_t(sizeof(T))); });
+  const char* lo = reinterpret_cast<const char*>(a);
+  const char* hi = reinterpret_cast<const char*>(a + H * lda);
+  accumulate_broadcast_rows<S, MR, NV>(
+      k,
+      [&](auto i) PM_LAMBDA_ALWAYS_INLINE {
+        if constexpr (i < H)
+          return reinterpret_cast<const T*>(lo + off[i]);
+        else
+          return reinterpret_cast<const T*>(hi + off[i - H]);
+      },
+      [&]() PM_LAMBDA_ALWAYS_INLINE {
+        lo += sizeof(T);
+        hi += sizeof(T);
+      },
+      b, acc, tail, before_tail);
 }
 
 // `iters` rounds of 12 independent FMA chains on whole vectors, for the core-peak estimate of

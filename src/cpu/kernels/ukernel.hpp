@@ -25,6 +25,15 @@ template <class T>
 using GemmUkernel = void (*)(std::int64_t k, const T* a, const T* b, T* c, std::int64_t ldc,
                              int m, int n, bool accumulate);
 
+// The direct-A form of a kernel: the same tile, with A read in place from a row-major a instead
+// of a packed micro-panel. Row i of the tile (k contiguous) is at a + i*lda; all MR rows are real
+// (m == MR: the driver packs an edge panel and runs the packed kernel on it); b, c, n and
+// accumulate as above. Packing A costs a pass over it, written and read again: for one- or
+// two-step products (n = 384-1024 on two cores) 5-10% of the call (gemm_driver.cpp, direct_a).
+template <class T>
+using GemmUkernelDirectA = void (*)(std::int64_t k, const T* a, std::int64_t lda, const T* b, T* c,
+                                    std::int64_t ldc, int n, bool accumulate);
+
 // A complex64 / complex128 element as NumPy stores it: the real part, then the imaginary part.
 // The complex micro-kernels (kernels/gemm_complex_<isa>.cpp) follow the contract above with T one
 // of these: a, b and c hold complex elements, the tile is MR x NR complex elements and ldc counts
@@ -60,6 +69,10 @@ void gemm_avx512_f32_14x32(std::int64_t k, const float* a, const float* b, float
                            std::int64_t ldc, int m, int n, bool accumulate);
 void gemm_avx512_f64_14x16(std::int64_t k, const double* a, const double* b, double* c,
                            std::int64_t ldc, int m, int n, bool accumulate);
+void gemm_avx512_f32_14x32_direct_a(std::int64_t k, const float* a, std::int64_t lda, const float* b,
+                                    float* c, std::int64_t ldc, int n, bool accumulate);
+void gemm_avx512_f64_14x16_direct_a(std::int64_t k, const double* a, std::int64_t lda, const double* b,
+                                    double* c, std::int64_t ldc, int n, bool accumulate);
 void gemm_avx2_f32_6x16(std::int64_t k, const float* a, const float* b, float* c,
                         std::int64_t ldc, int m, int n, bool accumulate);
 void gemm_avx2_f64_6x8(std::int64_t k, const double* a, const double* b, double* c,
