@@ -92,6 +92,7 @@ struct Plan {
   bool a_outer;
   bool group_a = false, group_b = false;  // pack that operand in groups of panels (pack_group)
   bool pipeline = false;  // two outer buffers, one thread packing ahead (make_plan)
+  bool direct_a = false;  // A outer, read in place by the direct-A kernel (make_plan)
   std::int64_t steps() const { return jc_blocks * pc_blocks * ic_blocks; }
   std::int64_t inner_blocks() const { return a_outer ? jc_blocks : ic_blocks; }  // per outer
   std::int64_t outer_blocks() const { return steps() / inner_blocks(); }
@@ -118,6 +119,31 @@ constexpr bool prefetches_b_block(std::int64_t kc, std::int64_t nc, std::size_t 
 bool prefetch_b_enabled() {
   static const bool on = !switched_off("PORTMAT_CPU_PREFETCH_B");
   return on;
+}
+
+// Direct A (GemmConfig::ukernel_direct_a): with A outer, a row-major a's full micro-panels are
+// read in place by the kernel instead of packed (an edge panel of fewer than mr rows still is).
+// Packing an A block costs about what the kernel spends on it against 1.5 B blocks; the direct
+// kernel runs about 3.5% slower (14 rows streamed from a's rows rather than one contiguous panel).
+// So it pays while each A block meets at most kDirectAMaxUses B blocks. 2-core Xeon, one thread,
+// 512^3 (two B blocks), GFLOP/s in one loop, packed A + packed B / direct A + packed B / kernel
+// alone: 151-156 / 158-162 / 166-176, the same at a's leading dimensions 512-4096 (the 14 rows'
+// lines in one L1 set at 4 KiB multiples cost nothing measurable: each line serves 16 k steps).
+// Only plans on one thread (a call on one thread, and the parts of split_n, split_m and split_k):
+// a multi-threaded plan shares the packing of its A block between the threads, and with a read
+// in place it lost (1024^3 on two threads: 255 against 296 GFLOP/s, medians of 5 rounds).
+// Splitting few-step products (squares of 384-1024) into column chunks read this way is on the
+// branch exp/split-n-wide: docs/cpu.md, "Direct A".
+// PORTMAT_CPU_DIRECT_A=0 turns it off (for A/B measurements; read once per process).
+constexpr std::int64_t kDirectAMaxUses = 4;
+bool direct_a_enabled() {
+  static const bool on = !switched_off("PORTMAT_CPU_DIRECT_A");
+  return on;
+}
+// Whether cfg's kernel can read this a in place (the loop order, a direct-A form, a row-major a).
+template <class T>
+bool reads_a_in_place(const GemmConfig<T>& cfg, const core::HostMatrix& a) {
+  return cfg.a_outer && cfg.ukernel_direct_a && !a.col_major && direct_a_enabled();
 }
 
 constexpr std::int64_t kMaxBlockGrowth = 16;
@@ -197,6 +223,7 @@ Plan make_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::
       (p.a_outer ? round_up(p.mc, cfg.mr) * p.kc : p.kc * round_up(p.nc, cfg.nr)) * static_cast<std::int64_t>(sizeof(T));
   p.pipeline = pipeline_enabled() && p.threads > 1 && p.inner_blocks() == 1 && p.outer_blocks() >= 2 &&
                2 * outer_bytes <= kPipelineBytes && inner_tiles <= kTinyMPanels;
+  p.direct_a = p.threads == 1 && p.jc_blocks <= kDirectAMaxUses && reads_a_in_place(cfg, a);
   return p;
 }
 
@@ -209,8 +236,9 @@ struct Step {
   std::int64_t outer_panels, inner_panels;  // the same two, by role
   std::int64_t chunks, chunk_panels;  // compute items per outer micro-panel, inner panels per item
   std::int64_t outer_group, inner_group;  // micro-panels per packing item (pack_group)
+  std::int64_t outer_in_place;  // leading outer micro-panels not packed (Plan::direct_a: full A panels)
   std::int64_t items() const { return outer_panels * chunks; }
-  std::int64_t outer_items() const { return (outer_panels + outer_group - 1) / outer_group; }
+  std::int64_t outer_items() const { return (outer_panels - outer_in_place + outer_group - 1) / outer_group; }
   std::int64_t inner_items() const { return (inner_panels + inner_group - 1) / inner_group; }
 };
 
@@ -242,6 +270,7 @@ Step step_of(const Plan& p, int mr, int nr, std::size_t elem, std::int64_t s) {
   t.chunks = ceil_div(t.inner_panels, t.chunk_panels);  // no empty chunk at the end
   t.outer_group = pack_group(p.a_outer ? p.group_a : p.group_b, t.outer_panels, p.a_outer ? mr : nr, elem, p.threads);
   t.inner_group = pack_group(p.a_outer ? p.group_b : p.group_a, t.inner_panels, p.a_outer ? nr : mr, elem, p.threads);
+  t.outer_in_place = p.direct_a ? t.mc / mr : 0;
   return t;
 }
 
@@ -305,6 +334,8 @@ void run_thread(void* ctx, int tid) {
   const int mr = cfg.mr, nr = cfg.nr;
   WaitWord& progress = *job.progress;
   const bool a_outer = p.a_outer;
+  // Plan::direct_a: a row-major a's rows, read in place by the direct-A kernel.
+  const T* const a_in_place = static_cast<const T*>(job.a->data) + job.a->offset;
 
   auto computed = [&](std::int64_t s) {
     return complete(job.c_phase[s], step_of(p, mr, nr, sizeof(T), s).items());
@@ -335,10 +366,12 @@ void run_thread(void* ctx, int tid) {
     // operand's group, by role) of this step's blocks, into the block at dst.
     const std::int64_t a_group = a_outer ? st.outer_group : st.inner_group;
     const std::int64_t b_group = a_outer ? st.inner_group : st.outer_group;
+    // (With Plan::direct_a the outer A block holds only the panels past those read in place.)
+    const std::int64_t a_skip = a_outer ? st.outer_in_place : 0;
     auto pack_a = [&](std::int64_t x, T* dst) {
-      const std::int64_t r = x * a_group;
+      const std::int64_t r = a_skip + x * a_group;
       cfg.pack_a(*job.a, ic + r * mr, std::min<std::int64_t>(a_group * mr, mc - r * mr), pc, kc,
-                 dst + r * mr * kc);
+                 dst + (r - a_skip) * mr * kc);
     };
     auto pack_b = [&](std::int64_t x, T* dst) {
       const std::int64_t q = x * b_group;
@@ -408,9 +441,13 @@ void run_thread(void* ctx, int tid) {
         const std::int64_t r = a_outer ? o : i, q = a_outer ? i : o;  // A panel, B panel
         const int m_tile = static_cast<int>(std::min<std::int64_t>(mr, mc - r * mr));
         const int n_tile = static_cast<int>(std::min<std::int64_t>(nr, nc - q * nr));
-        cfg.ukernel(kc, a_block + r * mr * kc, b_block + q * nr * kc,
-                    job.c + (ic + r * mr) * job.ldc + jc + q * nr, job.ldc, m_tile, n_tile,
-                    pc > 0 || job.accumulate);
+        T* c_tile = job.c + (ic + r * mr) * job.ldc + jc + q * nr;
+        if (r < a_skip)
+          cfg.ukernel_direct_a(kc, a_in_place + (ic + r * mr) * job.a->ld + pc, job.a->ld, b_block + q * nr * kc,
+                               c_tile, job.ldc, n_tile, pc > 0 || job.accumulate);
+        else
+          cfg.ukernel(kc, a_block + (r - a_skip) * mr * kc, b_block + q * nr * kc, c_tile, job.ldc, m_tile, n_tile,
+                      pc > 0 || job.accumulate);
       }
     });
   }
@@ -423,7 +460,8 @@ void run_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::H
   // Packed blocks start on 64-byte boundaries (the panels' own sizes need not be multiples).
   const std::int64_t line = 64 / sizeof(T);
   const std::int64_t b_elems = round_up(plan.kc * round_up(plan.nc, cfg.nr), line);
-  const std::int64_t a_elems = round_up(round_up(plan.mc, cfg.mr) * plan.kc, line);
+  // (Plan::direct_a packs an edge panel of A at most.)
+  const std::int64_t a_elems = round_up((plan.direct_a ? cfg.mr : round_up(plan.mc, cfg.mr)) * plan.kc, line);
   const std::int64_t outer_elems = plan.a_outer ? a_elems : b_elems;
   const std::int64_t inner_elems = plan.a_outer ? b_elems : a_elems;
   const std::int64_t outer_buffers = plan.pipeline ? 2 : 1;

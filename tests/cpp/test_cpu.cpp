@@ -270,8 +270,10 @@ void check_driver(GemmConfig<T> cfg) {
   std::mt19937 rng(7);
   for (bool a_outer : {false, true}) {  // both loop orders, whichever the table picks
     cfg.a_outer = a_outer;
+    // (with A outer and a row-major a, the products of at most 4 B blocks read a in place where
+    // the kernel has a direct-A form, gemm_driver.cpp's direct_a; 11 nr columns are 6 blocks)
     for (auto [m, k, n] : {std::tuple{1, 1, 1}, {5, 3, 2}, {2 * cfg.mr + 1, 33, 3 * cfg.nr - 1},
-                           {3 * cfg.mr, 48, 5 * cfg.nr + 3}, {70, 40, 1}, {1, 50, 90}})
+                           {3 * cfg.mr, 48, 5 * cfg.nr + 3}, {2 * cfg.mr + 3, 20, 11 * cfg.nr}, {70, 40, 1}, {1, 50, 90}})
       for (int threads : {1, 2, 3, 4})
         for (bool a_col : {false, true})
           for (bool b_col : {false, true}) {
@@ -870,6 +872,23 @@ void check_driver_split_n(const GemmConfig<T>& table) {
 }
 TEST_P(KernelSets, DriverSplitNFloat32) { check_driver_split_n(set().f32); }
 
+// Plans on one thread with the table's blocks read a row-major a in place where the kernel has a
+// direct-A form and A meets few B blocks (gemm_driver.cpp, direct_a): rows off the tile (an edge
+// panel packed beside the panels read in place), several kc blocks, a sliced a (offset, padded
+// leading dimension), either layout of b; and the parts of split_k and split_n, which are such plans.
+template <class T>
+void check_driver_direct_a(const GemmConfig<T>& table) {
+  SCOPED_TRACE(table.kernel);
+  std::mt19937 rng(29);
+  for (bool b_col : {false, true}) {
+    for (auto [m, k, n] : {std::tuple{300, 1100, 600}, {14, 70, 33}, {29, 513, 1000}})
+      EXPECT_LE(run_driver<T>(table, m, k, n, false, b_col, 1, rng), 1.0) << m << "x" << k << "x" << n << " b_col " << b_col;
+    EXPECT_LE(run_driver<T>(table, 40, 250, 3500, false, b_col, 2, rng, 0.0), 1.0) << "split_n b_col " << b_col;
+    EXPECT_LE(run_driver<T>(table, 64, 9000, 64, false, b_col, 2, rng), 1.0) << "split_k b_col " << b_col;
+  }
+}
+TEST_P(KernelSets, DriverDirectAFloat32) { check_driver_direct_a(set().f32); }
+TEST_P(KernelSets, DriverDirectAFloat64) { check_driver_direct_a(set().f64); }
 TEST_P(KernelSets, DriverSplitNFloat64) { check_driver_split_n(set().f64); }
 
 template <class T>
