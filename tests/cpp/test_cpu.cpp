@@ -64,6 +64,38 @@ portmat::cpu::GemmUkernel<T> reference_for(const GemmConfig<T>& cfg) {
   return nullptr;
 }
 
+// One m x n tile of C (m <= mr, n <= nr) computed by `kernel(c_tile, ldc)` inside a larger
+// poisoned matrix (ldc > nr, a margin on every side), against the reference micro-kernel `ref` on
+// the same packed panels ap (k x mr) and bp (k x nr), zero-padded past the edge: nothing outside
+// the tile written, every element inside within the rounding bound of its k products.
+template <class T, class Kernel>
+void check_tile(Kernel&& kernel, portmat::cpu::GemmUkernel<T> ref, const std::vector<T>& ap,
+                const std::vector<T>& bp, std::int64_t k, int mr, int nr, int m, int n, bool accumulate) {
+  const T poison = T(-777);
+  const std::int64_t ldc = nr + 5, rows = mr + 2;
+  std::vector<T> c(rows * ldc + 8, poison), want;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) c[(i + 1) * ldc + 2 + j] = accumulate ? T(0.5 * (i - j)) : T(NAN);
+  want = c;
+  kernel(c.data() + ldc + 2, ldc);
+  ref(k, ap.data(), bp.data(), want.data() + ldc + 2, ldc, m, n, accumulate);
+  const double eps = std::numeric_limits<T>::epsilon();
+  for (std::size_t x = 0; x < c.size(); ++x) {
+    const std::int64_t i = static_cast<std::int64_t>(x) / ldc - 1, j = static_cast<std::int64_t>(x) % ldc - 2;
+    const bool inside = i >= 0 && i < m && j >= 0 && j < n;
+    if (!inside) {
+      ASSERT_EQ(c[x], poison) << "wrote outside the tile at (" << i << ", " << j
+                              << ") for m=" << m << " n=" << n << " k=" << k;
+      continue;
+    }
+    double mag = accumulate ? std::fabs(0.5 * (i - j)) : 0.0;
+    for (std::int64_t p = 0; p < k; ++p) mag += std::fabs(double(ap[p * mr + i]) * bp[p * nr + j]);
+    ASSERT_LE(std::fabs(double(c[x]) - double(want[x])), 2 * (k + 1) * eps * mag + 1e-30)
+        << "m=" << m << " n=" << n << " k=" << k << " acc=" << accumulate << " at (" << i
+        << ", " << j << ")";
+  }
+}
+
 template <class T>
 void check_micro_kernel(const GemmConfig<T>& cfg) {
   SCOPED_TRACE(cfg.kernel);
@@ -71,7 +103,6 @@ void check_micro_kernel(const GemmConfig<T>& cfg) {
   ASSERT_NE(ref, nullptr) << "no reference instance for this tile shape";
   std::mt19937 rng(42);
   const int mr = cfg.mr, nr = cfg.nr;
-  const T poison = T(-777);
   for (std::int64_t k : {1, 3, 64, 259}) {
     auto a = random_vector<T>(mr * k, rng), b = random_vector<T>(k * nr, rng);
     for (int m = 1; m <= mr; ++m)
@@ -83,37 +114,16 @@ void check_micro_kernel(const GemmConfig<T>& cfg) {
             for (int i = m; i < mr; ++i) ap[p * mr + i] = 0;
             for (int j = n; j < nr; ++j) bp[p * nr + j] = 0;
           }
-          // A C tile inside a larger poisoned matrix: ldc > nr, a margin on every side.
-          const std::int64_t ldc = nr + 5, rows = mr + 2;
-          std::vector<T> c(rows * ldc + 8, poison), want;
-          for (int i = 0; i < m; ++i)
-            for (int j = 0; j < n; ++j) c[(i + 1) * ldc + 2 + j] = accumulate ? T(0.5 * (i - j)) : T(NAN);
-          want = c;
-          cfg.ukernel(k, ap.data(), bp.data(), c.data() + ldc + 2, ldc, m, n, accumulate);
-          ref(k, ap.data(), bp.data(), want.data() + ldc + 2, ldc, m, n, accumulate);
-          const double eps = std::numeric_limits<T>::epsilon();
-          for (std::size_t x = 0; x < c.size(); ++x) {
-            const std::int64_t i = static_cast<std::int64_t>(x) / ldc - 1, j = static_cast<std::int64_t>(x) % ldc - 2;
-            const bool inside = i >= 0 && i < m && j >= 0 && j < n;
-            if (!inside) {
-              ASSERT_EQ(c[x], poison) << "wrote outside the tile at (" << i << ", " << j
-                                      << ") for m=" << m << " n=" << n << " k=" << k;
-              continue;
-            }
-            double mag = accumulate ? std::fabs(0.5 * (i - j)) : 0.0;
-            for (std::int64_t p = 0; p < k; ++p) mag += std::fabs(double(ap[p * mr + i]) * bp[p * nr + j]);
-            ASSERT_LE(std::fabs(double(c[x]) - double(want[x])), 2 * (k + 1) * eps * mag + 1e-30)
-                << "m=" << m << " n=" << n << " k=" << k << " acc=" << accumulate << " at (" << i
-                << ", " << j << ")";
-          }
+          ASSERT_NO_FATAL_FAILURE(check_tile<T>(
+              [&](T* c, std::int64_t ldc) { cfg.ukernel(k, ap.data(), bp.data(), c, ldc, m, n, accumulate); }, ref,
+              ap, bp, k, mr, nr, m, n, accumulate));
         }
   }
 }
 
 // The direct-A form of cfg's kernel (ukernel.hpp, GemmUkernelDirectA), where it has one: all mr
-// rows read in place from a row-major a with a padded leading dimension, against the packed kernel's
-// reference on the same panel (packed here by hand); edge columns, accumulate, k with and without a
-// tail, a C tile inside a poisoned matrix.
+// rows read in place from a row-major a with a padded leading dimension, against the reference on
+// the same panel packed here by hand; edge columns, accumulate, k with and without a tail.
 template <class T>
 void check_direct_a_kernel(const GemmConfig<T>& cfg) {
   if (!cfg.ukernel_direct_a) GTEST_SKIP() << cfg.kernel << " has no direct-A form";
@@ -122,7 +132,6 @@ void check_direct_a_kernel(const GemmConfig<T>& cfg) {
   ASSERT_NE(ref, nullptr);
   std::mt19937 rng(43);
   const int mr = cfg.mr, nr = cfg.nr;
-  const T poison = T(-777);
   for (std::int64_t k : {1, 3, 37, 259}) {
     const std::int64_t lda = k + 5;  // rows apart by more than k, the last row ending the buffer
     auto a = random_vector<T>((mr - 1) * lda + k, rng), b = random_vector<T>(k * nr, rng);
@@ -134,25 +143,9 @@ void check_direct_a_kernel(const GemmConfig<T>& cfg) {
         auto bp = b;
         for (std::int64_t p = 0; p < k; ++p)
           for (int j = n; j < nr; ++j) bp[p * nr + j] = 0;
-        const std::int64_t ldc = nr + 5, rows = mr + 2;
-        std::vector<T> c(rows * ldc + 8, poison);
-        for (int i = 0; i < mr; ++i)
-          for (int j = 0; j < n; ++j) c[(i + 1) * ldc + 2 + j] = accumulate ? T(0.5 * (i - j)) : T(NAN);
-        auto want = c;
-        cfg.ukernel_direct_a(k, a.data(), lda, bp.data(), c.data() + ldc + 2, ldc, n, accumulate);
-        ref(k, ap.data(), bp.data(), want.data() + ldc + 2, ldc, mr, n, accumulate);
-        const double eps = std::numeric_limits<T>::epsilon();
-        for (std::size_t x = 0; x < c.size(); ++x) {
-          const std::int64_t i = static_cast<std::int64_t>(x) / ldc - 1, j = static_cast<std::int64_t>(x) % ldc - 2;
-          if (!(i >= 0 && i < mr && j >= 0 && j < n)) {
-            ASSERT_EQ(c[x], poison) << "wrote outside the tile at (" << i << ", " << j << ") n=" << n << " k=" << k;
-            continue;
-          }
-          double mag = accumulate ? std::fabs(0.5 * (i - j)) : 0.0;
-          for (std::int64_t p = 0; p < k; ++p) mag += std::fabs(double(ap[p * mr + i]) * bp[p * nr + j]);
-          ASSERT_LE(std::fabs(double(c[x]) - double(want[x])), 2 * (k + 1) * eps * mag + 1e-30)
-              << "n=" << n << " k=" << k << " acc=" << accumulate << " at (" << i << ", " << j << ")";
-        }
+        ASSERT_NO_FATAL_FAILURE(check_tile<T>(
+            [&](T* c, std::int64_t ldc) { cfg.ukernel_direct_a(k, a.data(), lda, bp.data(), c, ldc, n, accumulate); },
+            ref, ap, bp, k, mr, nr, mr, n, accumulate));
       }
   }
 }
@@ -871,6 +864,7 @@ void check_driver_split_n(const GemmConfig<T>& table) {
             << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
 }
 TEST_P(KernelSets, DriverSplitNFloat32) { check_driver_split_n(set().f32); }
+TEST_P(KernelSets, DriverSplitNFloat64) { check_driver_split_n(set().f64); }
 
 // Plans on one thread with the table's blocks read a row-major a in place where the kernel has a
 // direct-A form and A meets few B blocks (gemm_driver.cpp, direct_a): rows off the tile (an edge
@@ -889,7 +883,6 @@ void check_driver_direct_a(const GemmConfig<T>& table) {
 }
 TEST_P(KernelSets, DriverDirectAFloat32) { check_driver_direct_a(set().f32); }
 TEST_P(KernelSets, DriverDirectAFloat64) { check_driver_direct_a(set().f64); }
-TEST_P(KernelSets, DriverSplitNFloat64) { check_driver_split_n(set().f64); }
 
 template <class T>
 void check_driver_split_m(const GemmConfig<T>& table) {

@@ -1,5 +1,6 @@
 // AVX-512 micro-kernels: gemm_avx512_f32_14x32 and gemm_avx512_f64_14x16 (contract: ukernel.hpp),
-// their direct-A forms (A read in place from a row-major a), and the float32 A packer for their 14-row panels (pack_a_avx512_f32_14).
+// their direct-A forms (A read in place from a row-major a), and the float32 A packer for their
+// 14-row panels (pack_a_avx512_f32_14).
 //
 // Compiled with -mavx512f -mfma (cpu.cmake) and only ever called after a run-time check, so the
 // same build runs on CPUs without AVX-512. Everything here has internal linkage except the named

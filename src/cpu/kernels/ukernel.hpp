@@ -28,8 +28,8 @@ using GemmUkernel = void (*)(std::int64_t k, const T* a, const T* b, T* c, std::
 // The direct-A form of a kernel: the same tile, with A read in place from a row-major a instead
 // of a packed micro-panel. Row i of the tile (k contiguous) is at a + i*lda; all MR rows are real
 // (m == MR: the driver packs an edge panel and runs the packed kernel on it); b, c, n and
-// accumulate as above. Packing A costs a pass over it, written and read again: for one- or
-// two-step products (n = 384-1024 on two cores) 5-10% of the call (gemm_driver.cpp, direct_a).
+// accumulate as above. Packing A costs a pass over it, written and read again: 5-6% of a 512^3 or
+// 768^3 product on one thread (gemm_driver.cpp, direct_a).
 template <class T>
 using GemmUkernelDirectA = void (*)(std::int64_t k, const T* a, std::int64_t lda, const T* b, T* c,
                                     std::int64_t ldc, int n, bool accumulate);
