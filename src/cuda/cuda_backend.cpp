@@ -669,6 +669,41 @@ class CudaDevice final : public core::Device {
                            [this](const GemmTile& t, int slices) { return cluster_room(t, slices); }, sliced);
   }
 
+  // Every kernel launch of this backend. On sm_90 and later with cuLaunchKernelEx, a programmatic
+  // dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): the GPU may schedule
+  // the kernel's blocks while the kernel ahead of it on the stream still runs, and each of them
+  // waits at its entry (wait_for_prior_grid, kernels/gemm_common.cuh) until that kernel has ended
+  // and its writes are visible. What it saves is the gap between two kernels of a stream, the
+  // launch latency that a CUDA graph removes: about a microsecond a product, most of the
+  // difference between portmat queued and cuBLAS replayed from a graph at n = 256-512
+  // (docs/cuda.md, "Launches that overlap"). `more` adds attributes (split-K's cluster shape).
+  // PORTMAT_CUDA_PDL=0 launches plainly (measurements). A driver that refuses the attribute with
+  // a launch error gets plain launches from then on.
+  CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned threads, unsigned smem, CUstream stream,
+                         void** params, const CUlaunchAttribute* more = nullptr) {
+    const bool pdl = cc_major_ >= 9 && cu_.LaunchKernelEx && pdl_works_ && knob("PORTMAT_CUDA_PDL", 1) != 0;
+    if (!pdl && !more) return cu_.LaunchKernel(f, gx, gy, 1, threads, 1, 1, smem, stream, params, nullptr);
+    CUlaunchAttribute attrs[2]{};
+    unsigned count = 0;
+    if (more) attrs[count++] = *more;
+    if (pdl) {
+      attrs[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attrs[count++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    CUlaunchConfig config{};
+    config.gridDimX = gx, config.gridDimY = gy, config.gridDimZ = 1;
+    config.blockDimX = threads, config.blockDimY = 1, config.blockDimZ = 1;
+    config.sharedMemBytes = smem;
+    config.hStream = stream;
+    config.attrs = attrs, config.numAttrs = count;
+    const CUresult r = cu_.LaunchKernelEx(&config, f, params, nullptr);
+    if (pdl && (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)) {
+      pdl_works_ = false;  // launch-time refusals are not sticky: the same launch, plainly
+      return launch_kernel(f, gx, gy, threads, smem, stream, params, more);
+    }
+    return r;
+  }
+
   // Split-K may be one launch of a cluster kernel (sm_90 and later, a driver with cuLaunchKernelEx
   // and cuOccupancyMaxActiveClusters; PORTMAT_CUDA_CLUSTER=0 keeps the two launches: measurements).
   bool clusters() const {
@@ -726,7 +761,7 @@ class CudaDevice final : public core::Device {
   }
 
   // Whether a float32 product runs on the resident kernels (tile_choice.hpp, choose_resident).
-  // PORTMAT_CUDA_RESIDENT=0 never, =1 whenever k and a side of c are at most kResidentMax
+  // PORTMAT_CUDA_RESIDENT=0 never, =1 whenever k (kResidentMaxK) and a side of c (kResidentMax) allow
   // (measurements, tests); a tile or split forced by a knob keeps the tiles.
   ResidentChoice resident_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col,
                                  double other_s) const {
@@ -858,8 +893,8 @@ class CudaDevice final : public core::Device {
     auto run = [&](const GemmTile& tile, std::int64_t blocks, CUstream on) {
       if (blocks <= 0) return;
       void* params[] = {&args};
-      if (const CUresult r = cu_.LaunchKernel(function(tile, am.col_major, bm.col_major), static_cast<unsigned>(blocks),
-                                              1, 1, tile.threads(), 1, 1, tile.smem_bytes(), on, params, nullptr))
+      if (const CUresult r = launch_kernel(function(tile, am.col_major, bm.col_major), static_cast<unsigned>(blocks), 1,
+                                           tile.threads(), tile.smem_bytes(), on, params))
         cu_check(r, "cuLaunchKernel(gemm)", product_text(where_, m, n, k, std::string(" with ") + tile.name));
     };
     if (!t.stream_k) return run(t, tiles, stream);
@@ -947,15 +982,10 @@ class CudaDevice final : public core::Device {
       cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
       cluster.value.clusterDim.x = 1, cluster.value.clusterDim.y = static_cast<unsigned>(parts);
       cluster.value.clusterDim.z = 1;
-      CUlaunchConfig config{};
-      config.gridDimX = static_cast<unsigned>(args.sk_first), config.gridDimY = static_cast<unsigned>(parts);
-      config.gridDimZ = 1;
-      config.blockDimX = static_cast<unsigned>(t.threads()), config.blockDimY = 1, config.blockDimZ = 1;
-      config.sharedMemBytes = static_cast<unsigned>(t.smem_bytes());
-      config.hStream = stream;
-      config.attrs = &cluster, config.numAttrs = 1;
       void* params[] = {&args};
-      if (const CUresult r = cu_.LaunchKernelEx(&config, function(t, am.col_major, bm.col_major), params, nullptr))
+      if (const CUresult r = launch_kernel(function(t, am.col_major, bm.col_major), static_cast<unsigned>(args.sk_first),
+                                           static_cast<unsigned>(parts), t.threads(), t.smem_bytes(), stream, params,
+                                           &cluster))
         cu_check(r, "cuLaunchKernelEx(split-K gemm in clusters)", what(t.name));
       return true;
     }
@@ -966,9 +996,8 @@ class CudaDevice final : public core::Device {
     const std::int64_t tiles = args.sk_first;
     args.k_last = static_cast<int>(rest);
     void* params[] = {&args};
-    if (const CUresult r = cu_.LaunchKernel(function(t, am.col_major, bm.col_major), static_cast<unsigned>(tiles),
-                                            static_cast<unsigned>(parts), 1, t.threads(), 1, 1, t.smem_bytes(), stream,
-                                            params, nullptr))
+    if (const CUresult r = launch_kernel(function(t, am.col_major, bm.col_major), static_cast<unsigned>(tiles),
+                                         static_cast<unsigned>(parts), t.threads(), t.smem_bytes(), stream, params))
       cu_check(r, "cuLaunchKernel(split-K gemm)", what(t.name));
     SplitSumArgs sum{};
     sum.parts = reinterpret_cast<const void*>(w);
@@ -979,8 +1008,9 @@ class CudaDevice final : public core::Device {
     sum.groups = split_sum_groups(sum.count);
     const std::int64_t units = sum.vec ? m * (n / 4) : m * n, per_block = kSplitSumThreads / sum.groups;
     void* sum_params[] = {&sum};
-    if (const CUresult r = cu_.LaunchKernel(named_function("split_sum_f32"), static_cast<unsigned>((units + per_block - 1) / per_block),
-                                            1, 1, kSplitSumThreads, 1, 1, 0, stream, sum_params, nullptr))
+    if (const CUresult r = launch_kernel(named_function("split_sum_f32"),
+                                         static_cast<unsigned>((units + per_block - 1) / per_block), 1,
+                                         kSplitSumThreads, 0, stream, sum_params))
       cu_check(r, "cuLaunchKernel(split_sum)", what("split_sum_f32"));
     return true;
   }
@@ -1059,13 +1089,13 @@ class CudaDevice final : public core::Device {
       args.out = reinterpret_cast<void*>(c);
     }
     void* params[] = {&args};
-    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(row_blocks), static_cast<unsigned>(t.slices), 1, 256,
-                                            1, 1, 0, stream, params, nullptr))
+    if (const CUresult r = launch_kernel(f, static_cast<unsigned>(row_blocks), static_cast<unsigned>(t.slices), 256, 0,
+                                         stream, params))
       cu_check(r, "cuLaunchKernel(thin gemm)", what("a thin kernel"));
     if (t.slices <= 1 || fused) return;
     void* sum_params[] = {&sum};
-    if (const CUresult r = cu_.LaunchKernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + 255) / 256), 1,
-                                            1, 256, 1, 1, 0, stream, sum_params, nullptr))
+    if (const CUresult r = launch_kernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + 255) / 256), 1,
+                                         256, 0, stream, sum_params))
       cu_check(r, "cuLaunchKernel(thin_sum)", what("thin_sum_f32"));
   }
 
@@ -1092,18 +1122,18 @@ class CudaDevice final : public core::Device {
     if (!f) f = named_function(kind == 2 ? "short_k_f32_c32_r2" : kind == 1 ? "short_k_f32_c32" : "short_k_f32_c4");
     const std::int64_t tm = t.rt * (256 / t.ct), tn = 4 * t.ct;
     void* params[] = {&args};
-    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>((m + tm - 1) / tm), static_cast<unsigned>((n + tn - 1) / tn),
-                                            1, 256, 1, 1, 0, stream, params, nullptr))
+    if (const CUresult r = launch_kernel(f, static_cast<unsigned>((m + tm - 1) / tm),
+                                         static_cast<unsigned>((n + tn - 1) / tn), 256, 0, stream, params))
       cu_check(r, "cuLaunchKernel(short-k gemm)", product_text(where_, m, n, k, " with short_k"));
   }
 
-  // A product with k and a side of c at most kResidentMax (ResidentChoice; kernels/
+  // A product with k at most kResidentMaxK and a side of c at most kResidentMax (ResidentChoice; kernels/
   // gemm_resident.cuh): one launch of t.blocks blocks walking L's 128-row tiles. The views as in
   // launch_thin: few columns, L = a and out = c; few rows, L = b^T and out = c^T.
   void launch_resident(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
                        const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
                        std::int64_t k, const ResidentChoice& t) {
-    if (m > INT32_MAX || n > INT32_MAX || k > kResidentMax || std::min(m, n) > kResidentMax || t.blocks <= 0)
+    if (m > INT32_MAX || n > INT32_MAX || k > kResidentMaxK || std::min(m, n) > kResidentMax || t.blocks <= 0)
       throw std::logic_error("CUDA gemm: a resident-operand product out of the kernel's range");
     ResidentArgs args{};
     const CUdeviceptr l = long_short_view(args, t.few_rows, a, am, b, bm, ldc, m, n);
@@ -1112,10 +1142,10 @@ class CudaDevice final : public core::Device {
     args.vec = l % 16 == 0 && args.ldl % 4 == 0;
     args.out_vec = c % 16 == 0 && ldc % 4 == 0;
     const char* name = t.lk ? "resident_f32_lk" : "resident_f32_lr";
-    CUfunction f = smem_function(name, resident_smem_bytes(t.lk));
+    CUfunction f = smem_function(name, resident_smem_bytes(t.lk, kResidentMaxK));  // the most any k takes
     void* params[] = {&args};
-    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(t.blocks), 1, 1, 256, 1, 1, resident_smem_bytes(t.lk),
-                                            stream, params, nullptr))
+    if (const CUresult r = launch_kernel(f, static_cast<unsigned>(t.blocks), 1, 256,
+                                         resident_smem_bytes(t.lk, static_cast<int>(k)), stream, params))
       cu_check(r, "cuLaunchKernel(resident gemm)", product_text(where_, m, n, k, std::string(" with ") + name));
   }
 
@@ -1170,9 +1200,9 @@ class CudaDevice final : public core::Device {
       args.b = reinterpret_cast<const void*>(b + static_cast<std::size_t>(i0 * b_step) * es);
       args.c = reinterpret_cast<void*>(c + static_cast<std::size_t>(i0 * c_step) * es);
       void* params[] = {&args};
-      if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(small ? nm * tiles : tiles),
-                                              small ? 1 : static_cast<unsigned>(nm), 1, t.threads(), 1, 1,
-                                              t.smem_bytes(), stream, params, nullptr))
+      if (const CUresult r = launch_kernel(f, static_cast<unsigned>(small ? nm * tiles : tiles),
+                                           small ? 1 : static_cast<unsigned>(nm), t.threads(), t.smem_bytes(), stream,
+                                           params))
         cu_check(r, "cuLaunchKernel(batched gemm)", product_text(where_, m, n, k, std::string(" with ") + t.name, count));
     }
   }
@@ -1221,8 +1251,8 @@ class CudaDevice final : public core::Device {
       args.b = reinterpret_cast<const void*>(b + static_cast<std::size_t>(i0 * b_step) * es);
       args.c = reinterpret_cast<void*>(c + static_cast<std::size_t>(i0 * c_step) * es);
       void* params[] = {&args};
-      if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(tiles), static_cast<unsigned>(nm), 1,
-                                              kTc.threads(), 1, 1, kTc.smem_bytes(), stream, params, nullptr))
+      if (const CUresult r = launch_kernel(f, static_cast<unsigned>(tiles), static_cast<unsigned>(nm), kTc.threads(),
+                                           kTc.smem_bytes(), stream, params))
         cu_check(r, "cuLaunchKernel(tensor-core gemm)", product_text(where_, m, n, k, " with " + name, count));
     }
   }
@@ -1373,9 +1403,8 @@ class CudaDevice final : public core::Device {
       pa.rows = static_cast<int>(rows), pa.k = static_cast<int>(k), pa.kp = static_cast<int>(kp);
       pa.k_contig = k_contig ? 1 : 0, pa.kind = kind;
       void* params[] = {&pa};
-      if (const CUresult r = cu_.LaunchKernel(named_function("wg_prep"), static_cast<unsigned>(kp / 32),
-                                              static_cast<unsigned>((rows + 31) / 32), 1, kWgPrepThreads, 1, 1, 0,
-                                              stream, params, nullptr))
+      if (const CUresult r = launch_kernel(named_function("wg_prep"), static_cast<unsigned>(kp / 32),
+                                           static_cast<unsigned>((rows + 31) / 32), kWgPrepThreads, 0, stream, params))
         cu_check(r, "cuLaunchKernel(wg_prep)", what);
     };
     const int a_kind = bf16 ? 4 : regs ? 5 : split ? 2 : 1, b_kind = bf16 ? 4 : regs ? 5 : split ? 3 : 1;
@@ -1417,8 +1446,8 @@ class CudaDevice final : public core::Device {
     if (tiles > INT32_MAX) throw std::invalid_argument("CUDA gemm: too many tiles");
     const std::int64_t blocks = std::min<std::int64_t>(tiles, std::max(1, info_.compute_units));
     void* params[] = {&args};
-    if (const CUresult r = cu_.LaunchKernel(f, static_cast<unsigned>(blocks), 1, 1, WgTile::kThreads, 1, 1,
-                                            tile.smem_bytes(), stream, params, nullptr))
+    if (const CUresult r = launch_kernel(f, static_cast<unsigned>(blocks), 1, WgTile::kThreads, tile.smem_bytes(),
+                                         stream, params))
       cu_check(r, ("cuLaunchKernel(" + name + ")").c_str(), what);
   }
 
@@ -1431,7 +1460,7 @@ class CudaDevice final : public core::Device {
     args.count = count, args.from = static_cast<int>(from), args.to = static_cast<int>(to);
     const std::int64_t blocks = std::min<std::int64_t>((count + 255) / 256, 65535);
     void* params[] = {&args};
-    cu_check(cu_.LaunchKernel(f, static_cast<unsigned>(blocks), 1, 1, 256, 1, 1, 0, stream, params, nullptr),
+    cu_check(launch_kernel(f, static_cast<unsigned>(blocks), 1, 256, 0, stream, params),
              "cuLaunchKernel(cast_elements)", where_ + " from " + dtype_name(from) + " to " + dtype_name(to));
   }
 
@@ -1453,8 +1482,8 @@ class CudaDevice final : public core::Device {
       args.b = reinterpret_cast<const void*>(b + static_cast<std::size_t>(i0 * step) * es);
       args.out = reinterpret_cast<void*>(out + static_cast<std::size_t>(i0 * 2 * K * N) * es);
       void* params[] = {&args};
-      cu_check(cu_.LaunchKernel(f, static_cast<unsigned>((K * N + 255) / 256), static_cast<unsigned>(nm), 1,
-                                256, 1, 1, 0, stream, params, nullptr),
+      cu_check(launch_kernel(f, static_cast<unsigned>((K * N + 255) / 256), static_cast<unsigned>(nm), 256, 0, stream,
+                             params),
                "cuLaunchKernel(complex_b)", where_);
     }
   }
@@ -1499,6 +1528,7 @@ class CudaDevice final : public core::Device {
   CUfunction thin_functions_[3][5] = {};  // launch_thin: [axpy, dots, dots_wk][short side 1, 2, 4, 8, 16]
   CUfunction short_k_functions_[3] = {};  // launch_short_k: 16 columns a block, 128, 128 with 2 rows a thread
   bool knobs_ = true;                     // a PORTMAT_CUDA_ variable is set (ready())
+  std::atomic<bool> pdl_works_{true};     // launch_kernel: the driver took the PDL attribute
   struct PlanKey {
     std::int64_t m, n, k;
     int flags;

@@ -590,6 +590,42 @@ def test_torch_waits_for_the_callers_stream(torch, rng):
     assert torch.equal(c, torch.full((n, n), 3.0, device="cuda"))
 
 
+# (M, K, N) of products that read the slow product's result x (2048 x 2048) through views: a square
+# on the tiles, split-K, thin (a side of 1 and of 8), short k, the short operand resident, a dot.
+_DEPENDENT_SHAPES = [(256, 256, 256), (128, 2048, 128), (2048, 2048, 8), (1, 2048, 2048), (2048, 16, 2048),
+                     (2048, 64, 64), (1, 2048, 1), (640, 640, 640)]
+
+
+@pytest.mark.parametrize("variant", ["float32", "resident", "tf32"])
+def test_products_queued_back_to_back_see_each_other(torch, rng, monkeypatch, variant):
+    """On sm_90 every kernel is a programmatic dependent launch (docs/cuda.md, "Launches that
+    overlap"): it may be resident while the kernel ahead of it on the stream still runs, and must wait
+    before reading what that kernel writes or writing what it reads. A slow product is queued, then
+    products of every kernel family that read its result, and one that overwrites the slow product's
+    operand; nothing is synchronized between them. tf32 runs the tensor-core kernels and their
+    pre-pass."""
+    if variant == "resident":
+        monkeypatch.setenv("PORTMAT_CUDA_RESIDENT", "1")
+    precision = "tf32" if variant == "tf32" else None
+    eps = 2.0 ** -10 if precision else EPS[np.dtype(np.float32)]  # tf32 rounds each operand to 11 bits
+    n = 2048
+    a = _torch_random(torch, rng, (n, n), "float32")
+    b = _torch_random(torch, rng, (n, n), "float32")
+    a_before = _torch_host(a)
+    ws = [_torch_random(torch, rng, (k, nn), "float32") for (_, k, nn) in _DEPENDENT_SHAPES]
+    s = _torch_random(torch, rng, (256, 256), "float32")
+    x = portmat.matmul(a, b, precision=precision)  # about 0.3 ms of work ahead of what follows
+    outs = [(x[:m, :k], w, portmat.matmul(x[:m, :k], w, precision=precision))
+            for (m, k, _), w in zip(_DEPENDENT_SHAPES, ws)]
+    portmat.matmul(s, s, out=a[:256, :256], precision=precision)  # the first product read a
+    torch.cuda.synchronize()
+    hx = _torch_host(x)
+    assert_close(hx, a_before, _torch_host(b), eps)
+    for left, w, c in outs:
+        assert_close(_torch_host(c), _torch_host(left), _torch_host(w), eps)
+    assert_close(_torch_host(a[:256, :256]), _torch_host(s), _torch_host(s), eps)
+
+
 def test_torch_errors(torch):
     g = torch.ones(4, 4, device="cuda")
     with pytest.raises(TypeError, match="numpy.ndarray"):

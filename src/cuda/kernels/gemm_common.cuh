@@ -16,6 +16,22 @@
 namespace portmat::cuda {
 namespace {
 
+// Programmatic dependent launch (sm_90 and later; the host launches every kernel with
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, cuda_backend.cpp launch_kernel): a kernel
+// may be scheduled while the one before it on the stream is still running, so that the launch
+// latency between two short products (1-2 us of an 8 us product at n = 256) overlaps the first.
+// Every kernel's entry point (gemm.cu) calls this first, before it touches global memory: the
+// wait returns once the grids it depends on have completed and their writes are visible; then
+// this grid lets the next one be scheduled (it in turn waits here). Without a prerequisite grid
+// (a launch without the attribute, or the first on its stream) the wait returns at once; before
+// sm_90 both are left out.
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
