@@ -429,7 +429,7 @@ constexpr double kResidentBytesPerS = 3.0e12, kResidentFlopsPerSm = 235e9, kResi
 ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
                                double other_s) {
   ResidentChoice t;
-  if (k <= 0 || k > kResidentMax || m <= 0 || n <= 0 || std::min(m, n) > kResidentMax) return t;
+  if (k <= 0 || k > kResidentMaxK || m <= 0 || n <= 0 || std::min(m, n) > kResidentMax) return t;
   // Few columns: L = a; few rows: L = b^T; both: the longer side is L's rows.
   t.few_rows = m <= kResidentMax && (n > kResidentMax || n > m);
   const std::int64_t R = t.few_rows ? n : m, S = t.few_rows ? m : n;
@@ -437,7 +437,7 @@ ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, b
   t.possible = true;
   t.lk = t.few_rows ? b_col : !a_col;
   const std::int64_t s_count = std::max(1, sms), tiles = ceil_div(R, kResidentRows);
-  t.blocks = std::min(tiles, kResidentBlocksPerSm * s_count);
+  t.blocks = std::min(tiles, resident_blocks_per_sm(static_cast<int>(k)) * s_count);
   const double bytes = f32_bytes(R, S, k);
   const double tile_flops = 2.0 * kResidentRows * kResidentMax * static_cast<double>((k + 3) / 4 * 4);
   const double busy_sms = static_cast<double>(std::min(t.blocks, s_count));

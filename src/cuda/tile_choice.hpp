@@ -18,6 +18,7 @@
 // a side of 64 to the 64-wide tiles.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -115,15 +116,21 @@ struct ShortKChoice {
 };
 ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s);
 
-// The resident kernels (kernels/gemm_resident.cuh): k and a side of c at most kResidentMax (64),
-// the other side long: out (R x S) = L (R x k) . Sh (k x S) with the short operand Sh in shared
-// memory and L streamed in 128-row tiles by a persistent grid of at most kResidentBlocksPerSm
-// blocks an SM. Its time: a start plus L's and c's bytes at a streaming rate, or its multiply-adds
-// (64 columns and k rounded up to 4, whatever S is) at its rate on the SMs the grid occupies,
+// The resident kernels (kernels/gemm_resident.cuh): k at most kResidentMaxK (256) and a side of c
+// at most kResidentMax (64), the other side long: out (R x S) = L (R x k) . Sh (k x S) with the
+// short operand Sh in shared memory and L streamed in 128-row tiles (chunks of 64 k) by a
+// persistent grid of at most kResidentBlocksPerSm blocks an SM. Its time: a start plus L's and c's
+// bytes at a streaming rate, or its multiply-adds (64 columns and k rounded up to 4, whatever S
+// is) at its rate on the SMs the grid occupies,
 // whichever is longer. `use`: L = a row-major (resident_f32_lk writing c's rows; the other view
 // and kernel measured no faster than the tiles: tile_choice.cpp) and that beats `other_s` (the
 // tiles' estimate with the bytes floor that choose_short_k adds, or the short-k kernel's).
 inline constexpr std::int64_t kResidentBlocksPerSm = 2;
+// ... as many as fit an SM's 228 KiB of shared memory (1 KiB of it reserved a block), at most that:
+// two up to k = 128, one past it (gemm_tiles.h, resident_smem_bytes).
+inline constexpr std::int64_t resident_blocks_per_sm(int k) {
+  return std::min<std::int64_t>(kResidentBlocksPerSm, (228 << 10) / (resident_smem_bytes(true, k) + (1 << 10)));
+}
 struct ResidentChoice {
   bool possible = false;  // k and a side of c at most kResidentMax
   bool use = false;

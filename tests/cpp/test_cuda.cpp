@@ -417,9 +417,10 @@ TEST(CudaGemm, ShortKCorrect) {
 }
 
 // The resident kernels (kernels/gemm_resident.cuh) whatever the model says (PORTMAT_CUDA_RESIDENT=1):
-// k and a side of c up to kResidentMax, the long side in several 128-row tiles per block (a grid
-// of at most 2 blocks an SM) and in a partial last tile, both views (few columns: L = a; few rows:
-// L = b^T) in every layout, so both kernels (L's k contiguous and not), aligned and unaligned
+// k up to kResidentMaxK (in one chunk of 64 and in several, a partial last one among them) and a
+// side of c up to kResidentMax, the long side in several 128-row tiles per block (a grid of at most
+// 2 blocks an SM; 1 past k = 128) and in a partial last tile, both views (few columns: L = a; few
+// rows: L = b^T) in every layout, so both kernels (L's k contiguous and not), aligned and unaligned
 // offsets (16-byte copies and stores, and element ones), and k not a multiple of 4.
 TEST(CudaGemm, ResidentCorrect) {
   REQUIRE_CUDA();
@@ -427,7 +428,8 @@ TEST(CudaGemm, ResidentCorrect) {
   ScopedEnv resident("PORTMAT_CUDA_RESIDENT", "1");
   ScopedEnv no_thin("PORTMAT_CUDA_THIN", "0");  // the sides of 1-16 too
   check_each_device_resident(dev, {{70001, 64, 64}, {64, 70001, 64}, {3001, 37, 33}, {40, 2999, 61}, {1000, 1, 64},
-                                   {129, 64, 1}, {300, 60, 64}, {64, 64, 64}, {5, 9000, 3}},
+                                   {129, 64, 1}, {300, 60, 64}, {64, 64, 64}, {5, 9000, 3}, {20001, 32, 192},
+                                   {3001, 37, 129}, {40, 2999, 256}, {129, 64, 100}, {64, 9000, 255}, {700, 48, 65}},
                              rng);
 }
 
@@ -804,7 +806,7 @@ TEST(CudaShortKChoice, BlockShapeFollowsTheResult) {
   EXPECT_FALSE(pc::choose_short_k(4096, 4096, 33, 1.0).use);  // past kShortKMax
 }
 
-// The resident kernels' model: possible for k and a side of c up to 64 (the longer side as L's
+// The resident kernels' model: possible for k up to 256 and a side of c up to 64 (the longer side as L's
 // rows, L's k contiguous by layout), never past them; a tall row-major a against 64 columns is
 // taken over the tiles (their estimate with its bytes floor), what measured no faster is not (L =
 // b^T, a column-major a), nor a small product.
@@ -820,7 +822,11 @@ TEST(CudaResidentChoice, WhereItApplies) {
   EXPECT_FALSE(wide.lk);
   EXPECT_TRUE(pc::choose_resident(64, 65536, 64, false, true, 132, 1.0).lk);
   EXPECT_FALSE(pc::choose_resident(65536, 64, 64, true, false, 132, 1.0).lk);
-  EXPECT_FALSE(pc::choose_resident(65536, 64, 65, false, false, 132, 1.0).possible);
+  EXPECT_TRUE(pc::choose_resident(65536, 64, 65, false, false, 132, 1.0).possible);  // two chunks of k
+  EXPECT_EQ(pc::choose_resident(65536, 64, 128, false, false, 132, 1.0).blocks, 264);
+  EXPECT_EQ(pc::choose_resident(65536, 32, 192, false, false, 132, 1.0).blocks, 132);  // one block an SM fits
+  EXPECT_TRUE(pc::choose_resident(65536, 32, 256, false, false, 132, 1.0).possible);
+  EXPECT_FALSE(pc::choose_resident(65536, 64, 257, false, false, 132, 1.0).possible);
   EXPECT_FALSE(pc::choose_resident(65536, 65, 64, false, false, 132, 1.0).possible);
   EXPECT_EQ(pc::choose_resident(1000, 64, 64, false, false, 132, 1.0).blocks, 8);
   for (long m : {16384L, 65536L, 262144L}) {

@@ -1,20 +1,23 @@
-// A short operand resident in shared memory (issue 16): c = a @ b where k and one side of c are at
-// most 64 and the other side is long: (65536 x 64) @ (64 x 64), (64 x 64) @ (64 x 65536). Such a
-// product reads the long operand once and writes c, as many bytes again, with at most 64
-// multiply-adds per element of c. The tiles spend it on pipelines that never fill (k = 64 is 4
-// slabs: the 128x64 tile took 27.5 us where cuBLAS takes 20) and the short-k kernel (k <= 32)
-// multiplies from shared memory one element at a time.
+// A short operand resident in shared memory (issue 16): c = a @ b where k is at most 256 and one
+// side of c at most 64 and the other side is long: (65536 x 64) @ (64 x 64), (65536 x 192) @ (192 x
+// 32), (64 x 64) @ (64 x 65536). Such a product reads the long operand once and writes c, with at
+// most 256 multiply-adds per element of c. The tiles spend it on pipelines that never fill (k = 64
+// is 4 slabs: the 128x64 tile took 27.5 us where cuBLAS takes 20), waste half of a 64-wide tile on
+// 32 columns, and end every tile with its stores; the short-k kernel (k <= 32) multiplies from
+// shared memory one element at a time.
 //
 // The problem is seen as out (R x S) = L (R x K) . Sh (K x S) (the host maps a, b and c onto it as
 // for the thin kernels: few columns of c, L = a; few rows, L = b^T and out = c^T). A block of 256
-// threads copies Sh (zero-padded to 64 x 64) into shared memory once, then walks the 128-row tiles
-// of L gridDim.x apart (a persistent grid of about two blocks an SM): while it multiplies one tile
-// the next one's copy (cp.async, 16 bytes a thread where aligned) is in flight into the other
-// buffer. Each thread computes 8 rows x 4 columns of the tile from float4 reads of shared memory
-// (12 of them per 128 multiply-adds) and stores them as float4 where out allows.
-//  - resident_f32_lk (L's k contiguous: a row-major a): tile Ls[128][68], k padded by 4 so that
+// threads copies Sh (zero-padded to a multiple of 64 x 64) into shared memory once, then walks the
+// 128-row tiles of L gridDim.x apart (a persistent grid of about two blocks an SM), each tile in
+// chunks of 64 k: while it multiplies one chunk the next one's copy (cp.async, 16 bytes a thread
+// where aligned) is in flight into the other buffer, also across tiles, so the start of a tile and
+// the stores of the one before overlap a copy. Each thread computes 8 rows x 4 columns of the tile
+// from float4 reads of shared memory (12 of them per 128 multiply-adds) and stores them as float4
+// where out allows.
+//  - resident_f32_lk (L's k contiguous: a row-major a): chunk Ls[128][68], k padded by 4 so that
 //    the two rows a warp reads at once are in different banks; a thread's rows are ty + 16 i.
-//  - resident_f32_lr (L's r contiguous: a row-major b seen as b^T): tile Ls[64][132] (k-major);
+//  - resident_f32_lr (L's r contiguous: a row-major b seen as b^T): chunk Ls[64][132] (k-major);
 //    a thread's rows are 4 ty + q and 64 + 4 ty + q.
 // Columns: tx * 4 + j (16 threads across the 64 columns).
 #pragma once
@@ -28,31 +31,35 @@ constexpr int kResidentThreads = 256;
 constexpr int kResidentPitchS = kResidentMax + 4;   // Ss[k][s]
 template <bool LK>
 struct ResidentShape {
-  // LK: Ls[row][k], pitch 68; LR: Ls[k][row], pitch 132.
+  // LK: Ls[row][k], pitch 68; LR: Ls[k][row], pitch 132. One chunk of 64 k.
   static constexpr int kPitch = LK ? kResidentMax + 4 : kResidentRows + 4;
   static constexpr int kTileFloats = LK ? kResidentRows * kPitch : kResidentMax * kPitch;
-  static constexpr int kSmemFloats = 2 * kTileFloats + kResidentMax * kResidentPitchS;
+  static constexpr int kShChunkFloats = kResidentMax * kResidentPitchS;  // Sh's rows of one chunk
 };
-static_assert(4 * ResidentShape<true>::kSmemFloats == resident_smem_bytes(true), "gemm_tiles.h's size of resident_f32_lk");
-static_assert(4 * ResidentShape<false>::kSmemFloats == resident_smem_bytes(false), "gemm_tiles.h's size of resident_f32_lr");
+static_assert(4 * (2 * ResidentShape<true>::kTileFloats + ResidentShape<true>::kShChunkFloats) == resident_smem_bytes(true, 64),
+              "gemm_tiles.h's size of resident_f32_lk");
+static_assert(4 * (2 * ResidentShape<false>::kTileFloats + ResidentShape<false>::kShChunkFloats) == resident_smem_bytes(false, 64),
+              "gemm_tiles.h's size of resident_f32_lr");
+static_assert(4 * (2 * ResidentShape<true>::kTileFloats + 4 * ResidentShape<true>::kShChunkFloats) == resident_smem_bytes(true, 256),
+              "gemm_tiles.h's size of resident_f32_lk at k = 256");
 
-// Tile t of L (rows t * 128 ...) into shared memory: zeros past r and past k.
+// Chunk c of tile t of L (rows t * 128 ..., k c * 64 ...) into shared memory: zeros past r and k.
 template <bool LK>
-__device__ __forceinline__ void resident_issue(const ResidentArgs& p, int t, float* ls) {
+__device__ __forceinline__ void resident_issue(const ResidentArgs& p, int t, int c, float* ls) {
   using S = ResidentShape<LK>;
   const float* L = static_cast<const float*>(p.l);
-  const int r0 = t * kResidentRows;
+  const int r0 = t * kResidentRows, k0 = c * kResidentMax;
 #pragma unroll
   for (int i = 0; i < kResidentRows * kResidentMax / 4 / kResidentThreads; ++i) {
     const int u = threadIdx.x + i * kResidentThreads;
     // LK: 16 units of 4 k a row; LR: 32 units of 4 rows a k.
     const int row = LK ? u / (kResidentMax / 4) : u % (kResidentRows / 4) * 4;
     const int kk = LK ? u % (kResidentMax / 4) * 4 : u / (kResidentRows / 4);
-    const int gr = r0 + row;
+    const int gr = r0 + row, gk = k0 + kk;
     float* dst = ls + (LK ? row * S::kPitch + kk : kk * S::kPitch + row);
     // valid elements of the unit along its contiguous index
-    const int valid = LK ? (gr < p.r ? min(4, max(0, p.k - kk)) : 0) : (kk < p.k ? min(4, max(0, p.r - gr)) : 0);
-    const float* src = LK ? L + static_cast<long long>(gr) * p.ldl + kk : L + static_cast<long long>(kk) * p.ldl + gr;
+    const int valid = LK ? (gr < p.r ? min(4, max(0, p.k - gk)) : 0) : (gk < p.k ? min(4, max(0, p.r - gr)) : 0);
+    const float* src = LK ? L + static_cast<long long>(gr) * p.ldl + gk : L + static_cast<long long>(gk) * p.ldl + gr;
     if (p.vec) {
       cp_async_16(dst, valid ? src : L, 4 * valid);
     } else {
@@ -70,35 +77,43 @@ __device__ __forceinline__ void resident_body(const ResidentArgs& p) {
   const int tiles = (p.r + kResidentRows - 1) / kResidentRows;
   int t = blockIdx.x;
   if (t >= tiles) return;
-  // Sh, zero-padded to 64 x 64, once, copied by cp.async with the first tile (16 copies a thread in
-  // flight together: as plain loads, each waiting for the one before, they cost 2 us of 21).
+  // Sh, zero-padded to chunks x 64 rows by 64, once, copied by cp.async with the first chunk (16
+  // copies a thread in flight together at k = 64: as plain loads, each waiting for the one before,
+  // they cost 2 us of 21).
+  const int chunks = resident_k_chunks(p.k), kpad = chunks * kResidentMax;
   const float* g = static_cast<const float*>(p.sh);
-  for (int e = threadIdx.x; e < kResidentMax * kResidentMax; e += kResidentThreads) {
-    const int kk = p.sk == 1 ? e % kResidentMax : e / kResidentMax;
-    const int s = p.sk == 1 ? e / kResidentMax : e % kResidentMax;
+  for (int e = threadIdx.x; e < kpad * kResidentMax; e += kResidentThreads) {
+    const int kk = p.sk == 1 ? e % kpad : e / kResidentMax;
+    const int s = p.sk == 1 ? e / kpad : e % kResidentMax;
     const bool ok = kk < p.k && s < p.s;
-    cp_async_elem<4>(ss + kk * kResidentPitchS + s, ok ? g + kk * p.sk + s * p.ss : g, ok ? 4 : 0);
+    cp_async_elem<4>(ss + kk * kResidentPitchS + s, ok ? g + static_cast<long long>(kk) * p.sk + s * p.ss : g, ok ? 4 : 0);
   }
-  resident_issue<LK>(p, t, smem);
+  resident_issue<LK>(p, t, 0, smem);
   cp_async_commit();
-  const int kp = (p.k + 3) & ~3;  // k rounded up to the float4 steps (zeros past k on both sides)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float* out = static_cast<float*>(p.out);
-  for (int buf = 0; t < tiles; t += gridDim.x, buf ^= 1) {
-    if (t + static_cast<int>(gridDim.x) < tiles) resident_issue<LK>(p, t + gridDim.x, smem + (buf ^ 1) * S::kTileFloats);
+  float acc[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  // Chunk c of tile t in buffer buf; the next pair's copy (the next chunk, or the next tile's first)
+  // is issued before this one is multiplied.
+  for (int buf = 0, c = 0; t < tiles; buf ^= 1) {
+    int next_t = t, next_c = c + 1;
+    if (next_c == chunks) next_c = 0, next_t += gridDim.x;
+    if (next_t < tiles) resident_issue<LK>(p, next_t, next_c, smem + (buf ^ 1) * S::kTileFloats);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     const float* ls = smem + buf * S::kTileFloats;
-    float acc[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    const float* sc = ss + c * S::kShChunkFloats;  // Sh's rows of this chunk
+    // the chunk's k rounded up to the float4 steps (zeros past k on both sides)
+    const int kp = min(kResidentMax, (p.k - c * kResidentMax + 3) & ~3);
     if constexpr (LK) {
 #pragma unroll 1
       for (int kk = 0; kk < kp; kk += 4) {
         float4 w[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const float4*>(ss + (kk + j) * kResidentPitchS + tx * 4);
+        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const float4*>(sc + (kk + j) * kResidentPitchS + tx * 4);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const float4 x = *reinterpret_cast<const float4*>(ls + (ty + 16 * i) * S::kPitch + kk);
@@ -111,7 +126,7 @@ __device__ __forceinline__ void resident_body(const ResidentArgs& p) {
     } else {
 #pragma unroll 4
       for (int kk = 0; kk < kp; ++kk) {
-        const float4 w = *reinterpret_cast<const float4*>(ss + kk * kResidentPitchS + tx * 4);
+        const float4 w = *reinterpret_cast<const float4*>(sc + kk * kResidentPitchS + tx * 4);
         const float4 x0 = *reinterpret_cast<const float4*>(ls + kk * S::kPitch + ty * 4);
         const float4 x1 = *reinterpret_cast<const float4*>(ls + kk * S::kPitch + 64 + ty * 4);
         const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -124,43 +139,48 @@ __device__ __forceinline__ void resident_body(const ResidentArgs& p) {
         }
       }
     }
-    // Row i of the thread's 8: LK ty + 16 i; LR 4 ty + i (i < 4), 64 + 4 ty + i - 4.
-    const int r0 = t * kResidentRows, s0 = tx * 4;
-    auto row_of = [&](int i) { return r0 + (LK ? ty + 16 * i : (i < 4 ? 4 * ty + i : 64 + 4 * ty + i - 4)); };
-    if (p.out_vec && p.oss == 1 && s0 + 3 < p.s) {  // float4 along s (c itself: L = a)
+    if (c == chunks - 1) {  // the tile's last chunk: its results out, the sums cleared for the next
+      // Row i of the thread's 8: LK ty + 16 i; LR 4 ty + i (i < 4), 64 + 4 ty + i - 4.
+      const int r0 = t * kResidentRows, s0 = tx * 4;
+      auto row_of = [&](int i) { return r0 + (LK ? ty + 16 * i : (i < 4 ? 4 * ty + i : 64 + 4 * ty + i - 4)); };
+      if (p.out_vec && p.oss == 1 && s0 + 3 < p.s) {  // float4 along s (c itself: L = a)
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
-        if (row_of(i) < p.r)
-          __stcs(reinterpret_cast<float4*>(out + static_cast<long long>(row_of(i)) * p.ors + s0),
-                 make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
-    } else if (!LK && p.out_vec && p.ors == 1) {  // float4 along r (out = c^T: L = b^T)
+        for (int i = 0; i < 8; ++i)
+          if (row_of(i) < p.r)
+            __stcs(reinterpret_cast<float4*>(out + static_cast<long long>(row_of(i)) * p.ors + s0),
+                   make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+      } else if (!LK && p.out_vec && p.ors == 1) {  // float4 along r (out = c^T: L = b^T)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = row_of(4 * h);
+        for (int h = 0; h < 2; ++h) {
+          const int r = row_of(4 * h);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (s0 + j >= p.s) break;
-          float* o = out + static_cast<long long>(s0 + j) * p.oss + r;
-          if (r + 3 < p.r) {
-            __stcs(reinterpret_cast<float4*>(o), make_float4(acc[4 * h][j], acc[4 * h + 1][j], acc[4 * h + 2][j], acc[4 * h + 3][j]));
-          } else {
+          for (int j = 0; j < 4; ++j) {
+            if (s0 + j >= p.s) break;
+            float* o = out + static_cast<long long>(s0 + j) * p.oss + r;
+            if (r + 3 < p.r) {
+              __stcs(reinterpret_cast<float4*>(o), make_float4(acc[4 * h][j], acc[4 * h + 1][j], acc[4 * h + 2][j], acc[4 * h + 3][j]));
+            } else {
 #pragma unroll
-            for (int q = 0; q < 4; ++q)
-              if (r + q < p.r) o[q] = acc[4 * h + q][j];
+              for (int q = 0; q < 4; ++q)
+                if (r + q < p.r) o[q] = acc[4 * h + q][j];
+            }
           }
         }
-      }
-    } else {
+      } else {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r = row_of(i);
-        if (r >= p.r) continue;
+        for (int i = 0; i < 8; ++i) {
+          const int r = row_of(i);
+          if (r >= p.r) continue;
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (s0 + j < p.s) out[static_cast<long long>(r) * p.ors + static_cast<long long>(s0 + j) * p.oss] = acc[i][j];
+          for (int j = 0; j < 4; ++j)
+            if (s0 + j < p.s) out[static_cast<long long>(r) * p.ors + static_cast<long long>(s0 + j) * p.oss] = acc[i][j];
+        }
       }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
     }
-    __syncthreads();  // every read of this buffer done before the next tile's copy refills it
+    __syncthreads();  // every read of this buffer done before the copy after next refills it
+    t = next_t, c = next_c;
   }
 }
 

@@ -185,19 +185,23 @@ struct ShortKArgs {
   int m, n, k, a_col, b_col, c_vec, a_vec, b_vec;
 };
 
-// The resident kernels (gemm_resident.cuh): out (r x s) = L (r x k) . Sh (k x s) for k <= kResidentMax
+// The resident kernels (gemm_resident.cuh): out (r x s) = L (r x k) . Sh (k x s) for k <= kResidentMaxK
 // and s <= kResidentMax, float32, L long (many rows r). L's (i, kk) at l[i * ldl + kk]
 // (resident_f32_lk: k contiguous) or l[kk * ldl + i] (resident_f32_lr: r contiguous); Sh's (kk, j)
 // at sh[kk * sk + j * ss]; out's (i, j) at out[i * ors + j * oss]. vec: l and ldl allow 16-byte
 // copies; out_vec: out and the larger of ors, oss allow 16-byte stores along the one that is 1.
-// Grid: persistent, blockIdx.x walks the 128-row tiles of L gridDim.x apart.
-inline constexpr int kResidentMax = 64;
+// Grid: persistent, blockIdx.x walks the 128-row tiles of L gridDim.x apart, each in chunks of
+// kResidentMax k.
+inline constexpr int kResidentMax = 64;     // s at most, and the k of one chunk of an L tile
+inline constexpr int kResidentMaxK = 256;   // k at most: Sh holds all of it
 inline constexpr int kResidentRows = 128;  // rows of L a tile (the kernels and the host's model)
-// Their dynamic shared memory: two 128-row tiles of L (128 x 68 floats, k padded by 4; or k-major,
-// 64 x 132) and Sh (64 x 68). Two blocks fit an SM of 228 KiB.
-inline constexpr int resident_smem_bytes(bool lk) {
+inline constexpr int resident_k_chunks(int k) { return (k + kResidentMax - 1) / kResidentMax; }
+// Their dynamic shared memory: two chunks of 128-row tiles of L (128 x 68 floats, k padded by 4;
+// or k-major, 64 x 132) and Sh (64 x 68 a chunk of k). Two blocks fit an SM of 228 KiB up to k =
+// 128 (102 KiB each); at k = 256, 136 KiB, one.
+inline constexpr int resident_smem_bytes(bool lk, int k = kResidentMax) {
   return 4 * (2 * (lk ? kResidentRows * (kResidentMax + 4) : kResidentMax * (kResidentRows + 4)) +
-              kResidentMax * (kResidentMax + 4));
+              resident_k_chunks(k) * kResidentMax * (kResidentMax + 4));
 }
 struct ResidentArgs {
   const void* l;
