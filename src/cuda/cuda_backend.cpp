@@ -627,8 +627,9 @@ class CudaDevice final : public core::Device {
     if (dtype == DType::f32) p.thin = thin_choice(m, n, k, a_col, b_col, p.tile.estimate_s);
     if (dtype == DType::f32 && !p.thin.use) {
       p.short_k = short_k_choice(m, n, k, p.tile.estimate_s);
-      p.resident = resident_choice(m, n, k, a_col, b_col, p.short_k.use ? p.short_k.estimate_s
-                                                                         : tiles_with_bytes_s(m, n, k, p.tile.estimate_s));
+      p.resident = resident_choice(m, n, k, a_col, b_col,
+                                   p.short_k.use ? p.short_k.estimate_s : tiles_with_bytes_s(m, n, k, p.tile.estimate_s),
+                                   !p.short_k.use);
       if (p.resident.use) p.short_k.use = false;
     }
     if (knobs_) return p;
@@ -676,12 +677,16 @@ class CudaDevice final : public core::Device {
   // and its writes are visible. What it saves is the gap between two kernels of a stream, the
   // launch latency that a CUDA graph removes: about a microsecond a product, most of the
   // difference between portmat queued and cuBLAS replayed from a graph at n = 256-512
-  // (docs/cuda.md, "Launches that overlap"). `more` adds attributes (split-K's cluster shape).
+  // (docs/cuda.md, "Launches that overlap"). `more` adds attributes: split-K's cluster shape, whose
+  // launches stay plain, since clusters placed early, beside the kernel still running, crowd the
+  // SMs that are free then (H100, 2026-12-06, queued us, PDL off / on: 384^3 11.0 / 11.7, 640^3
+  // 23.4 / 24.9, (8192 x 256) @ (256 x 256) 30.9 / 40.3; 256^3 8.6 / 7.5, the one that gained).
   // PORTMAT_CUDA_PDL=0 launches plainly (measurements). A driver that refuses the attribute with
   // a launch error gets plain launches from then on.
   CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned threads, unsigned smem, CUstream stream,
                          void** params, const CUlaunchAttribute* more = nullptr) {
-    const bool pdl = cc_major_ >= 9 && cu_.LaunchKernelEx && pdl_works_ && knob("PORTMAT_CUDA_PDL", 1) != 0;
+    const bool pdl =
+        !more && cc_major_ >= 9 && cu_.LaunchKernelEx && pdl_works_ && knob("PORTMAT_CUDA_PDL", 1) != 0;
     if (!pdl && !more) return cu_.LaunchKernel(f, gx, gy, 1, threads, 1, 1, smem, stream, params, nullptr);
     CUlaunchAttribute attrs[2]{};
     unsigned count = 0;
@@ -764,10 +769,11 @@ class CudaDevice final : public core::Device {
   // PORTMAT_CUDA_RESIDENT=0 never, =1 whenever k (kResidentMaxK) and a side of c (kResidentMax) allow
   // (measurements, tests); a tile or split forced by a knob keeps the tiles.
   ResidentChoice resident_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col,
-                                 double other_s) const {
+                                 double other_s, bool other_is_tiles) const {
     const long env = family_knob("PORTMAT_CUDA_RESIDENT");
     if (env == 0) return {};
-    ResidentChoice t = choose_resident(m, n, k, a_col, b_col, info_.compute_units, other_s);
+    ResidentChoice t = choose_resident(m, n, k, a_col, b_col, info_.compute_units, other_s,
+                                       static_cast<int>(knob("PORTMAT_CUDA_RESIDENT_COLS", 0)), other_is_tiles);
     if (env == 1) t.use = t.possible;
     return t;
   }
@@ -1133,7 +1139,7 @@ class CudaDevice final : public core::Device {
   void launch_resident(CUstream stream, CUdeviceptr a, const core::DeviceMatrix& am, CUdeviceptr b,
                        const core::DeviceMatrix& bm, CUdeviceptr c, std::int64_t ldc, std::int64_t m, std::int64_t n,
                        std::int64_t k, const ResidentChoice& t) {
-    if (m > INT32_MAX || n > INT32_MAX || k > kResidentMaxK || std::min(m, n) > kResidentMax || t.blocks <= 0)
+    if (m > INT32_MAX || n > INT32_MAX || k > kResidentMaxK || std::min(m, n) > t.sc || t.blocks <= 0)
       throw std::logic_error("CUDA gemm: a resident-operand product out of the kernel's range");
     ResidentArgs args{};
     const CUdeviceptr l = long_short_view(args, t.few_rows, a, am, b, bm, ldc, m, n);
@@ -1141,11 +1147,12 @@ class CudaDevice final : public core::Device {
     args.k = static_cast<int>(k);
     args.vec = l % 16 == 0 && args.ldl % 4 == 0;
     args.out_vec = c % 16 == 0 && ldc % 4 == 0;
-    const char* name = t.lk ? "resident_f32_lk" : "resident_f32_lr";
-    CUfunction f = smem_function(name, resident_smem_bytes(t.lk, kResidentMaxK));  // the most any k takes
+    const bool s32 = t.sc == 32;
+    const char* name = t.lk ? (s32 ? "resident_f32_lk_s32" : "resident_f32_lk") : (s32 ? "resident_f32_lr_s32" : "resident_f32_lr");
+    CUfunction f = smem_function(name, resident_smem_bytes(t.lk, kResidentMaxK, t.sc));  // the most any k takes
     void* params[] = {&args};
     if (const CUresult r = launch_kernel(f, static_cast<unsigned>(t.blocks), 1, 256,
-                                         resident_smem_bytes(t.lk, static_cast<int>(k)), stream, params))
+                                         resident_smem_bytes(t.lk, static_cast<int>(k), t.sc), stream, params))
       cu_check(r, "cuLaunchKernel(resident gemm)", product_text(where_, m, n, k, std::string(" with ") + name));
   }
 

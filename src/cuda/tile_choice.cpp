@@ -423,11 +423,20 @@ namespace {
 // L = a row-major (resident_f32_lk with c's rows as its rows): resident_f32_lr (L = b^T) ran no
 // faster than the 64x128 tiles ((64 x 64) @ (64 x 65536) 23.5 against 23.2, (64 x 32) @ (32 x
 // 65536) 17.1 against 15.1), and the lk kernel writes c^T element by element.
-constexpr double kResidentBytesPerS = 3.0e12, kResidentFlopsPerSm = 235e9, kResidentMargin = 1.0;
+//
+// Session 42, k of 65-256 in chunks (H100, 2026-12-06, queued us, resident / tiles): k = 96-128
+// with two blocks an SM ran as estimated ((65536 x 96) @ (96 x 48) 30.3 / 34.5, (65536 x 128) @
+// (128 x 64) 37.3 / 41.2, (65536 x 128) @ (128 x 32) 37.4 / 39.0, (100000 x 96) @ (96 x 40) 44.3 /
+// 50.7), where the tiles' estimate with its bytes floor was 29.3 and 38.0 for the two it lost:
+// the resident kernel is taken up to 1 / kResidentMargin of that estimate (the short-k kernel's
+// estimate, which held, without it). Past k = 128, one
+// block an SM, it lost to the tiles ((65536 x 192) @ (192 x 32) 59.1 / 54.7, (65536 x 256) @
+// (256 x 64) 73.8 / 70.1; (16384 x 256) @ (256 x 64) 23.4 / 18.6): not taken there.
+constexpr double kResidentBytesPerS = 3.0e12, kResidentFlopsPerSm = 235e9, kResidentMargin = 0.85;
 }  // namespace
 
 ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
-                               double other_s) {
+                               double other_s, int cols, bool other_is_tiles) {
   ResidentChoice t;
   if (k <= 0 || k > kResidentMaxK || m <= 0 || n <= 0 || std::min(m, n) > kResidentMax) return t;
   // Few columns: L = a; few rows: L = b^T; both: the longer side is L's rows.
@@ -436,14 +445,19 @@ ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, b
   if (R > INT32_MAX) return t;
   t.possible = true;
   t.lk = t.few_rows ? b_col : !a_col;
-  const std::int64_t s_count = std::max(1, sms), tiles = ceil_div(R, kResidentRows);
-  t.blocks = std::min(tiles, resident_blocks_per_sm(static_cast<int>(k)) * s_count);
+  t.sc = cols == 64 || cols == 32 ? cols : S <= 32 ? 32 : kResidentMax;
+  if (t.sc < S) t.sc = kResidentMax;
+  const int rows = resident_tile_rows(t.sc);
+  const std::int64_t s_count = std::max(1, sms), tiles = ceil_div(R, rows);
+  const std::int64_t per_sm = resident_blocks_per_sm(static_cast<int>(k), t.sc);
+  t.blocks = std::min(tiles, per_sm * s_count);
   const double bytes = f32_bytes(R, S, k);
-  const double tile_flops = 2.0 * kResidentRows * kResidentMax * static_cast<double>((k + 3) / 4 * 4);
+  const double tile_flops = 2.0 * rows * t.sc * static_cast<double>((k + 3) / 4 * 4);
   const double busy_sms = static_cast<double>(std::min(t.blocks, s_count));
   const double compute_s = static_cast<double>(tiles) * tile_flops / (busy_sms * kResidentFlopsPerSm);
   t.estimate_s = kStreamStartS + std::max(bytes / kResidentBytesPerS, compute_s);
-  t.use = !t.few_rows && t.lk && kResidentMargin * t.estimate_s < other_s;
+  t.use = !t.few_rows && t.lk && per_sm == kResidentBlocksPerSm &&
+          (other_is_tiles ? kResidentMargin : 1.0) * t.estimate_s < other_s;
   return t;
 }
 

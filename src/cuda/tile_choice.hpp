@@ -127,20 +127,23 @@ ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, doub
 // tiles' estimate with the bytes floor that choose_short_k adds, or the short-k kernel's).
 inline constexpr std::int64_t kResidentBlocksPerSm = 2;
 // ... as many as fit an SM's 228 KiB of shared memory (1 KiB of it reserved a block), at most that:
-// two up to k = 128, one past it (gemm_tiles.h, resident_smem_bytes).
-inline constexpr std::int64_t resident_blocks_per_sm(int k) {
-  return std::min<std::int64_t>(kResidentBlocksPerSm, (228 << 10) / (resident_smem_bytes(true, k) + (1 << 10)));
+// for 64 columns two up to k = 128, one past it; for 32, two (gemm_tiles.h, resident_smem_bytes).
+inline constexpr std::int64_t resident_blocks_per_sm(int k, int sc = kResidentMax) {
+  return std::min<std::int64_t>(kResidentBlocksPerSm, (228 << 10) / (resident_smem_bytes(true, k, sc) + (1 << 10)));
 }
 struct ResidentChoice {
   bool possible = false;  // k and a side of c at most kResidentMax
   bool use = false;
   bool few_rows = false;  // L = b^T, out = c^T (else L = a, out = c)
   bool lk = false;        // L's k contiguous: resident_f32_lk (else _lr)
+  int sc = kResidentMax;  // the form's columns: 64, or 32 (_s32) where S is at most 32
   std::int64_t blocks = 0;
   double estimate_s = 0.0;
 };
+// cols: the form's columns (64 or 32; 0: 32 where S is at most 32, else 64). other_is_tiles:
+// other_s is the tiles' estimate (taken against with kResidentMargin), not the short-k kernel's.
 ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
-                               double other_s);
+                               double other_s, int cols = 0, bool other_is_tiles = true);
 // The tiles' estimate with a floor of their bytes at the tiles' streaming rate (what choose_short_k
 // compares with; the tile model counts flops only).
 double tiles_with_bytes_s(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s);

@@ -417,11 +417,12 @@ TEST(CudaGemm, ShortKCorrect) {
 }
 
 // The resident kernels (kernels/gemm_resident.cuh) whatever the model says (PORTMAT_CUDA_RESIDENT=1):
-// k up to kResidentMaxK (in one chunk of 64 and in several, a partial last one among them) and a
-// side of c up to kResidentMax, the long side in several 128-row tiles per block (a grid of at most
-// 2 blocks an SM; 1 past k = 128) and in a partial last tile, both views (few columns: L = a; few
-// rows: L = b^T) in every layout, so both kernels (L's k contiguous and not), aligned and unaligned
-// offsets (16-byte copies and stores, and element ones), and k not a multiple of 4.
+// k up to kResidentMaxK (in one chunk and in several, a partial last one among them) and a side of
+// c up to kResidentMax (the 32-column forms at most 32: 256-row tiles in chunks of 32 k), the long
+// side in several tiles per block (a grid of at most 2 blocks an SM; 1 past k = 128 at 64 columns)
+// and in a partial last tile, both views (few columns: L = a; few rows: L = b^T) in every layout,
+// so every kernel (L's k contiguous and not), aligned and unaligned offsets (16-byte copies and
+// stores, and element ones), and k not a multiple of 4.
 TEST(CudaGemm, ResidentCorrect) {
   REQUIRE_CUDA();
   std::mt19937 rng(41);
@@ -429,8 +430,11 @@ TEST(CudaGemm, ResidentCorrect) {
   ScopedEnv no_thin("PORTMAT_CUDA_THIN", "0");  // the sides of 1-16 too
   check_each_device_resident(dev, {{70001, 64, 64}, {64, 70001, 64}, {3001, 37, 33}, {40, 2999, 61}, {1000, 1, 64},
                                    {129, 64, 1}, {300, 60, 64}, {64, 64, 64}, {5, 9000, 3}, {20001, 32, 192},
-                                   {3001, 37, 129}, {40, 2999, 256}, {129, 64, 100}, {64, 9000, 255}, {700, 48, 65}},
+                                   {3001, 37, 129}, {40, 2999, 256}, {129, 64, 100}, {64, 9000, 255}, {700, 48, 65},
+                                   {30001, 17, 100}, {30, 5000, 64}, {513, 32, 256}, {257, 31, 33}},
                              rng);
+  ScopedEnv cols("PORTMAT_CUDA_RESIDENT_COLS", "64");  // the 64-column forms where 32 would run
+  check_each_device_resident(dev, {{20001, 32, 192}, {30, 5000, 64}}, rng);
 }
 
 // Benchmarks' graph timing (PORTMAT_CUDA_TIME_GRAPH=1: gemm_repeated captures its products in a
@@ -824,7 +828,7 @@ TEST(CudaResidentChoice, WhereItApplies) {
   EXPECT_FALSE(pc::choose_resident(65536, 64, 64, true, false, 132, 1.0).lk);
   EXPECT_TRUE(pc::choose_resident(65536, 64, 65, false, false, 132, 1.0).possible);  // two chunks of k
   EXPECT_EQ(pc::choose_resident(65536, 64, 128, false, false, 132, 1.0).blocks, 264);
-  EXPECT_EQ(pc::choose_resident(65536, 32, 192, false, false, 132, 1.0).blocks, 132);  // one block an SM fits
+  EXPECT_EQ(pc::choose_resident(65536, 48, 192, false, false, 132, 1.0).blocks, 132);  // one block an SM fits
   EXPECT_TRUE(pc::choose_resident(65536, 32, 256, false, false, 132, 1.0).possible);
   EXPECT_FALSE(pc::choose_resident(65536, 64, 257, false, false, 132, 1.0).possible);
   EXPECT_FALSE(pc::choose_resident(65536, 65, 64, false, false, 132, 1.0).possible);
@@ -836,6 +840,18 @@ TEST(CudaResidentChoice, WhereItApplies) {
     EXPECT_FALSE(pc::choose_resident(m, 64, 64, true, false, 132, tiles_s).use) << m;  // L's r contiguous
     EXPECT_FALSE(pc::choose_resident(64, m, 64, false, false, 132, tiles_s).use) << m;  // L = b^T
   }
+  // k of 65-256 where two blocks fit an SM (64 columns up to k = 128, 32 columns to 256) and it
+  // measured faster than the tiles; 64 columns past k = 128 (one block an SM) never.
+  for (std::array<long, 4> mknu : {std::array<long, 4>{65536, 96, 48, 1}, {65536, 128, 64, 1}, {100000, 96, 40, 1},
+                                   {65536, 192, 32, 1}, {65536, 128, 32, 1}, {65536, 256, 64, 0}}) {
+    const long m = mknu[0], k = mknu[1], n = mknu[2];
+    const auto tile = pc::choose_f32_tile(m, n, k, 132, true, true);
+    const auto r = pc::choose_resident(m, n, k, false, false, 132, pc::tiles_with_bytes_s(m, n, k, tile.estimate_s));
+    EXPECT_EQ(r.use, mknu[3] == 1) << m << "x" << k << "x" << n;
+    EXPECT_EQ(r.sc, n <= 32 ? 32 : 64) << m << "x" << k << "x" << n;
+  }
+  EXPECT_EQ(pc::choose_resident(65536, 32, 256, false, false, 132, 1.0).blocks, 256);  // 256-row tiles, 2 an SM
+  EXPECT_EQ(pc::choose_resident(65536, 32, 256, false, false, 132, 1.0, 64).blocks, 132);  // forced 64 columns
   const auto small = pc::choose_f32_tile(64, 64, 64, 132, true, true);
   EXPECT_FALSE(pc::choose_resident(64, 64, 64, false, false, 132, pc::tiles_with_bytes_s(64, 64, 64, small.estimate_s)).use);
 }

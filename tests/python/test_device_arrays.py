@@ -606,19 +606,21 @@ def test_products_queued_back_to_back_see_each_other(torch, rng, monkeypatch, va
     pre-pass."""
     if variant == "resident":
         monkeypatch.setenv("PORTMAT_CUDA_RESIDENT", "1")
-    precision = "tf32" if variant == "tf32" else None
-    eps = 2.0 ** -10 if precision else EPS[np.dtype(np.float32)]  # tf32 rounds each operand to 11 bits
+    eps = 2.0 ** -10 if variant == "tf32" else EPS[np.dtype(np.float32)]  # tf32 rounds operands to 11 bits
     n = 2048
     a = _torch_random(torch, rng, (n, n), "float32")
     b = _torch_random(torch, rng, (n, n), "float32")
     a_before = _torch_host(a)
     ws = [_torch_random(torch, rng, (k, nn), "float32") for (_, k, nn) in _DEPENDENT_SHAPES]
     s = _torch_random(torch, rng, (256, 256), "float32")
-    x = portmat.matmul(a, b, precision=precision)  # about 0.3 ms of work ahead of what follows
-    outs = [(x[:m, :k], w, portmat.matmul(x[:m, :k], w, precision=precision))
-            for (m, k, _), w in zip(_DEPENDENT_SHAPES, ws)]
-    portmat.matmul(s, s, out=a[:256, :256], precision=precision)  # the first product read a
-    torch.cuda.synchronize()
+    portmat.set_precision("tf32" if variant == "tf32" else None)
+    try:
+        x = portmat.matmul(a, b)  # about 0.3 ms of work ahead of what follows
+        outs = [(x[:m, :k], w, portmat.matmul(x[:m, :k], w)) for (m, k, _), w in zip(_DEPENDENT_SHAPES, ws)]
+        portmat.matmul(s, s, out=a[:256, :256])  # the first product read a
+        torch.cuda.synchronize()
+    finally:
+        portmat.set_precision(None)
     hx = _torch_host(x)
     assert_close(hx, a_before, _torch_host(b), eps)
     for left, w, c in outs:

@@ -300,9 +300,12 @@ __global__ void __launch_bounds__(256) short_k_f32_c32(ShortKArgs p) { wait_for_
 __global__ void __launch_bounds__(256) short_k_f32_c32_r2(ShortKArgs p) { wait_for_prior_grid(); short_k_body<32, 2>(p); }
 
 // The short operand resident in shared memory (gemm_resident.cuh): 256 threads a block, two blocks
-// an SM (85-87 KB of dynamic shared memory each), a persistent grid over 128-row tiles of L.
-__global__ void __launch_bounds__(256, 2) resident_f32_lk(ResidentArgs p) { wait_for_prior_grid(); resident_body<true>(p); }
-__global__ void __launch_bounds__(256, 2) resident_f32_lr(ResidentArgs p) { wait_for_prior_grid(); resident_body<false>(p); }
+// an SM (85-108 KB of dynamic shared memory each; one past k = 128 for 64 columns), a persistent
+// grid over tiles of L (128 rows; 256 for at most 32 columns: _s32).
+__global__ void __launch_bounds__(256, 2) resident_f32_lk(ResidentArgs p) { wait_for_prior_grid(); resident_body<true, 64>(p); }
+__global__ void __launch_bounds__(256, 2) resident_f32_lr(ResidentArgs p) { wait_for_prior_grid(); resident_body<false, 64>(p); }
+__global__ void __launch_bounds__(256, 2) resident_f32_lk_s32(ResidentArgs p) { wait_for_prior_grid(); resident_body<true, 32>(p); }
+__global__ void __launch_bounds__(256, 2) resident_f32_lr_s32(ResidentArgs p) { wait_for_prior_grid(); resident_body<false, 32>(p); }
 
 // Tensor cores (gemm_tc.cuh), float32 operands in the precision modes: tf32 (one TF32 product),
 // f32x3 (float32_tc: the hi/lo split, three TF32 products), bf16 (operands rounded to bfloat16).

@@ -20,6 +20,10 @@
 //  - resident_f32_lr (L's r contiguous: a row-major b seen as b^T): chunk Ls[64][132] (k-major);
 //    a thread's rows are 4 ty + q and 64 + 4 ty + q.
 // Columns: tx * 4 + j (16 threads across the 64 columns).
+//  - the _s32 forms, for at most 32 columns (S <= 32: the 64-column form computed twice what was
+//    asked): 8 threads across the columns and 32 rows of them, tiles of 256 rows in chunks of 32
+//    k (Ls[256][36] or Ls[32][260]), so the chunk holds as many floats and a thread the same 8 x 4;
+//    two blocks an SM up to k = 256.
 #pragma once
 
 #include "gemm_common.cuh"
@@ -28,33 +32,41 @@ namespace portmat::cuda {
 namespace {
 
 constexpr int kResidentThreads = 256;
-constexpr int kResidentPitchS = kResidentMax + 4;   // Ss[k][s]
-template <bool LK>
+// SC: the columns of the form (64, or 32 for the _s32 kernels). TX threads across them, TY rows of
+// threads; a tile of RT rows in chunks of KC k (RT x KC = 8192 floats either way).
+template <bool LK, int SC>
 struct ResidentShape {
-  // LK: Ls[row][k], pitch 68; LR: Ls[k][row], pitch 132. One chunk of 64 k.
-  static constexpr int kPitch = LK ? kResidentMax + 4 : kResidentRows + 4;
-  static constexpr int kTileFloats = LK ? kResidentRows * kPitch : kResidentMax * kPitch;
-  static constexpr int kShChunkFloats = kResidentMax * kResidentPitchS;  // Sh's rows of one chunk
+  static constexpr int TX = SC / 4, TY = kResidentThreads / TX;
+  static constexpr int RT = resident_tile_rows(SC), KC = resident_chunk_k(SC);
+  static constexpr int PS = SC + 4;  // Ss[k][s]
+  // LK: Ls[row][k], pitch KC + 4; LR: Ls[k][row], pitch RT + 4. One chunk.
+  static constexpr int kPitch = LK ? KC + 4 : RT + 4;
+  static constexpr int kTileFloats = LK ? RT * kPitch : KC * kPitch;
+  static constexpr int kShChunkFloats = KC * PS;  // Sh's rows of one chunk
+  static_assert(RT * KC == 8192 && TY * 8 == RT, "a thread's 8 rows by 4 columns cover the tile");
 };
-static_assert(4 * (2 * ResidentShape<true>::kTileFloats + ResidentShape<true>::kShChunkFloats) == resident_smem_bytes(true, 64),
-              "gemm_tiles.h's size of resident_f32_lk");
-static_assert(4 * (2 * ResidentShape<false>::kTileFloats + ResidentShape<false>::kShChunkFloats) == resident_smem_bytes(false, 64),
-              "gemm_tiles.h's size of resident_f32_lr");
-static_assert(4 * (2 * ResidentShape<true>::kTileFloats + 4 * ResidentShape<true>::kShChunkFloats) == resident_smem_bytes(true, 256),
-              "gemm_tiles.h's size of resident_f32_lk at k = 256");
+template <bool LK, int SC>
+constexpr int resident_floats(int chunks) {
+  return 2 * ResidentShape<LK, SC>::kTileFloats + chunks * ResidentShape<LK, SC>::kShChunkFloats;
+}
+static_assert(4 * resident_floats<true, 64>(1) == resident_smem_bytes(true, 64, 64), "gemm_tiles.h's size of resident_f32_lk");
+static_assert(4 * resident_floats<false, 64>(1) == resident_smem_bytes(false, 64, 64), "gemm_tiles.h's size of resident_f32_lr");
+static_assert(4 * resident_floats<true, 64>(4) == resident_smem_bytes(true, 256, 64), "gemm_tiles.h's size at k = 256");
+static_assert(4 * resident_floats<true, 32>(8) == resident_smem_bytes(true, 256, 32), "gemm_tiles.h's size of resident_f32_lk_s32");
+static_assert(4 * resident_floats<false, 32>(8) == resident_smem_bytes(false, 256, 32), "gemm_tiles.h's size of resident_f32_lr_s32");
 
-// Chunk c of tile t of L (rows t * 128 ..., k c * 64 ...) into shared memory: zeros past r and k.
-template <bool LK>
+// Chunk c of tile t of L (rows t * RT ..., k c * KC ...) into shared memory: zeros past r and k.
+template <bool LK, int SC>
 __device__ __forceinline__ void resident_issue(const ResidentArgs& p, int t, int c, float* ls) {
-  using S = ResidentShape<LK>;
+  using S = ResidentShape<LK, SC>;
   const float* L = static_cast<const float*>(p.l);
-  const int r0 = t * kResidentRows, k0 = c * kResidentMax;
+  const int r0 = t * S::RT, k0 = c * S::KC;
 #pragma unroll
-  for (int i = 0; i < kResidentRows * kResidentMax / 4 / kResidentThreads; ++i) {
+  for (int i = 0; i < S::RT * S::KC / 4 / kResidentThreads; ++i) {
     const int u = threadIdx.x + i * kResidentThreads;
-    // LK: 16 units of 4 k a row; LR: 32 units of 4 rows a k.
-    const int row = LK ? u / (kResidentMax / 4) : u % (kResidentRows / 4) * 4;
-    const int kk = LK ? u % (kResidentMax / 4) * 4 : u / (kResidentRows / 4);
+    // LK: KC / 4 units of 4 k a row; LR: RT / 4 units of 4 rows a k.
+    const int row = LK ? u / (S::KC / 4) : u % (S::RT / 4) * 4;
+    const int kk = LK ? u % (S::KC / 4) * 4 : u / (S::RT / 4);
     const int gr = r0 + row, gk = k0 + kk;
     float* dst = ls + (LK ? row * S::kPitch + kk : kk * S::kPitch + row);
     // valid elements of the unit along its contiguous index
@@ -69,28 +81,28 @@ __device__ __forceinline__ void resident_issue(const ResidentArgs& p, int t, int
   }
 }
 
-template <bool LK>
+template <bool LK, int SC>
 __device__ __forceinline__ void resident_body(const ResidentArgs& p) {
-  using S = ResidentShape<LK>;
+  using S = ResidentShape<LK, SC>;
   extern __shared__ __align__(16) float smem[];
   float* const ss = smem + 2 * S::kTileFloats;
-  const int tiles = (p.r + kResidentRows - 1) / kResidentRows;
+  const int tiles = (p.r + S::RT - 1) / S::RT;
   int t = blockIdx.x;
   if (t >= tiles) return;
-  // Sh, zero-padded to chunks x 64 rows by 64, once, copied by cp.async with the first chunk (16
+  // Sh, zero-padded to chunks x KC rows by SC, once, copied by cp.async with the first chunk (16
   // copies a thread in flight together at k = 64: as plain loads, each waiting for the one before,
   // they cost 2 us of 21).
-  const int chunks = resident_k_chunks(p.k), kpad = chunks * kResidentMax;
+  const int chunks = (p.k + S::KC - 1) / S::KC, kpad = chunks * S::KC;
   const float* g = static_cast<const float*>(p.sh);
-  for (int e = threadIdx.x; e < kpad * kResidentMax; e += kResidentThreads) {
-    const int kk = p.sk == 1 ? e % kpad : e / kResidentMax;
-    const int s = p.sk == 1 ? e / kpad : e % kResidentMax;
+  for (int e = threadIdx.x; e < kpad * SC; e += kResidentThreads) {
+    const int kk = p.sk == 1 ? e % kpad : e / SC;
+    const int s = p.sk == 1 ? e / kpad : e % SC;
     const bool ok = kk < p.k && s < p.s;
-    cp_async_elem<4>(ss + kk * kResidentPitchS + s, ok ? g + static_cast<long long>(kk) * p.sk + s * p.ss : g, ok ? 4 : 0);
+    cp_async_elem<4>(ss + kk * S::PS + s, ok ? g + static_cast<long long>(kk) * p.sk + s * p.ss : g, ok ? 4 : 0);
   }
-  resident_issue<LK>(p, t, 0, smem);
+  resident_issue<LK, SC>(p, t, 0, smem);
   cp_async_commit();
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int tx = threadIdx.x % S::TX, ty = threadIdx.x / S::TX;
   float* out = static_cast<float*>(p.out);
   float acc[8][4];
 #pragma unroll
@@ -100,23 +112,23 @@ __device__ __forceinline__ void resident_body(const ResidentArgs& p) {
   for (int buf = 0, c = 0; t < tiles; buf ^= 1) {
     int next_t = t, next_c = c + 1;
     if (next_c == chunks) next_c = 0, next_t += gridDim.x;
-    if (next_t < tiles) resident_issue<LK>(p, next_t, next_c, smem + (buf ^ 1) * S::kTileFloats);
+    if (next_t < tiles) resident_issue<LK, SC>(p, next_t, next_c, smem + (buf ^ 1) * S::kTileFloats);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
     const float* ls = smem + buf * S::kTileFloats;
     const float* sc = ss + c * S::kShChunkFloats;  // Sh's rows of this chunk
     // the chunk's k rounded up to the float4 steps (zeros past k on both sides)
-    const int kp = min(kResidentMax, (p.k - c * kResidentMax + 3) & ~3);
+    const int kp = min(S::KC, (p.k - c * S::KC + 3) & ~3);
     if constexpr (LK) {
 #pragma unroll 1
       for (int kk = 0; kk < kp; kk += 4) {
         float4 w[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const float4*>(sc + (kk + j) * kResidentPitchS + tx * 4);
+        for (int j = 0; j < 4; ++j) w[j] = *reinterpret_cast<const float4*>(sc + (kk + j) * S::PS + tx * 4);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const float4 x = *reinterpret_cast<const float4*>(ls + (ty + 16 * i) * S::kPitch + kk);
+          const float4 x = *reinterpret_cast<const float4*>(ls + (ty + S::TY * i) * S::kPitch + kk);
           acc[i][0] = fmaf(x.w, w[3].x, fmaf(x.z, w[2].x, fmaf(x.y, w[1].x, fmaf(x.x, w[0].x, acc[i][0]))));
           acc[i][1] = fmaf(x.w, w[3].y, fmaf(x.z, w[2].y, fmaf(x.y, w[1].y, fmaf(x.x, w[0].y, acc[i][1]))));
           acc[i][2] = fmaf(x.w, w[3].z, fmaf(x.z, w[2].z, fmaf(x.y, w[1].z, fmaf(x.x, w[0].z, acc[i][2]))));
@@ -126,9 +138,9 @@ __device__ __forceinline__ void resident_body(const ResidentArgs& p) {
     } else {
 #pragma unroll 4
       for (int kk = 0; kk < kp; ++kk) {
-        const float4 w = *reinterpret_cast<const float4*>(sc + kk * kResidentPitchS + tx * 4);
+        const float4 w = *reinterpret_cast<const float4*>(sc + kk * S::PS + tx * 4);
         const float4 x0 = *reinterpret_cast<const float4*>(ls + kk * S::kPitch + ty * 4);
-        const float4 x1 = *reinterpret_cast<const float4*>(ls + kk * S::kPitch + 64 + ty * 4);
+        const float4 x1 = *reinterpret_cast<const float4*>(ls + kk * S::kPitch + S::RT / 2 + ty * 4);
         const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -140,9 +152,11 @@ __device__ __forceinline__ void resident_body(const ResidentArgs& p) {
       }
     }
     if (c == chunks - 1) {  // the tile's last chunk: its results out, the sums cleared for the next
-      // Row i of the thread's 8: LK ty + 16 i; LR 4 ty + i (i < 4), 64 + 4 ty + i - 4.
-      const int r0 = t * kResidentRows, s0 = tx * 4;
-      auto row_of = [&](int i) { return r0 + (LK ? ty + 16 * i : (i < 4 ? 4 * ty + i : 64 + 4 * ty + i - 4)); };
+      // Row i of the thread's 8: LK ty + TY i; LR 4 ty + i (i < 4), RT / 2 + 4 ty + i - 4.
+      const int r0 = t * S::RT, s0 = tx * 4;
+      auto row_of = [&](int i) {
+        return r0 + (LK ? ty + S::TY * i : (i < 4 ? 4 * ty + i : S::RT / 2 + 4 * ty + i - 4));
+      };
       if (p.out_vec && p.oss == 1 && s0 + 3 < p.s) {  // float4 along s (c itself: L = a)
 #pragma unroll
         for (int i = 0; i < 8; ++i)

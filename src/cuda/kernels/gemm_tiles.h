@@ -190,18 +190,20 @@ struct ShortKArgs {
 // (resident_f32_lk: k contiguous) or l[kk * ldl + i] (resident_f32_lr: r contiguous); Sh's (kk, j)
 // at sh[kk * sk + j * ss]; out's (i, j) at out[i * ors + j * oss]. vec: l and ldl allow 16-byte
 // copies; out_vec: out and the larger of ors, oss allow 16-byte stores along the one that is 1.
-// Grid: persistent, blockIdx.x walks the 128-row tiles of L gridDim.x apart, each in chunks of
-// kResidentMax k.
-inline constexpr int kResidentMax = 64;     // s at most, and the k of one chunk of an L tile
+// Grid: persistent, blockIdx.x walks the tiles of L (128 rows; 256 for the _s32 forms) gridDim.x
+// apart, each in chunks of k (64; 32).
+inline constexpr int kResidentMax = 64;     // s at most
 inline constexpr int kResidentMaxK = 256;   // k at most: Sh holds all of it
-inline constexpr int kResidentRows = 128;  // rows of L a tile (the kernels and the host's model)
-inline constexpr int resident_k_chunks(int k) { return (k + kResidentMax - 1) / kResidentMax; }
-// Their dynamic shared memory: two chunks of 128-row tiles of L (128 x 68 floats, k padded by 4;
-// or k-major, 64 x 132) and Sh (64 x 68 a chunk of k). Two blocks fit an SM of 228 KiB up to k =
-// 128 (102 KiB each); at k = 256, 136 KiB, one.
-inline constexpr int resident_smem_bytes(bool lk, int k = kResidentMax) {
-  return 4 * (2 * (lk ? kResidentRows * (kResidentMax + 4) : kResidentMax * (kResidentRows + 4)) +
-              resident_k_chunks(k) * kResidentMax * (kResidentMax + 4));
+inline constexpr int kResidentRows = 128;  // rows of L a tile of the 64-column forms
+inline constexpr int resident_tile_rows(int sc) { return sc == 32 ? 256 : kResidentRows; }
+inline constexpr int resident_chunk_k(int sc) { return 8192 / resident_tile_rows(sc); }
+// Their dynamic shared memory: two chunks of a tile of L (k padded by 4: 128 x 68 or 256 x 36
+// floats; or k-major, 64 x 132 or 32 x 260) and Sh (chunk k x (sc + 4) floats a chunk). Two blocks
+// fit an SM of 228 KiB up to k = 128 for the 64-column forms (102 KiB each; at k = 256, 136 KiB,
+// one), and up to k = 256 for the 32-column ones (108 KiB).
+inline constexpr int resident_smem_bytes(bool lk, int k = kResidentMax, int sc = kResidentMax) {
+  const int rt = resident_tile_rows(sc), kc = resident_chunk_k(sc);
+  return 4 * (2 * (lk ? rt * (kc + 4) : kc * (rt + 4)) + (k + kc - 1) / kc * kc * (sc + 4));
 }
 struct ResidentArgs {
   const void* l;
