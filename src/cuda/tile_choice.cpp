@@ -429,9 +429,9 @@ namespace {
 // (128 x 64) 37.3 / 41.2, (65536 x 128) @ (128 x 32) 37.4 / 39.0, (100000 x 96) @ (96 x 40) 44.3 /
 // 50.7), where the tiles' estimate with its bytes floor was 29.3 and 38.0 for the two it lost:
 // the resident kernel is taken up to 1 / kResidentMargin of that estimate (the short-k kernel's
-// estimate, which held, without it). Past k = 128, one
-// block an SM, it lost to the tiles ((65536 x 192) @ (192 x 32) 59.1 / 54.7, (65536 x 256) @
-// (256 x 64) 73.8 / 70.1; (16384 x 256) @ (256 x 64) 23.4 / 18.6): not taken there.
+// estimate, which held, without it). Past k = 128, one block an SM of the 64-column form, it lost
+// to the tiles ((65536 x 192) @ (192 x 32) 59.1 / 54.7, (65536 x 256) @ (256 x 64) 73.8 / 70.1;
+// (16384 x 256) @ (256 x 64) 23.4 / 18.6): taken only where two blocks fit.
 constexpr double kResidentBytesPerS = 3.0e12, kResidentFlopsPerSm = 235e9, kResidentMargin = 0.85;
 }  // namespace
 

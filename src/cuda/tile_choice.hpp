@@ -118,13 +118,14 @@ ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, doub
 
 // The resident kernels (kernels/gemm_resident.cuh): k at most kResidentMaxK (256) and a side of c
 // at most kResidentMax (64), the other side long: out (R x S) = L (R x k) . Sh (k x S) with the
-// short operand Sh in shared memory and L streamed in 128-row tiles (chunks of 64 k) by a
-// persistent grid of at most kResidentBlocksPerSm blocks an SM. Its time: a start plus L's and c's
-// bytes at a streaming rate, or its multiply-adds (64 columns and k rounded up to 4, whatever S
-// is) at its rate on the SMs the grid occupies,
-// whichever is longer. `use`: L = a row-major (resident_f32_lk writing c's rows; the other view
-// and kernel measured no faster than the tiles: tile_choice.cpp) and that beats `other_s` (the
-// tiles' estimate with the bytes floor that choose_short_k adds, or the short-k kernel's).
+// short operand Sh in shared memory and L streamed in tiles of 128 rows in chunks of 64 k (or, at
+// most 32 columns, 256 rows in chunks of 32) by a persistent grid of at most kResidentBlocksPerSm
+// blocks an SM. Its time: a start plus L's and c's bytes at a streaming rate, or its multiply-adds
+// (the form's 64 or 32 columns and k rounded up to 4, whatever S is) at its rate on the SMs the
+// grid occupies, whichever is longer. `use`: L = a row-major (resident_f32_lk writing c's rows;
+// the other view and kernel measured no faster than the tiles: tile_choice.cpp), two blocks an
+// SM, and that beats `other_s` (the tiles' estimate with the bytes floor that choose_short_k adds,
+// or the short-k kernel's).
 inline constexpr std::int64_t kResidentBlocksPerSm = 2;
 // ... as many as fit an SM's 228 KiB of shared memory (1 KiB of it reserved a block), at most that:
 // for 64 columns two up to k = 128, one past it; for 32, two (gemm_tiles.h, resident_smem_bytes).
@@ -132,7 +133,7 @@ inline constexpr std::int64_t resident_blocks_per_sm(int k, int sc = kResidentMa
   return std::min<std::int64_t>(kResidentBlocksPerSm, (228 << 10) / (resident_smem_bytes(true, k, sc) + (1 << 10)));
 }
 struct ResidentChoice {
-  bool possible = false;  // k and a side of c at most kResidentMax
+  bool possible = false;  // k at most kResidentMaxK and a side of c at most kResidentMax
   bool use = false;
   bool few_rows = false;  // L = b^T, out = c^T (else L = a, out = c)
   bool lk = false;        // L's k contiguous: resident_f32_lk (else _lr)
