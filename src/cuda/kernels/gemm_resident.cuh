@@ -8,18 +8,18 @@
 //
 // The problem is seen as out (R x S) = L (R x K) . Sh (K x S) (the host maps a, b and c onto it as
 // for the thin kernels: few columns of c, L = a; few rows, L = b^T and out = c^T). A block of 256
-// threads copies Sh (zero-padded to a multiple of 64 x 64) into shared memory once, then walks the
-// 128-row tiles of L gridDim.x apart (a persistent grid of about two blocks an SM), each tile in
-// chunks of 64 k: while it multiplies one chunk the next one's copy (cp.async, 16 bytes a thread
-// where aligned) is in flight into the other buffer, also across tiles, so the start of a tile and
-// the stores of the one before overlap a copy. Each thread computes 8 rows x 4 columns of the tile
-// from float4 reads of shared memory (12 of them per 128 multiply-adds) and stores them as float4
-// where out allows.
+// threads copies Sh (zero-padded to whole chunks of k by 64 columns) into shared memory once, then
+// walks the 128-row tiles of L gridDim.x apart (a persistent grid of about two blocks an SM), each
+// tile in chunks of 64 k: while it multiplies one chunk the next one's copy (cp.async, 16 bytes a
+// thread where aligned) is in flight into the other buffer, also across tiles, so the start of a
+// tile and the stores of the one before overlap a copy. Each thread computes 8 rows x 4 columns of
+// the tile from float4 reads of shared memory (12 of them per 128 multiply-adds) and stores them as
+// float4 where out allows.
 //  - resident_f32_lk (L's k contiguous: a row-major a): chunk Ls[128][68], k padded by 4 so that
 //    the two rows a warp reads at once are in different banks; a thread's rows are ty + 16 i.
 //  - resident_f32_lr (L's r contiguous: a row-major b seen as b^T): chunk Ls[64][132] (k-major);
 //    a thread's rows are 4 ty + q and 64 + 4 ty + q.
-// Columns: tx * 4 + j (16 threads across the 64 columns).
+//  Columns: tx * 4 + j (16 threads across the 64 columns).
 //  - the _s32 forms, for at most 32 columns (S <= 32: the 64-column form computed twice what was
 //    asked): 8 threads across the columns and 32 rows of them, tiles of 256 rows in chunks of 32
 //    k (Ls[256][36] or Ls[32][260]), so the chunk holds as many floats and a thread the same 8 x 4;
