@@ -39,7 +39,7 @@ set(cuda_kernel_files
   ${cuda_kernels}/gemm_batched.cuh  # strided batches (_fpb, 64x64b, _small), complex b as real
   ${cuda_kernels}/gemm_thin.cuh     # thin products: a side of c at most 16
   ${cuda_kernels}/gemm_short_k.cuh  # short inner dimension: k at most 32, c large
-  ${cuda_kernels}/gemm_resident.cuh # k and a side of c at most 64: the short operand in shared memory
+  ${cuda_kernels}/gemm_resident.cuh # k <= 256, a side of c <= 64: the short operand in shared memory
   ${cuda_kernels}/casts.cuh         # dtype casts for products of dtypes the kernels lack
   ${cuda_kernels}/gemm_tc.cuh       # tensor cores (mma.sync): the precision modes of issue 18
   ${cuda_kernels}/gemm_wgmma.cuh    # Hopper tensor cores (wgmma + TMA, sm_90a): the same modes, fast

@@ -41,8 +41,9 @@
 //                      (split-K's sum of parts) and complex_b (complex b as real);
 //  - gemm_thin.cuh     thin products (a side of c at most 16): thin_dots, thin_axpy, thin_sum;
 //  - gemm_short_k.cuh  short inner dimension (k at most 32), c large: short_k;
-//  - gemm_resident.cuh k and a side of c at most 64, the other side long: the short operand
-//                      resident in shared memory, the long one streamed (resident_lk, _lr);
+//  - gemm_resident.cuh k at most 256 and a side of c at most 64, the other side long: the short
+//                      operand resident in shared memory, the long one streamed (resident_lk,
+//                      _lr, and their 32-column _s32 forms);
 //  - casts.cuh         cast_elements, dtype casts for products of dtypes the kernels lack;
 //  - gemm_tc.cuh       gemm_tc_body, the tensor cores (mma.sync) for the precision modes tf32,
 //                      float32_tc and bfloat16 (issue 18): its own tile (kTc) and shared-memory
