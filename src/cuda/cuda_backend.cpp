@@ -688,19 +688,19 @@ class CudaDevice final : public core::Device {
     const bool pdl =
         !more && cc_major_ >= 9 && cu_.LaunchKernelEx && pdl_works_ && knob("PORTMAT_CUDA_PDL", 1) != 0;
     if (!pdl && !more) return cu_.LaunchKernel(f, gx, gy, 1, threads, 1, 1, smem, stream, params, nullptr);
-    CUlaunchAttribute attrs[2]{};
-    unsigned count = 0;
-    if (more) attrs[count++] = *more;
-    if (pdl) {
-      attrs[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      attrs[count++].value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchAttribute attr{};  // `more`, or (never with it) the PDL attribute
+    if (more) {
+      attr = *more;
+    } else {
+      attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attr.value.programmaticStreamSerializationAllowed = 1;
     }
     CUlaunchConfig config{};
     config.gridDimX = gx, config.gridDimY = gy, config.gridDimZ = 1;
     config.blockDimX = threads, config.blockDimY = 1, config.blockDimZ = 1;
     config.sharedMemBytes = smem;
     config.hStream = stream;
-    config.attrs = attrs, config.numAttrs = count;
+    config.attrs = &attr, config.numAttrs = 1;
     const CUresult r = cu_.LaunchKernelEx(&config, f, params, nullptr);
     if (pdl && (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)) {
       pdl_works_ = false;  // launch-time refusals are not sticky: the same launch, plainly
