@@ -671,39 +671,36 @@ class CudaDevice final : public core::Device {
   }
 
   // Every kernel launch of this backend. On sm_90 and later with cuLaunchKernelEx, a programmatic
-  // dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): the GPU may schedule
-  // the kernel's blocks while the kernel ahead of it on the stream still runs, and each of them
-  // waits at its entry (wait_for_prior_grid, kernels/gemm_common.cuh) until that kernel has ended
-  // and its writes are visible. What it saves is the gap between two kernels of a stream, the
-  // launch latency that a CUDA graph removes: about a microsecond a product, most of the
-  // difference between portmat queued and cuBLAS replayed from a graph at n = 256-512
-  // (docs/cuda.md, "Launches that overlap"). `more` adds attributes: split-K's cluster shape, whose
-  // launches stay plain, since clusters placed early, beside the kernel still running, crowd the
-  // SMs that are free then (H100, 2026-12-06, queued us, PDL off / on: 384^3 11.0 / 11.7, 640^3
-  // 23.4 / 24.9, (8192 x 256) @ (256 x 256) 30.9 / 40.3; 256^3 8.6 / 7.5, the one that gained).
-  // PORTMAT_CUDA_PDL=0 launches plainly (measurements). A driver that refuses the attribute with
-  // a launch error gets plain launches from then on.
+  // dependent launch (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION): the kernel is launched
+  // once the blocks of the kernel ahead of it on the stream have exited, and each of its blocks
+  // waits at its entry (wait_for_prior_grid, kernels/gemm_common.cuh) until that kernel's writes
+  // are visible. What it saves is part of the gap between two kernels of a stream, the launch
+  // latency that a CUDA graph removes (docs/cuda.md, "Launches that overlap": H100, session 43, us,
+  // plain / PDL: 512^3 16.1 / 14.3, 640^3 23.8 / 22.0, 768^3 35.5 / 33.6, (16 x 65536) @ (65536 x
+  // 16) 17.7 / 16.0). `more` adds an attribute: split-K's cluster shape. PORTMAT_CUDA_PDL=0
+  // launches plainly (measurements). A driver that refuses the attribute with a launch error gets
+  // plain launches from then on (of that kind: alone, or beside a cluster shape).
   CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned threads, unsigned smem, CUstream stream,
                          void** params, const CUlaunchAttribute* more = nullptr) {
-    const bool pdl =
-        !more && cc_major_ >= 9 && cu_.LaunchKernelEx && pdl_works_ && knob("PORTMAT_CUDA_PDL", 1) != 0;
+    std::atomic<bool>& works = more ? pdl_with_more_works_ : pdl_works_;
+    const bool pdl = cc_major_ >= 9 && cu_.LaunchKernelEx && works && knob("PORTMAT_CUDA_PDL", 1) != 0;
     if (!pdl && !more) return cu_.LaunchKernel(f, gx, gy, 1, threads, 1, 1, smem, stream, params, nullptr);
-    CUlaunchAttribute attr{};  // `more`, or (never with it) the PDL attribute
-    if (more) {
-      attr = *more;
-    } else {
-      attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-      attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchAttribute attrs[2]{};  // `more`, then the PDL attribute
+    unsigned count = 0;
+    if (more) attrs[count++] = *more;
+    if (pdl) {
+      attrs[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attrs[count++].value.programmaticStreamSerializationAllowed = 1;
     }
     CUlaunchConfig config{};
     config.gridDimX = gx, config.gridDimY = gy, config.gridDimZ = 1;
     config.blockDimX = threads, config.blockDimY = 1, config.blockDimZ = 1;
     config.sharedMemBytes = smem;
     config.hStream = stream;
-    config.attrs = &attr, config.numAttrs = 1;
+    config.attrs = attrs, config.numAttrs = count;
     const CUresult r = cu_.LaunchKernelEx(&config, f, params, nullptr);
     if (pdl && (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE)) {
-      pdl_works_ = false;  // launch-time refusals are not sticky: the same launch, plainly
+      works = false;  // launch-time refusals are not sticky: the same launch, plainly
       return launch_kernel(f, gx, gy, threads, smem, stream, params, more);
     }
     return r;
@@ -1535,7 +1532,8 @@ class CudaDevice final : public core::Device {
   CUfunction thin_functions_[3][5] = {};  // launch_thin: [axpy, dots, dots_wk][short side 1, 2, 4, 8, 16]
   CUfunction short_k_functions_[3] = {};  // launch_short_k: 16 columns a block, 128, 128 with 2 rows a thread
   bool knobs_ = true;                     // a PORTMAT_CUDA_ variable is set (ready())
-  std::atomic<bool> pdl_works_{true};     // launch_kernel: the driver took the PDL attribute
+  std::atomic<bool> pdl_works_{true};     // launch_kernel: the driver took the PDL attribute ...
+  std::atomic<bool> pdl_with_more_works_{true};  // ... and beside a cluster shape
   struct PlanKey {
     std::int64_t m, n, k;
     int flags;

@@ -17,18 +17,21 @@ namespace portmat::cuda {
 namespace {
 
 // Programmatic dependent launch (sm_90 and later; the host launches every kernel with
-// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, cuda_backend.cpp launch_kernel): a kernel
-// may be scheduled while the one before it on the stream is still running, so that the launch
-// latency between two short products (1-2 us of an 8 us product at n = 256) overlaps the first.
-// Every kernel's entry point (gemm.cu) calls this first, before it touches global memory: the
-// wait returns once the grids it depends on have completed and their writes are visible; then
-// this grid lets the next one be scheduled (it in turn waits here). Without a prerequisite grid
-// (a launch without the attribute, or the first on its stream) the wait returns at once; before
-// sm_90 both are left out.
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, cuda_backend.cpp launch_kernel): the next
+// kernel on the stream is launched as soon as every block of this one has exited, before the
+// memory flush and the stream's own bookkeeping, so that part of the launch latency between two
+// short products (1-2 us of an 8 us product at n = 256) overlaps the first. Every kernel's entry
+// point (gemm.cu) calls this first, before it touches global memory: the wait returns once the
+// grid before it has completed and its writes are visible. Without a prerequisite grid (a launch
+// without the attribute, or the first on its stream) it returns at once; before sm_90 it is left
+// out. No kernel triggers its dependents early (griddepcontrol.launch_dependents): the next grid
+// would then be placed in the SMs' free slots while this one runs and refill the rest greedily,
+// three blocks on some SMs where two an SM were meant (H100, session 43: (8192 x 256) @ (256 x
+// 256) 40.9 us with the trigger at the kernel's start, 30.3 at its exit; docs/cuda.md, "Launches
+// that overlap").
 __device__ __forceinline__ void wait_for_prior_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 
