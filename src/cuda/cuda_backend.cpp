@@ -161,6 +161,7 @@ class CudaDevice final : public core::Device {
     const int lanes = (cc_major_ == 8 && cc_minor_ == 0) || cc_major_ < 8 ? 64 : 128;
     info_.peak_gflops = info_.compute_units * lanes * 2.0 * attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE) * 1e-6;
     smem_optin_ = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    smem_per_sm_ = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
     where_ = info_.id() + " (" + info_.name + ")";
     pool_.set_keep_bytes(info_.memory_bytes / 4);
   }
@@ -667,7 +668,8 @@ class CudaDevice final : public core::Device {
     const int sliced = static_cast<int>(knob("PORTMAT_CUDA_SLICED", 2));
     if (!clusters()) return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole, {}, sliced);
     return choose_f32_tile(m, n, k, info_.compute_units, warp_specialized(), whole,
-                           [this](const GemmTile& t, int slices) { return cluster_room(t, slices); }, sliced);
+                           [this](const GemmTile& t, int slices, bool spread) { return cluster_room(t, slices, spread); },
+                           sliced);
   }
 
   // Every kernel launch of this backend. On sm_90 and later with cuLaunchKernelEx, a programmatic
@@ -714,9 +716,12 @@ class CudaDevice final : public core::Device {
   }
 
   // How many clusters of `slices` blocks of cluster kernel t this GPU runs at once (the model's
-  // ClusterRoom): asked of the driver once per kernel and size (0 where it says none or fails).
-  std::int64_t cluster_room(const GemmTile& t, int slices) {
-    int& room = cluster_room_[{&t, slices}];
+  // ClusterRoom): asked of the driver once per kernel, size and spread (0 where it says none or
+  // fails). spread: with one block an SM, asked as if each block took over half of an SM's shared
+  // memory (the kernel's limit raised for the question, then put back); where the driver cannot
+  // say, the packed room over min_blocks.
+  std::int64_t cluster_room(const GemmTile& t, int slices, bool spread) {
+    int& room = cluster_room_[{&t, slices * 2 + spread}];
     if (room != 0) return std::max(room, 0);  // asked before (-1: none)
     CUlaunchAttribute cluster{};
     cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
@@ -727,9 +732,22 @@ class CudaDevice final : public core::Device {
     config.blockDimX = static_cast<unsigned>(t.threads()), config.blockDimY = 1, config.blockDimZ = 1;
     config.sharedMemBytes = static_cast<unsigned>(t.smem_bytes());
     config.attrs = &cluster, config.numAttrs = 1;
+    const CUfunction f = function(t, false, false);
     int n = 0;
-    if (cu_.OccupancyMaxActiveClusters(&n, function(t, false, false), &config) != CUDA_SUCCESS || n <= 0) n = -1;
-    return (room = n) > 0 ? room : 0;
+    if (!spread) {
+      if (cu_.OccupancyMaxActiveClusters(&n, f, &config) != CUDA_SUCCESS || n <= 0) n = -1;
+      return (room = n) > 0 ? room : 0;
+    }
+    const int half = smem_per_sm_ / 2 + 1;
+    if (half > t.smem_bytes() && half <= smem_optin_ &&
+        cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, half) == CUDA_SUCCESS) {
+      config.sharedMemBytes = static_cast<unsigned>(half);
+      if (cu_.OccupancyMaxActiveClusters(&n, f, &config) != CUDA_SUCCESS) n = 0;
+      cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, t.smem_bytes()),
+               "cuFuncSetAttribute(max dynamic shared memory)", where_);
+    }
+    if (n <= 0) n = static_cast<int>(cluster_room(t, slices, false) / std::max(1, t.min_blocks));
+    return (room = n > 0 ? n : -1) > 0 ? room : 0;
   }
 
   // A kernel family's knob (PORTMAT_CUDA_THIN, _RESIDENT, _SHORT_K): -1 unset (the model decides),
@@ -1518,7 +1536,7 @@ class CudaDevice final : public core::Device {
   CUdevice dev_;
   DeviceInfo info_;
   std::string where_;
-  int cc_major_ = 0, cc_minor_ = 0, smem_optin_ = 0;
+  int cc_major_ = 0, cc_minor_ = 0, smem_optin_ = 0, smem_per_sm_ = 0;
 
   std::mutex mu_;  // one caller at a time per device: guards everything below
   CUcontext ctx_ = nullptr;
@@ -1528,7 +1546,7 @@ class CudaDevice final : public core::Device {
   std::vector<CUevent> free_events_;
   std::map<std::string, CUfunction> functions_;
   std::map<std::pair<const GemmTile*, int>, CUfunction> tile_functions_;  // function(): tile, layout
-  std::map<std::pair<const GemmTile*, int>, int> cluster_room_;  // cluster_room(): tile, slices; -1 none
+  std::map<std::pair<const GemmTile*, int>, int> cluster_room_;  // cluster_room(): tile, 2 slices + spread; -1 none
   CUfunction thin_functions_[3][5] = {};  // launch_thin: [axpy, dots, dots_wk][short side 1, 2, 4, 8, 16]
   CUfunction short_k_functions_[3] = {};  // launch_short_k: 16 columns a block, 128, 128 with 2 rows a thread
   bool knobs_ = true;                     // a PORTMAT_CUDA_ variable is set (ready())

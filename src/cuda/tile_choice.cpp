@@ -206,14 +206,18 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
     if (room && c.cluster)
       for (std::int64_t p = 2; p <= kClusterMaxSlices && p <= k_tiles; ++p) {
         const std::int64_t kc = split_depth(k, p), parts = ceil_div(k, kc);
-        const std::int64_t active = parts < 2 ? 0 : room(*c.cluster, static_cast<int>(parts));
+        const std::int64_t active = parts < 2 ? 0 : room(*c.cluster, static_cast<int>(parts), false);
         if (active <= 0) continue;
         const double slice_s = 2.0 * t.bm * t.bn * static_cast<double>(kc) / c.flops_per_sm;
-        // Waves of `active` clusters. In each, a grid of at most one block an SM spreads over the
-        // SMs; a larger one is packed, min_blocks blocks on an SM (gemm_tiles.h: why 64x64 is the
-        // only cluster kernel).
-        const std::int64_t waves = ceil_div(tiles, active), blocks = std::min(tiles, active) * parts;
-        const std::int64_t turns = waves * (blocks <= s ? 1 : c.cluster->min_blocks);
+        // Waves of `active` clusters. In each, clusters that fit one block an SM spread over the
+        // SMs; more are packed, min_blocks blocks on an SM (gemm_tiles.h: why 64x64 is the only
+        // cluster kernel). What fits one an SM is room's spread, not SMs / slices: a cluster's
+        // blocks share a GPC, and the H100's 132 SMs hold 66, 39, 30, 22, 17, 15 and 15 clusters
+        // of 2-8 (its driver, session 43). There n = 320 (25 tiles) in 5 slices took 9.3 us, 4
+        // slices 7.6; n = 256 (16 tiles) in 8 slices 7.2, in 6 6.7.
+        const std::int64_t waves = ceil_div(tiles, active), in_wave = std::min(tiles, active);
+        const std::int64_t spread = room(*c.cluster, static_cast<int>(parts), true);
+        const std::int64_t turns = waves * (in_wave <= spread ? 1 : c.cluster->min_blocks);
         consider(c.cluster, false, 0,
                  kShareMargin * (static_cast<double>(turns) * slice_s + start_s + kClusterSumS +
                                  4.0 * t.bm * t.bn / kClusterSumBytesPerS),

@@ -54,11 +54,14 @@ struct TileChoice {
 // here; whole: the product is alone on the GPU (device-resident), so its blocks may wait on each
 // other (stream-K); the NumPy path's row chunks overlap on two streams and stay data-parallel.
 // room: how many clusters of `slices` blocks of a cluster kernel (GemmTile::cluster) the GPU runs
-// at once (cuOccupancyMaxActiveClusters; 0: none); empty where the GPU has no clusters (before
-// sm_90). With it, split-K may be one launch (TileChoice::tile a cluster kernel).
+// at once (cuOccupancyMaxActiveClusters; 0: none), with as many blocks an SM as fit (spread =
+// false) or with one block an SM (true: how many the GPU spreads over its SMs; a cluster's blocks
+// share one GPC, so fewer than SMs / slices where a GPC's SMs are not a multiple of slices);
+// empty where the GPU has no clusters (before sm_90). With it, split-K may be one launch
+// (TileChoice::tile a cluster kernel).
 // sliced: the sliced-k tiles (64x128_sl, 128x64_sl) among the candidates: 0 not, 1 data-parallel
 // only, 2 (the default) also their batched kernels for split-K ($PORTMAT_CUDA_SLICED).
-using ClusterRoom = std::function<std::int64_t(const GemmTile& tile, int slices)>;
+using ClusterRoom = std::function<std::int64_t(const GemmTile& tile, int slices, bool spread)>;
 TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int sms, bool warp_specialized,
                            bool whole, const ClusterRoom& room = {}, int sliced = 2);
 

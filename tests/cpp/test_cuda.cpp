@@ -700,8 +700,10 @@ TEST(CudaTileChoice, ModelPicksWhatMeasuredBestOnTheH200) {
 TEST(CudaTileChoice, ClusterKernelsWhereTheyFit) {
   using portmat::cuda::choose_f32_tile;
   namespace pc = portmat::cuda;
-  const pc::ClusterRoom h200 = [](const pc::GemmTile& t, int p) -> std::int64_t { return 8 * (16 * t.min_blocks / p); };
-  const pc::ClusterRoom none = [](const pc::GemmTile&, int) -> std::int64_t { return 0; };
+  const pc::ClusterRoom h200 = [](const pc::GemmTile& t, int p, bool spread) -> std::int64_t {
+    return 8 * (16 * (spread ? 1 : t.min_blocks) / p);
+  };
+  const pc::ClusterRoom none = [](const pc::GemmTile&, int, bool) -> std::int64_t { return 0; };
   const auto small = choose_f32_tile(256, 256, 256, 132, true, true, h200);
   EXPECT_EQ(small.tile->cluster, 1) << small.tile->name;
   EXPECT_GT(small.split, 1);
@@ -716,6 +718,34 @@ TEST(CudaTileChoice, ClusterKernelsWhereTheyFit) {
       EXPECT_LE(with.estimate_s, 1.05 * choose_f32_tile(2 * n, 2 * n, k, 132, true, true, h200).estimate_s)
           << n << " " << k;
     }
+}
+
+// A cluster's blocks share a GPC, so with one block an SM a GPU of 16-SM GPCs holds three clusters
+// of 5 in each, 24 in all, not 132 / 5: n = 320 (25 tiles of 64x64) in 5 slices would put two
+// blocks on some SMs (H100, session 43: 9.3 us, 7.6 in 4 slices). Small squares on such a GPU take
+// a cluster count that spreads one block an SM, and where the driver reports no spread room the
+// packed room decides alone as before.
+TEST(CudaTileChoice, ClustersSpreadOverGpcs) {
+  using portmat::cuda::choose_f32_tile;
+  namespace pc = portmat::cuda;
+  const int gpcs[] = {16, 16, 16, 16, 16, 16, 18, 18};  // 132 SMs
+  const pc::ClusterRoom h100 = [&](const pc::GemmTile& t, int p, bool spread) -> std::int64_t {
+    std::int64_t r = 0;
+    for (int g : gpcs) r += (spread ? 1 : t.min_blocks) * g / p;
+    return r;
+  };
+  const auto n320 = choose_f32_tile(320, 320, 320, 132, true, true, h100);
+  ASSERT_EQ(n320.tile->cluster, 1) << n320.tile->name;
+  const long kc = pc::split_depth(320, n320.split);
+  EXPECT_NE((320 + kc - 1) / kc, 5);
+  for (long n = 128; n <= 448; n += 64) {
+    const auto got = choose_f32_tile(n, n, n, 132, true, true, h100);
+    if (!got.tile->cluster) continue;
+    const long tiles = (n + 63) / 64 * ((n + 63) / 64);
+    const long kc = pc::split_depth(n, got.split);
+    const int parts = static_cast<int>((n + kc - 1) / kc);
+    EXPECT_LE(tiles, h100(*got.tile, parts, true)) << n << ": " << parts << " slices";
+  }
 }
 
 // The sliced-k tiles (gemm_tiles.h, 64x128_sl and 128x64_sl): listed for PORTMAT_CUDA_TILE with 8
@@ -738,7 +768,9 @@ TEST(CudaTileChoice, SlicedKTiles) {
   }
   EXPECT_EQ(pc::kF32_64x128_slb.k_groups, 2);
   EXPECT_EQ(pc::kF32_128x64_slb.k_groups, 2);
-  const pc::ClusterRoom h200 = [](const pc::GemmTile& t, int p) -> std::int64_t { return 8 * (16 * t.min_blocks / p); };
+  const pc::ClusterRoom h200 = [](const pc::GemmTile& t, int p, bool spread) -> std::int64_t {
+    return 8 * (16 * (spread ? 1 : t.min_blocks) / p);
+  };
   for (long n = 64; n <= 8192; n *= 2)
     for (long k : {64L, 1000L, 4096L})
       for (bool ws : {false, true}) {
