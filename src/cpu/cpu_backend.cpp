@@ -428,10 +428,11 @@ class CpuDevice final : public core::Device {
     if constexpr (std::is_floating_point_v<T>) {
       // A vector (or two) times a matrix streams the matrix: once each of two threads has
       // kMinStreamBytesPerThread of it, they read a half each (256 @ (256 x 256): 0.82x -> 0.95-1.19x
-      // NumPy, 2-core machine). From half that on, as before session 43, a second thread lost or
-      // tied: 2-core Xeon, GFLOP/s, two threads / one (NumPy): (1 x 128) @ (128 x 256) 25.3 / 32.8
-      // (34.3), (1 x 192) @ (192 x 256) 29.8 / 32.8 (42.1), (2 x 160) @ (160 x 256) 44.6 / 47.4
-      // (77.8), complex64 (1 x 128) @ (128 x 128) (two real rows against 128 KiB) 44.2 / 54.5 (46.6).
+      // NumPy, 2-core machine). Until session 43 the rule took two from half that in all, where a
+      // second thread lost or tied: 2-core Xeon, GFLOP/s, two threads / one (NumPy): (1 x 128) @
+      // (128 x 256) 25.3 / 32.8 (34.3), (1 x 192) @ (192 x 256) 29.8 / 32.8 (42.1), (2 x 160) @ (160
+      // x 256) 44.6 / 47.4 (77.8), complex64 (1 x 128) @ (128 x 128) (two real rows against 128 KiB)
+      // 44.2 / 54.5 (46.6).
       const bool one_thread = a.rows * a.cols * b.cols <= kSmallOneThread &&
                               !(a.rows <= 2 && static_cast<double>(a.cols * b.cols * std::int64_t(sizeof(T))) >=
                                                    2 * cpu::kMinStreamBytesPerThread);

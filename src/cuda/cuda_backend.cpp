@@ -735,18 +735,18 @@ class CudaDevice final : public core::Device {
     const CUfunction f = function(t, false, false);
     int n = 0;
     if (!spread) {
-      if (cu_.OccupancyMaxActiveClusters(&n, f, &config) != CUDA_SUCCESS || n <= 0) n = -1;
-      return (room = n) > 0 ? room : 0;
-    }
-    const int half = smem_per_sm_ / 2 + 1;
-    if (half > t.smem_bytes() && half <= smem_optin_ &&
-        cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, half) == CUDA_SUCCESS) {
-      config.sharedMemBytes = static_cast<unsigned>(half);
       if (cu_.OccupancyMaxActiveClusters(&n, f, &config) != CUDA_SUCCESS) n = 0;
-      cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, t.smem_bytes()),
-               "cuFuncSetAttribute(max dynamic shared memory)", where_);
+    } else {
+      const int half = smem_per_sm_ / 2 + 1;
+      if (half > t.smem_bytes() && half <= smem_optin_ &&
+          cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, half) == CUDA_SUCCESS) {
+        config.sharedMemBytes = static_cast<unsigned>(half);
+        if (cu_.OccupancyMaxActiveClusters(&n, f, &config) != CUDA_SUCCESS) n = 0;
+        cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, t.smem_bytes()),
+                 "cuFuncSetAttribute(max dynamic shared memory)", where_);
+      }
+      if (n <= 0) n = static_cast<int>(cluster_room(t, slices, false) / std::max(1, t.min_blocks));
     }
-    if (n <= 0) n = static_cast<int>(cluster_room(t, slices, false) / std::max(1, t.min_blocks));
     return (room = n > 0 ? n : -1) > 0 ? room : 0;
   }
 

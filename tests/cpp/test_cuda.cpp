@@ -722,9 +722,8 @@ TEST(CudaTileChoice, ClusterKernelsWhereTheyFit) {
 
 // A cluster's blocks share a GPC, so with one block an SM a GPU of 16-SM GPCs holds three clusters
 // of 5 in each, 24 in all, not 132 / 5: n = 320 (25 tiles of 64x64) in 5 slices would put two
-// blocks on some SMs (H100, session 43: 9.3 us, 7.6 in 4 slices). Small squares on such a GPU take
-// a cluster count that spreads one block an SM, and where the driver reports no spread room the
-// packed room decides alone as before.
+// blocks on some SMs (H100, session 43: 9.3 us, 7.6 in 4 slices). Small squares on such a GPU
+// that take a cluster kernel take a slice count whose clusters all fit one block an SM.
 TEST(CudaTileChoice, ClustersSpreadOverGpcs) {
   using portmat::cuda::choose_f32_tile;
   namespace pc = portmat::cuda;
@@ -736,8 +735,8 @@ TEST(CudaTileChoice, ClustersSpreadOverGpcs) {
   };
   const auto n320 = choose_f32_tile(320, 320, 320, 132, true, true, h100);
   ASSERT_EQ(n320.tile->cluster, 1) << n320.tile->name;
-  const long kc = pc::split_depth(320, n320.split);
-  EXPECT_NE((320 + kc - 1) / kc, 5);
+  const long kc320 = pc::split_depth(320, n320.split);
+  EXPECT_NE((320 + kc320 - 1) / kc320, 5);
   for (long n = 128; n <= 448; n += 64) {
     const auto got = choose_f32_tile(n, n, n, 132, true, true, h100);
     if (!got.tile->cluster) continue;
