@@ -70,6 +70,23 @@ constexpr double kClusterSumS = 2.5e-6, kClusterSumBytesPerS = 100e9;
 constexpr double kShareMargin = 1.03;
 // Candidate::split_shared_flops_per_sm applies to slices at least this deep.
 constexpr std::int64_t kSplitLongSlice = 256;
+// Candidate::crowded_flops_per_sm applies to split-K's slices (two to min_blocks of them on an SM)
+// at least this deep; before, they counted as turns at the rate of a block alone. H100, session 44
+// (cuda_vs_cublas.py, the 13 of 3000 shapes, squares and random ones, whose choice this moves,
+// all to 64x64b; the old choice forced and the new one, knobs set in both, us, two rounds): 576^3
+// 22.4-22.5 / 18.9-19.5, (147 x 2996) @ (2996 x 149) 26.1-26.5 / 18.2-21.5, (45 x 8644) @ (8644 x
+// 265) 30.0-30.5 / 23.3-24.2, (156 x 19392) @ (19392 x 36) 30.3-32.8 / 23.6-25.0, (659 x 4507) @
+// (4507 x 24) 24.3-28.0 / 19.2-21.5, the other 8 tied or 3-20% faster. (Those runs carry a few us
+// of host time for the knobs: (298 x 1397) @ (1397 x 280) took 18.0-18.2 us on its old choice
+// without them, 18.8-20.1 on the new with them.) In the same sweep 64x64b's split runs from n =
+// 384 to 704 took their work at 215 GFLOP/s an SM (170 alone) plus 2.4-5 us. Shorter slices are
+// mostly their pipeline's start: (384 x 3072) @ (3072 x 48) in 64 slices of 48 lost to 128x64_slb
+// in 32 (session 35: 17.2 against 14.0 us). A product of one tile keeps the long slices' rate,
+// split_shared_flops_per_sm: each slice streams its own part of a and b, which no other tile's
+// blocks share through L2, and there the crowded rate's choice lost ((64 x 65536) @ (65536 x 64)
+// in 396 slices 25.4-25.9 us against 24.6 in 264; (32 x 65536) @ (65536 x 32) 24.2-24.6 against
+// 23.5).
+constexpr std::int64_t kCrowdedSliceMin = 128;
 // A data-parallel tile's run of at most this many 16-deep slabs (k <= 256) is short: its pipeline's
 // start and its stores are a fair part of it, and how its blocks share the SMs shows (below).
 constexpr std::int64_t kShortRunSlabs = 16;
@@ -188,7 +205,12 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
         // (H200, n = 768: 5 slices in 360 blocks 32.6 us, 6 in 432 43.0, 8 in 576 40.5).
         const std::int64_t blocks = tiles * parts, per_sm = ceil_div(blocks, s), mb = c.split->min_blocks;
         const bool shared = per_sm >= 2 && kc >= kSplitLongSlice && c.split_shared_flops_per_sm > 0;
-        const double rate = shared ? c.split_shared_flops_per_sm : c.flops_per_sm;
+        // Slices that share their SMs (at most min_blocks an SM, one wave) of a product of several
+        // tiles run at the tile's crowded rate where they are at least kCrowdedSliceMin deep, as its
+        // data-parallel blocks do.
+        const bool crowded = tiles >= 2 && per_sm >= 2 && per_sm <= mb && kc >= kCrowdedSliceMin && !shared &&
+                             c.crowded_flops_per_sm > 0;
+        const double rate = shared ? c.split_shared_flops_per_sm : crowded ? c.crowded_flops_per_sm : c.flops_per_sm;
         const double slice_s = 2.0 * t.bm * t.bn * static_cast<double>(kc) / rate;
         // A sliced slice of at most one of its 32-deep slabs (or one and a half) gives the ring
         // nothing to overlap, and at 16 leaves a k group idle: (192 x 1024) @ (1024 x 32) 128x64_slb

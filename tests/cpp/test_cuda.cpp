@@ -747,6 +747,26 @@ TEST(CudaTileChoice, ClustersSpreadOverGpcs) {
   }
 }
 
+// Split-K slices that share their SMs run at the tile's crowded rate (tile_choice.cpp,
+// kCrowdedSliceMin), not in turns at the rate of a block alone: 576^3 on an H100 (its driver's
+// cluster rooms) takes 64x64b in 3 slices, two an SM (18.7-19.5 us against 21.4-22.5 for
+// 64x128_fpb in 8, session 44); slices of under 128 keep the alone rate, so (384 x 3072) @ (3072 x
+// 48) stays on 128x64_slb (14.0 us against 17.2 for 64x64b in 64 slices of 48, session 35).
+TEST(CudaTileChoice, SplitSlicesSharingAnSm) {
+  using portmat::cuda::choose_f32_tile;
+  namespace pc = portmat::cuda;
+  const pc::ClusterRoom h100 = [](const pc::GemmTile&, int p, bool spread) -> std::int64_t {
+    static const long spread_room[] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
+    static const long packed_room[] = {0, 0, 264, 163, 124, 94, 79, 69, 62};
+    return p >= 2 && p <= 8 ? (spread ? spread_room[p] : packed_room[p]) : 0;
+  };
+  const auto n576 = choose_f32_tile(576, 576, 576, 132, true, true, h100);
+  EXPECT_EQ(n576.tile, &pc::kF32_64x64b) << n576.tile->name;
+  EXPECT_EQ(n576.split, 3);
+  const auto short_slices = choose_f32_tile(384, 48, 3072, 132, true, true, h100);
+  EXPECT_EQ(short_slices.tile, &pc::kF32_128x64_slb) << short_slices.tile->name;
+}
+
 // The sliced-k tiles (gemm_tiles.h, 64x128_sl and 128x64_sl): listed for PORTMAT_CUDA_TILE with 8
 // warps in two k groups and a ring that holds group 1's partial tile, 2 blocks per SM within the
 // H200's shared memory (228 KiB an SM, 1 KiB of it reserved per block). The model takes one where
