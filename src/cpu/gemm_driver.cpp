@@ -800,6 +800,107 @@ void split_m(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::Ho
   });
 }
 
+// Squares of a few steps (squares of 384-1024 with AVX-512's float32 blocks) as column blocks
+// claimed one at a time, a read in place. The blocked plan's steps have every thread pack part of
+// each B block, wait for the others, then read their parts from the other core's cache (and pack
+// A, shared, first). Here a thread takes a column block of c (the plan's nc columns, all of K),
+// packs its B block alone (all K, kc at a time) into the shared scratch, and then claims groups of
+// rows of it (items: kSplitColsItemsPerBlock a block, all of K each, the direct-A kernel reading
+// a's rows in place); a thread with no block left of its own takes the others' items, or a block
+// nobody has started. So nobody waits on a barrier, and a descheduled thread holds up at most the
+// block it is packing. Each thread starts on its own share of the blocks: at least one each.
+constexpr std::int64_t kSplitColsMaxSteps = 8;
+constexpr std::int64_t kSplitColsItemsPerBlock = 8;
+bool split_cols_enabled() {
+  static const bool on = !switched_off("PORTMAT_CPU_SPLIT_COLS");  // =0: off, for A/B measurements
+  return on;
+}
+template <class T>
+bool split_cols_wins(const GemmConfig<T>& cfg, const core::HostMatrix& a, const Plan& p) {
+  return split_cols_enabled() && p.threads >= 2 && p.ic_blocks == 1 && p.steps() >= 2 &&
+         p.steps() <= kSplitColsMaxSteps && p.jc_blocks >= p.threads && reads_a_in_place(cfg, a);
+}
+
+template <class T>
+void split_cols(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
+                std::int64_t ldc, const Plan& plan, Scratch& scratch, ThreadPool& pool) {
+  const int mr = cfg.mr, nr = cfg.nr, threads = plan.threads;
+  const std::int64_t blocks = plan.jc_blocks, kc = plan.kc, pcs = plan.pc_blocks;
+  const std::int64_t panel_cols = round_up(plan.nc, nr);
+  const std::int64_t block_elems = round_up(plan.k * panel_cols, 64 / static_cast<std::int64_t>(sizeof(T)));
+  T* packed = static_cast<T*>(scratch.get(blocks * block_elems * sizeof(T)));
+  const std::int64_t full_panels = plan.m / mr;  // read in place; a last partial one is packed
+  const std::int64_t panels = ceil_div(plan.m, mr);
+  const std::int64_t group = ceil_div(panels, kSplitColsItemsPerBlock), items = ceil_div(panels, group);
+  struct alignas(64) Block {
+    std::atomic<int> claimed{0};     // a thread packs it
+    std::atomic<int> packed{0};      // its B block is ready
+    std::atomic<std::int64_t> next{0};  // its next item
+  };
+  std::unique_ptr<Block[]> state(new Block[blocks]);
+  WaitWord progress;  // notified when a block is packed
+  const T* a_rows = static_cast<const T*>(a.data) + a.offset;
+
+  auto pack = [&](std::int64_t j) {
+    const std::int64_t j0 = j * plan.nc, n = std::min(plan.nc, plan.n - j0);
+    T* dst = packed + j * block_elems;
+    for (std::int64_t pc = 0; pc < pcs; ++pc) {
+      const std::int64_t p0 = pc * kc;
+      cfg.pack_b(b, p0, std::min(kc, plan.k - p0), j0, n, dst + p0 * panel_cols);
+    }
+    state[j].packed.store(1, std::memory_order_release);
+    progress.notify_all();
+  };
+  // Rows [x * group, ...) of micro-panels against block j, all of K.
+  auto item = [&](std::int64_t j, std::int64_t x) {
+    const std::int64_t j0 = j * plan.nc, n = std::min(plan.nc, plan.n - j0), q_count = ceil_div(n, nr);
+    const T* bj = packed + j * block_elems;
+    const std::int64_t r_end = std::min(panels, (x + 1) * group);
+    for (std::int64_t pc = 0; pc < pcs; ++pc) {
+      const std::int64_t p0 = pc * kc, k = std::min(kc, plan.k - p0);
+      for (std::int64_t r = x * group; r < r_end; ++r) {
+        const T* a_panel = nullptr;
+        int m_tile = mr;
+        if (r >= full_panels) {  // the last rows: fewer than mr, packed
+          m_tile = static_cast<int>(plan.m - r * mr);
+          T* edge = static_cast<T*>(thread_scratch().get(mr * kc * sizeof(T)));
+          cfg.pack_a(a, r * mr, m_tile, p0, k, edge);
+          a_panel = edge;
+        }
+        for (std::int64_t q = 0; q < q_count; ++q) {
+          const T* b_panel = bj + p0 * panel_cols + q * nr * k;
+          T* c_tile = c + r * mr * ldc + j0 + q * nr;
+          const int n_tile = static_cast<int>(std::min<std::int64_t>(nr, n - q * nr));
+          if (a_panel)
+            cfg.ukernel(k, a_panel, b_panel, c_tile, ldc, m_tile, n_tile, pc > 0);
+          else
+            cfg.ukernel_direct_a(k, a_rows + r * mr * a.ld + p0, a.ld, b_panel, c_tile, ldc, n_tile, pc > 0);
+        }
+      }
+    }
+  };
+  auto work_items = [&](std::int64_t j) {
+    for (std::int64_t x; (x = state[j].next.fetch_add(1, std::memory_order_relaxed)) < items;) item(j, x);
+  };
+  // Part t: thread t's own blocks in order, then the others' (a block nobody has claimed is
+  // packed here; one being packed is waited for), so every item is taken once.
+  run_parts_locked(pool, threads, threads, [&](std::int64_t t) {
+    std::int64_t begin, end;
+    share(blocks, threads, static_cast<int>(t), begin, end);
+    for (std::int64_t v = 0; v < blocks; ++v) {
+      const std::int64_t j = (begin + v) % blocks;
+      int expected = 0;
+      if (state[j].claimed.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
+        pack(j);
+      else if (state[j].next.load(std::memory_order_relaxed) >= items)
+        continue;
+      else
+        progress.wait_until([&] { return state[j].packed.load(std::memory_order_acquire) != 0; }, kPhaseSpinUs);
+      work_items(j);
+    }
+  });
+}
+
 template <class T>
 void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b, T* c,
           std::int64_t ldc, int threads, double min_flops_per_thread) {
@@ -814,6 +915,7 @@ void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostM
   if (split_k_wins(plan, sizeof(T))) return split_k(cfg, a, b, c, ldc, plan.threads, pool);
   if (split_n_wins(cfg, plan)) return split_n(cfg, a, b, c, ldc, plan, pool);
   if (split_m_wins(cfg, plan)) return split_m(cfg, a, b, c, ldc, plan, pool);
+  if (split_cols_wins(cfg, a, plan)) return split_cols(cfg, a, b, c, ldc, plan, shared, pool);
   run_plan(cfg, a, b, c, ldc, plan, shared, &pool);
 }
 
@@ -824,6 +926,7 @@ std::string gemm_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const
   return plan.threads > 1 && split_k_wins(plan, sizeof(T)) ? "split_k"
          : plan.threads > 1 && split_n_wins(cfg, plan)    ? "split_n"
          : plan.threads > 1 && split_m_wins(cfg, plan)    ? "split_m"
+         : plan.threads > 1 && split_cols_wins(cfg, a, plan) ? "split_cols"
                                                           : "blocked";
 }
 template std::string gemm_plan<float>(const GemmConfig<float>&, const core::HostMatrix&, const core::HostMatrix&,

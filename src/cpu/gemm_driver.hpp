@@ -106,7 +106,8 @@ template <class T>
 void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
           T* c, std::int64_t ldc, int threads, double min_flops_per_thread = kMinFlopsPerThread);
 
-// The plan gemm() would run for these operands, for tests: "blocked", "split_k", "split_n" or "split_m".
+// The plan gemm() would run for these operands, for tests: "blocked", "split_k", "split_n", "split_m"
+// or "split_cols".
 template <class T>
 std::string gemm_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
                       int threads, double min_flops_per_thread = kMinFlopsPerThread);

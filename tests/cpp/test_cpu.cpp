@@ -906,6 +906,28 @@ void check_driver_split_m(const GemmConfig<T>& table) {
 TEST_P(KernelSets, DriverSplitMFloat32) { check_driver_split_m(set().f32); }
 TEST_P(KernelSets, DriverSplitMFloat64) { check_driver_split_m(set().f64); }
 
+template <class T>
+void check_driver_split_cols(const GemmConfig<T>& table) {
+  SCOPED_TRACE(table.kernel);
+  std::mt19937 rng(31);
+  // A few steps of the table's blocks (two kc blocks of K, three nc blocks of N, one block of
+  // rows): where the set reads a row-major a in place (A outer, a direct-A kernel), threads claim
+  // column blocks and groups of rows of them (split_cols), an edge panel of rows packed; 2 and 3
+  // threads, both layouts of b, a sliced a (run_driver's offset and padded leading dimension). A
+  // column-major a, or a set without the direct kernel, runs another plan, checked alike.
+  const long m = 10 * table.mr + 5, k = table.kc + table.kc / 2 + 3, n = 2 * table.nc + table.nc / 2 + 7;
+  const bool in_place = table.a_outer && table.ukernel_direct_a;
+  for (int threads : {2, 3})
+    for (bool a_col : {false, true})
+      for (bool b_col : {false, true})
+        EXPECT_LE(run_driver<T>(table, m, k, n, a_col, b_col, threads, rng, 0.0,
+                                in_place && !a_col ? "split_cols" : nullptr),
+                  1.0)
+            << m << "x" << k << "x" << n << " threads " << threads << " a_col " << a_col << " b_col " << b_col;
+}
+TEST_P(KernelSets, DriverSplitColsFloat32) { check_driver_split_cols(set().f32); }
+TEST_P(KernelSets, DriverSplitColsFloat64) { check_driver_split_cols(set().f64); }
+
 TEST_P(KernelSets, DriverPipelineFewRowsAndShortK) {
   // One step per outer block with the table's block sizes (few rows against many kc blocks of a
   // wide b, or a short k against several nc blocks): make_plan double-buffers the outer block and
