@@ -817,8 +817,11 @@ bool split_cols_enabled() {
 }
 template <class T>
 bool split_cols_wins(const GemmConfig<T>& cfg, const core::HostMatrix& a, const Plan& p) {
+  // (Not for a few rows of c, whose B blocks make_plan widens to megabytes: packed whole they
+  // would not stay in any cache; the blocked plan pipelines them.)
   return split_cols_enabled() && p.threads >= 2 && p.ic_blocks == 1 && p.steps() >= 2 &&
-         p.steps() <= kSplitColsMaxSteps && p.jc_blocks >= p.threads && reads_a_in_place(cfg, a);
+         p.steps() <= kSplitColsMaxSteps && p.jc_blocks >= p.threads && ceil_div(p.m, cfg.mr) > kTinyMPanels &&
+         reads_a_in_place(cfg, a);
 }
 
 template <class T>
