@@ -76,7 +76,7 @@ constexpr std::int64_t kSplitLongSlice = 256;
 // all to 64x64b; the old choice forced and the new one, knobs set in both, us, two rounds): 576^3
 // 22.4-22.5 / 18.9-19.5, (147 x 2996) @ (2996 x 149) 26.1-26.5 / 18.2-21.5, (45 x 8644) @ (8644 x
 // 265) 30.0-30.5 / 23.3-24.2, (156 x 19392) @ (19392 x 36) 30.3-32.8 / 23.6-25.0, (659 x 4507) @
-// (4507 x 24) 24.3-28.0 / 19.2-21.5, the other 8 tied or 3-20% faster. (Those runs carry a few us
+// (4507 x 24) 24.3-28.0 / 19.2-21.5, the other eight 1-21% faster. (Those runs carry a few us
 // of host time for the knobs: (298 x 1397) @ (1397 x 280) took 18.0-18.2 us on its old choice
 // without them, 18.8-20.1 on the new with them.) In the same sweep 64x64b's split runs from n =
 // 384 to 704 took their work at 215 GFLOP/s an SM (170 alone) plus 2.4-5 us. Shorter slices are
