@@ -50,20 +50,31 @@ __device__ __forceinline__ int thin_dots_unit(int g, int s) {
   return g * thin_dots_pitch<SC>() + s;
 }
 
+// Element e of a chunk of the short operand (CH rows of k by SC columns): its row kl within the
+// chunk and its column s. Consecutive elements run along k where k is contiguous in memory, so
+// that consecutive threads read consecutive addresses; else along s.
+template <int SC, int CH = kThinChunk>
+__device__ __forceinline__ void thin_short_place(const ThinArgs& p, int e, int& kl, int& s) {
+  if (p.sk == 1)
+    kl = e % CH, s = e / CH;
+  else
+    s = e % SC, kl = e / SC;
+}
+// ... and its value in the chunk that starts at kc: zero past k1 and past s.
+template <int SC, int CH = kThinChunk>
+__device__ __forceinline__ float thin_short_element(const ThinArgs& p, int kc, int k1, int e, int& kl, int& s) {
+  thin_short_place<SC, CH>(p, e, kl, s);
+  const int k = kc + kl;
+  return k < k1 && s < p.s ? static_cast<const float*>(p.sh)[k * p.sk + s * p.ss] : 0.0f;
+}
+
 // The short operand's rows [kc, kc + CH) into shared memory, zeros past k1 and past s: as
 // thin_dots_unit's units (DOTS) or row by row, S contiguous (thin_axpy).
 template <int SC, bool DOTS, int CH = kThinChunk>
 __device__ __forceinline__ void thin_load_short(const ThinArgs& p, int kc, int k1, float* sh) {
-  const float* g = static_cast<const float*>(p.sh);
   for (int e = threadIdx.x; e < CH * SC; e += kThinThreads) {
     int kl, s;
-    if (p.sk == 1) {  // k contiguous in memory: consecutive threads along k
-      kl = e % CH, s = e / CH;
-    } else {
-      s = e % SC, kl = e / SC;
-    }
-    const int k = kc + kl;
-    const float v = k < k1 && s < p.s ? g[k * p.sk + s * p.ss] : 0.0f;
+    const float v = thin_short_element<SC, CH>(p, kc, k1, e, kl, s);
     if constexpr (DOTS)
       sh[thin_dots_unit<SC>(kl >> 2, s) * 4 + (kl & 3)] = v;
     else
@@ -401,22 +412,12 @@ __device__ __forceinline__ void thin_axpy_pipelined(const ThinArgs& p, float* sh
   const int r0 = blockIdx.x * 128 + lane * 4;
   const long long k0 = static_cast<long long>(blockIdx.y) * p.kslice;
   const int k1 = static_cast<int>(min(static_cast<long long>(p.k), k0 + p.kslice));
-  const float* g = static_cast<const float*>(p.sh);
   const float* lr = static_cast<const float*>(p.l) + r0;
-  auto short_index = [&](int j, int& kl, int& s) {
-    const int e = threadIdx.x + j * kThinThreads;
-    if (p.sk == 1)
-      kl = e % kThinChunk, s = e / kThinChunk;
-    else
-      s = e % SC, kl = e / SC;
-  };
-  auto load_short = [&](int kc, float (&v)[kShortPerThread]) {
+  auto load_short = [&](int kc, float (&v)[kShortPerThread]) {  // this thread's elements of a chunk
 #pragma unroll
     for (int j = 0; j < kShortPerThread; ++j) {
       int kl, s;
-      short_index(j, kl, s);
-      const int k = kc + kl;
-      v[j] = k < k1 && s < p.s ? g[k * p.sk + s * p.ss] : 0.0f;
+      v[j] = thin_short_element<SC>(p, kc, k1, threadIdx.x + j * kThinThreads, kl, s);
     }
   };
   float acc[SC][4];
@@ -462,7 +463,7 @@ __device__ __forceinline__ void thin_axpy_pipelined(const ThinArgs& p, float* sh
 #pragma unroll
     for (int j = 0; j < kShortPerThread; ++j) {
       int kl, s;
-      short_index(j, kl, s);
+      thin_short_place<SC>(p, threadIdx.x + j * kThinThreads, kl, s);
       shb[kl * SC + s] = sv[j];
     }
     __syncthreads();  // this chunk's short rows are in; the buffer written next was read two chunks ago
