@@ -5,6 +5,7 @@
 #include "cpu/gemm_driver.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -16,6 +17,9 @@
 
 #ifdef __linux__
 #include <sys/mman.h>
+#endif
+#if __has_include(<unistd.h>)
+#include <unistd.h>
 #endif
 
 namespace portmat::cpu {
@@ -146,6 +150,46 @@ bool reads_a_in_place(const GemmConfig<T>& cfg, const core::HostMatrix& a) {
   return cfg.a_outer && cfg.ukernel_direct_a && !a.col_major && direct_a_enabled();
 }
 
+// The direct-A kernel reads mr rows of a at once, each row's line in the L1 set its address
+// gives. Where a's rows are a multiple of 4 KiB apart (a row of 1024 floats, or of 16384) they all
+// fall in one set, and on an 8-way L1 the kernel's loads missed it: 2-core Zen 4 (32 KiB, 8 ways,
+// 64 sets), one process each, alternating rounds, GFLOP/s, a read in place / a's rows copied a
+// line apart / NumPy: 1024^3 (split_cols) 129 / 193 / 189, (64 x 16384) @ (16384 x 256)
+// (split_k's parts) 107 / 139 (there packed) / 133, (64 x 65536) @ (65536 x 64) 99 / 129 / 107;
+// 512^3, 7 rows a set, 203 / 208 / 196. On the Xeon (48 KiB, 12 ways) 14 rows a set cost nothing
+// measurable (512^3 on one thread, a's rows 512-4096 floats apart: above). So the rows crowd the
+// L1 where more of the mr rows share a set than its ways and two; the geometry is the C library's
+// (sysconf), 64 sets of 8 ways of 64 bytes where it says nothing. Crowded, single-thread plans
+// pack A and split_cols reads a copy. PORTMAT_CPU_L1_ROWS=0 ignores the crowding (A/B
+// measurements; read once per process).
+L1Geometry detected_l1() {
+  L1Geometry l1{64, 64, 8};
+#if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL1_DCACHE_ASSOC) && defined(_SC_LEVEL1_DCACHE_LINESIZE)
+  const long size = sysconf(_SC_LEVEL1_DCACHE_SIZE), ways = sysconf(_SC_LEVEL1_DCACHE_ASSOC),
+             line = sysconf(_SC_LEVEL1_DCACHE_LINESIZE);
+  if (size > 0 && ways > 0 && ways <= 64 && line > 0 && size % (ways * line) == 0)
+    l1 = L1Geometry{line, size / (ways * line), static_cast<int>(ways)};
+#endif
+  return l1;
+}
+std::atomic<std::int64_t> l1_set_line{0}, l1_set_sets{0};  // set_l1_geometry's (tests)
+std::atomic<int> l1_set_ways{0};
+bool l1_rows_check_enabled() {
+  static const bool on = !switched_off("PORTMAT_CPU_L1_ROWS");
+  return on;
+}
+// The most of `rows` rows, `stride_bytes` apart, whose first bytes share an L1 set.
+int rows_per_l1_set(std::int64_t stride_bytes, int rows, const L1Geometry& l1) {
+  int most = 0;
+  for (int r = 0; r < rows; ++r) {
+    int same = 0;
+    for (int q = 0; q < rows; ++q)
+      same += (r * stride_bytes / l1.line - q * stride_bytes / l1.line) % l1.sets == 0;
+    most = std::max(most, same);
+  }
+  return most;
+}
+
 constexpr std::int64_t kMaxBlockGrowth = 16;
 constexpr std::int64_t kMaxTinyMBBytes = 8 << 20;
 constexpr std::int64_t kTinyMPanels = 8;
@@ -223,7 +267,8 @@ Plan make_plan(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::
       (p.a_outer ? round_up(p.mc, cfg.mr) * p.kc : p.kc * round_up(p.nc, cfg.nr)) * static_cast<std::int64_t>(sizeof(T));
   p.pipeline = pipeline_enabled() && p.threads > 1 && p.inner_blocks() == 1 && p.outer_blocks() >= 2 &&
                2 * outer_bytes <= kPipelineBytes && inner_tiles <= kTinyMPanels;
-  p.direct_a = p.threads == 1 && p.jc_blocks <= kDirectAMaxUses && reads_a_in_place(cfg, a);
+  p.direct_a = p.threads == 1 && p.jc_blocks <= kDirectAMaxUses && reads_a_in_place(cfg, a) &&
+               !a_rows_crowd_l1(a.ld, sizeof(T), cfg.mr);
   return p;
 }
 
@@ -586,6 +631,26 @@ void split_k(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::Ho
 
 }  // namespace
 
+L1Geometry l1_geometry() {
+  if (const int ways = l1_set_ways.load(std::memory_order_acquire); ways > 0)
+    return L1Geometry{l1_set_line.load(std::memory_order_relaxed), l1_set_sets.load(std::memory_order_relaxed), ways};
+  static const L1Geometry detected = detected_l1();
+  return detected;
+}
+
+void set_l1_geometry(const L1Geometry& l1) {
+  const bool valid = l1.line > 0 && l1.sets > 0 && l1.ways > 0;
+  l1_set_line.store(valid ? l1.line : 0, std::memory_order_relaxed);
+  l1_set_sets.store(valid ? l1.sets : 0, std::memory_order_relaxed);
+  l1_set_ways.store(valid ? l1.ways : 0, std::memory_order_release);
+}
+
+bool a_rows_crowd_l1(std::int64_t ld, std::size_t elem, int mr) {
+  if (!l1_rows_check_enabled()) return false;
+  const L1Geometry l1 = l1_geometry();
+  return rows_per_l1_set(ld * static_cast<std::int64_t>(elem), mr, l1) > l1.ways + 2;
+}
+
 // Columns of a column-major a (rows of a row-major b) pack_a_panels copies into every panel
 // before the next run: each panel then takes a kPackColumnsRun * MR-element stretch (1 KiB for
 // float32's 32-column B panels and float64's 16) at a time. 2-core machine (Zen 4), one process a
@@ -831,10 +896,22 @@ void split_cols(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core:
   const std::int64_t blocks = plan.jc_blocks, kc = plan.kc, pcs = plan.pc_blocks;
   const std::int64_t panel_cols = round_up(plan.nc, nr);
   const std::int64_t block_elems = round_up(plan.k * panel_cols, 64 / static_cast<std::int64_t>(sizeof(T)));
-  T* packed = static_cast<T*>(scratch.get(blocks * block_elems * sizeof(T)));
   const std::int64_t full_panels = plan.m / mr;  // read in place; a last partial one is packed
   const std::int64_t panels = ceil_div(plan.m, mr);
   const std::int64_t group = ceil_div(panels, kSplitColsItemsPerBlock), items = ceil_div(panels, group);
+  // Where a's rows crowd an L1 set (a_rows_crowd_l1), the kernel reads a copy of its full panels'
+  // rows instead, a line longer where that spreads them: the first item of each group of rows
+  // copies them (all of K), and an item that finds that copy under way reads a itself.
+  const std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
+  std::int64_t ld_copy = 0;
+  if (a_rows_crowd_l1(a.ld, sizeof(T), mr)) {
+    ld_copy = round_up(plan.k, line);
+    for (int tries = 0; tries < 64 && a_rows_crowd_l1(ld_copy, sizeof(T), mr); ++tries) ld_copy += line;
+  }
+  const std::int64_t copy_elems = ld_copy * full_panels * mr;
+  T* packed = static_cast<T*>(scratch.get((blocks * block_elems + copy_elems) * sizeof(T)));
+  T* a_copy = packed + blocks * block_elems;
+  std::unique_ptr<std::atomic<int>[]> copied(new std::atomic<int>[ld_copy ? items : 0]());  // 0, 1 copying, 2 done
   struct alignas(64) Block {
     std::atomic<int> claimed{0};     // a thread packs it
     std::atomic<int> packed{0};      // its B block is ready
@@ -859,6 +936,18 @@ void split_cols(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core:
     const std::int64_t j0 = j * plan.nc, n = std::min(plan.nc, plan.n - j0), q_count = ceil_div(n, nr);
     const T* bj = packed + j * block_elems;
     const std::int64_t r_end = std::min(panels, (x + 1) * group);
+    const T* rows_src = a_rows;  // the rows the direct-A kernel reads: a's, or their copy
+    std::int64_t rows_ld = a.ld;
+    if (ld_copy) {
+      int state = copied[x].load(std::memory_order_acquire);
+      if (state == 0 && copied[x].compare_exchange_strong(state, 1, std::memory_order_acq_rel)) {
+        for (std::int64_t i = x * group * mr; i < std::min(r_end, full_panels) * mr; ++i)
+          std::memcpy(a_copy + i * ld_copy, a_rows + i * a.ld, static_cast<std::size_t>(plan.k) * sizeof(T));
+        copied[x].store(2, std::memory_order_release);
+        state = 2;
+      }
+      if (state == 2) rows_src = a_copy, rows_ld = ld_copy;
+    }
     for (std::int64_t pc = 0; pc < pcs; ++pc) {
       const std::int64_t p0 = pc * kc, k = std::min(kc, plan.k - p0);
       for (std::int64_t r = x * group; r < r_end; ++r) {
@@ -877,7 +966,7 @@ void split_cols(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core:
           if (a_panel)
             cfg.ukernel(k, a_panel, b_panel, c_tile, ldc, m_tile, n_tile, pc > 0);
           else
-            cfg.ukernel_direct_a(k, a_rows + r * mr * a.ld + p0, a.ld, b_panel, c_tile, ldc, n_tile, pc > 0);
+            cfg.ukernel_direct_a(k, rows_src + r * mr * rows_ld + p0, rows_ld, b_panel, c_tile, ldc, n_tile, pc > 0);
         }
       }
     }

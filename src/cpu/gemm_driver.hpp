@@ -106,6 +106,19 @@ template <class T>
 void gemm(const GemmConfig<T>& cfg, const core::HostMatrix& a, const core::HostMatrix& b,
           T* c, std::int64_t ldc, int threads, double min_flops_per_thread = kMinFlopsPerThread);
 
+// The L1 data cache the driver plans for: lines of `line` bytes, `sets` sets of `ways` ways
+// (detected once, through sysconf). The direct-A kernel's mr rows of a crowd it where more of them
+// share a set than its ways and two (a_rows_crowd_l1; gemm_driver.cpp says why): a's rows are then
+// packed, or copied a line apart. set_l1_geometry makes the driver plan for another CPU's (tests;
+// a zero field: the detected one again).
+struct L1Geometry {
+  std::int64_t line, sets;
+  int ways;
+};
+L1Geometry l1_geometry();
+void set_l1_geometry(const L1Geometry& l1);
+bool a_rows_crowd_l1(std::int64_t ld, std::size_t elem, int mr);
+
 // The plan gemm() would run for these operands, for tests: "blocked", "split_k", "split_n", "split_m"
 // or "split_cols".
 template <class T>

@@ -232,9 +232,11 @@ void check_pack_b_complex(const GemmConfig<T>& cfg) {
 template <class T>
 double run_driver(const GemmConfig<T>& cfg, std::int64_t m, std::int64_t k, std::int64_t n,
                   bool a_col, bool b_col, int threads, std::mt19937& rng,
-                  double min_flops_per_thread = portmat::cpu::kMinFlopsPerThread, const char* plan = nullptr) {
-  // Leading dimensions larger than the matrices and a non-zero offset, as slices have.
-  const std::int64_t lda = (a_col ? m : k) + 3, ldb = (b_col ? k : n) + 1, ldc = n + 2;
+                  double min_flops_per_thread = portmat::cpu::kMinFlopsPerThread, const char* plan = nullptr,
+                  std::int64_t lda_set = 0) {
+  // Leading dimensions larger than the matrices and a non-zero offset, as slices have (or a's
+  // given one, lda_set).
+  const std::int64_t lda = lda_set ? lda_set : (a_col ? m : k) + 3, ldb = (b_col ? k : n) + 1, ldc = n + 2;
   const std::int64_t off = 5;
   auto a = random_vector<T>(off + lda * (a_col ? k : m), rng);
   auto b = random_vector<T>(off + ldb * (b_col ? n : k), rng);
@@ -931,6 +933,42 @@ void check_driver_split_cols(const GemmConfig<T>& table) {
 }
 TEST_P(KernelSets, DriverSplitColsFloat32) { check_driver_split_cols(set().f32); }
 TEST_P(KernelSets, DriverSplitColsFloat64) { check_driver_split_cols(set().f64); }
+
+template <class T>
+void check_driver_rows_crowding_l1(const GemmConfig<T>& table) {
+  SCOPED_TRACE(table.kernel);
+  // a's rows 4 KiB apart put all of a direct-A kernel's mr rows in one L1 set: on an 8-way L1
+  // (Zen 4's) the driver then packs them (single-thread plans) or copies them a line apart
+  // (split_cols); on a 12-way one (the Xeon's) it reads them in place. Both geometries, set as the
+  // driver's, on every kernel set: the plans that would read a in place, right either way.
+  using portmat::cpu::a_rows_crowd_l1;
+  const std::int64_t per_4k = 4096 / static_cast<std::int64_t>(sizeof(T));
+  auto crowding_ld = [&](std::int64_t k) { return (k + per_4k - 1) / per_4k * per_4k; };  // >= k
+  for (int ways : {8, 12}) {
+    portmat::cpu::set_l1_geometry({64, 64, ways});
+    const bool crowded = table.mr > ways + 2;
+    EXPECT_EQ(a_rows_crowd_l1(per_4k, sizeof(T), table.mr), crowded) << ways << " ways";
+    EXPECT_EQ(a_rows_crowd_l1(4 * per_4k, sizeof(T), table.mr), crowded) << ways << " ways";
+    EXPECT_FALSE(a_rows_crowd_l1(per_4k + 64 / static_cast<std::int64_t>(sizeof(T)), sizeof(T), table.mr));
+    std::mt19937 rng(41 + ways);
+    const bool in_place = table.a_outer && table.ukernel_direct_a;
+    const long m = 10 * table.mr + 5, k = table.kc + table.kc / 2 + 3, n = 2 * table.nc + table.nc / 2 + 7;
+    for (int threads : {2, 3})
+      EXPECT_LE(run_driver<T>(table, m, k, n, false, false, threads, rng, 0.0, in_place ? "split_cols" : nullptr,
+                              crowding_ld(k)),
+                1.0)
+          << ways << " ways, threads " << threads;
+    // One thread, a few B blocks (Plan::direct_a where a's rows leave room).
+    for (std::int64_t k1 : {2 * table.kc + 5, std::int64_t{700}})
+      EXPECT_LE(run_driver<T>(table, 3 * table.mr + 2, k1, table.nc + 9, false, k1 == 700, 1, rng, 0.0, nullptr,
+                              crowding_ld(k1)),
+                1.0)
+          << ways << " ways, k " << k1;
+  }
+  portmat::cpu::set_l1_geometry({0, 0, 0});  // the detected one again
+}
+TEST_P(KernelSets, DriverRowsCrowdingL1Float32) { check_driver_rows_crowding_l1(set().f32); }
+TEST_P(KernelSets, DriverRowsCrowdingL1Float64) { check_driver_rows_crowding_l1(set().f64); }
 
 TEST_P(KernelSets, DriverPipelineFewRowsAndShortK) {
   // One step per outer block with the table's block sizes (few rows against many kc blocks of a
