@@ -179,19 +179,23 @@ __device__ __forceinline__ void split_sum_body(const SplitSumArgs& p) {
   const long long row = live ? u / n_units : 0, col = live ? (u % n_units) * (p.vec ? 4 : 1) : 0;
   const float* w = static_cast<const float*>(p.parts) + row * p.n + col;
   float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (live && q0 < q1) {
-    if (p.vec) {
-      s = *reinterpret_cast<const float4*>(w + q0 * p.part_stride);
-#pragma unroll 4
-      for (int q = q0 + 1; q < q1; ++q) {
-        const float4 v = *reinterpret_cast<const float4*>(w + q * p.part_stride);
-        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+  // The run kSplitSumPartsPerThread parts at a time, their loads in flight together before the
+  // first add (a loop, or the remainder of an unrolled one, waited for each in turn), in order.
+  for (int q = live ? q0 : q1; q < q1; q += kSplitSumPartsPerThread) {
+    float4 v[kSplitSumPartsPerThread];
+#pragma unroll
+    for (int u = 0; u < kSplitSumPartsPerThread; ++u)
+      v[u] = q + u >= q1 ? make_float4(0.f, 0.f, 0.f, 0.f)
+             : p.vec     ? *reinterpret_cast<const float4*>(w + (q + u) * p.part_stride)
+                         : make_float4(w[(q + u) * p.part_stride], 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < kSplitSumPartsPerThread; ++u)
+      if (q + u < q1) {
+        if (q + u == q0)
+          s = v[u];
+        else
+          s.x += v[u].x, s.y += v[u].y, s.z += v[u].z, s.w += v[u].w;
       }
-    } else {
-      s.x = w[q0 * p.part_stride];
-#pragma unroll 4
-      for (int q = q0 + 1; q < q1; ++q) s.x += w[q * p.part_stride];
-    }
   }
   if (G > 1) {
     runs[threadIdx.x] = s;
