@@ -151,6 +151,23 @@ __device__ __forceinline__ bool thin_last_slice_done(const ThinArgs& p) {
 // thin_sum does in its own launch, so the bits are thin_sum's. The parts come through L2 (__ldcg:
 // other SMs wrote them). Saves the second launch, 2-3 us of a product that takes 10-30.
 constexpr int kThinSumBatch = 8;
+// The sum of count parts step apart from w, in order: kThinSumBatch at a time, all their loads in
+// flight before the first add (a loop over them, or its remainder after unrolling, waited for each
+// load in turn). THROUGH_L2: __ldcg loads (parts that other SMs of this launch wrote).
+template <bool THROUGH_L2>
+__device__ __forceinline__ float thin_sum_parts(const float* w, int count, long long step) {
+  float sum = 0.f;
+  for (int q0 = 0; q0 < count; q0 += kThinSumBatch) {
+    float v[kThinSumBatch];
+#pragma unroll
+    for (int u = 0; u < kThinSumBatch; ++u)
+      v[u] = q0 + u >= count ? 0.f : THROUGH_L2 ? __ldcg(w + (q0 + u) * step) : w[(q0 + u) * step];
+#pragma unroll
+    for (int u = 0; u < kThinSumBatch; ++u)
+      if (q0 + u < count) sum = q0 + u == 0 ? v[u] : sum + v[u];
+  }
+  return sum;
+}
 __device__ __forceinline__ void thin_last_block_sum(const ThinArgs& p, int rows_per_block) {
   if (!thin_last_slice_done(p)) return;
   const float* parts = static_cast<const float*>(p.out);
@@ -160,19 +177,7 @@ __device__ __forceinline__ void thin_last_block_sum(const ThinArgs& p, int rows_
   for (int e = threadIdx.x; e < rows_per_block * p.s; e += kThinThreads) {
     const int r = r0 + (r_fast ? e % rows_per_block : e / p.s), s = r_fast ? e / rows_per_block : e % p.s;
     if (r >= p.r) continue;
-    // The parts kThinSumBatch at a time, all their loads in flight before the first add (a loop
-    // over them, or its remainder after unrolling, waited for each load in turn), added in order.
-    const float* w = parts + r * p.ors + s * p.oss;
-    float sum = 0.f;
-    for (int q0 = 0; q0 < count; q0 += kThinSumBatch) {
-      float v[kThinSumBatch];
-#pragma unroll
-      for (int u = 0; u < kThinSumBatch; ++u) v[u] = q0 + u < count ? __ldcg(w + (q0 + u) * p.out_step) : 0.f;
-#pragma unroll
-      for (int u = 0; u < kThinSumBatch; ++u)
-        if (q0 + u < count) sum = q0 + u == 0 ? v[u] : sum + v[u];
-    }
-    c[r * p.crs + s * p.css] = sum;
+    c[r * p.crs + s * p.css] = thin_sum_parts<true>(parts + r * p.ors + s * p.oss, count, p.out_step);
   }
   if (threadIdx.x == 0) p.counter[blockIdx.x] = 0;  // for the next launch on this stream
 }
@@ -514,16 +519,7 @@ __device__ __forceinline__ void thin_sum_body(const ThinSumArgs& p) {
   else
     s = e % p.s, r = e / p.s;
   const float* w = static_cast<const float*>(p.parts) + r * p.prs + s * p.pss;
-  float sum = 0.f;  // as thin_last_block_sum: kThinSumBatch loads in flight, added in order
-  for (int q0 = 0; q0 < p.count; q0 += kThinSumBatch) {
-    float v[kThinSumBatch];
-#pragma unroll
-    for (int u = 0; u < kThinSumBatch; ++u) v[u] = q0 + u < p.count ? w[(q0 + u) * p.part_stride] : 0.f;
-#pragma unroll
-    for (int u = 0; u < kThinSumBatch; ++u)
-      if (q0 + u < p.count) sum = q0 + u == 0 ? v[u] : sum + v[u];
-  }
-  static_cast<float*>(p.c)[r * p.ors + s * p.oss] = sum;
+  static_cast<float*>(p.c)[r * p.ors + s * p.oss] = thin_sum_parts<false>(w, p.count, p.part_stride);
 }
 
 }  // namespace
