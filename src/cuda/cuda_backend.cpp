@@ -750,6 +750,24 @@ class CudaDevice final : public core::Device {
     return (room = n > 0 ? n : -1) > 0 ? room : 0;
   }
 
+  // How many clusters of `slices` blocks of thin kernel f run at once (asked of the driver once;
+  // 0 where it says none or fails).
+  std::int64_t thin_cluster_room(CUfunction f, bool dots, int sc_index, int slices) {
+    int& room = thin_cluster_room_[dots][sc_index][slices - 1];
+    if (room != 0) return std::max(room, 0);
+    CUlaunchAttribute shape{};
+    shape.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    shape.value.clusterDim.x = 1, shape.value.clusterDim.y = static_cast<unsigned>(slices);
+    shape.value.clusterDim.z = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = 1, config.gridDimY = static_cast<unsigned>(slices), config.gridDimZ = 1;
+    config.blockDimX = 256, config.blockDimY = 1, config.blockDimZ = 1;
+    config.attrs = &shape, config.numAttrs = 1;
+    int n = 0;
+    if (cu_.OccupancyMaxActiveClusters(&n, f, &config) != CUDA_SUCCESS) n = 0;
+    return (room = n > 0 ? n : -1) > 0 ? room : 0;
+  }
+
   // A kernel family's knob (PORTMAT_CUDA_THIN, _RESIDENT, _SHORT_K): -1 unset (the model decides),
   // 0 never, 1 wherever the family can run (measurements, tests); 0 too where PORTMAT_CUDA_TILE or
   // PORTMAT_CUDA_SPLIT_K forces the tiles.
@@ -1090,6 +1108,27 @@ class CudaDevice final : public core::Device {
     // blocks, left cleared); else by a second launch, thin_sum. PORTMAT_CUDA_THIN_FUSED=0: always
     // thin_sum (measurements).
     const std::int64_t row_blocks = (R + t.rows_per_block - 1) / t.rows_per_block;
+    // Two or three slices (kThinClusterSlices) of a row of blocks as a cluster (sm_90), where all of
+    // the grid's clusters run at once: the parts are added in the blocks' shared memory
+    // (thin_cluster_sum), with no count, fences or trip through L2. PORTMAT_CUDA_THIN_CLUSTER=S: up
+    // to S slices (at most 8), 0 never (measurements).
+    const long cluster_most = std::min<long>(knob("PORTMAT_CUDA_THIN_CLUSTER", kThinClusterSlices), kClusterMaxSlices);
+    const bool cluster = t.slices > 1 && t.slices <= cluster_most && !t.wk && clusters() &&
+                         thin_cluster_room(f, t.dots, sc_index, static_cast<int>(t.slices)) >= row_blocks;
+    if (cluster) {
+      args.cluster = 1;
+      args.out = args.c = reinterpret_cast<void*>(c);
+      args.crs = args.ors, args.css = args.oss;
+      CUlaunchAttribute shape{};
+      shape.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      shape.value.clusterDim.x = 1, shape.value.clusterDim.y = static_cast<unsigned>(t.slices);
+      shape.value.clusterDim.z = 1;
+      void* params[] = {&args};
+      if (const CUresult r = launch_kernel(f, static_cast<unsigned>(row_blocks), static_cast<unsigned>(t.slices), 256,
+                                           0, stream, params, &shape))
+        cu_check(r, "cuLaunchKernelEx(thin gemm, clusters)", what("a thin kernel"));
+      return;
+    }
     const bool fused = thin_sum_fused(t, S) && row_blocks <= kMaxSkBlocks && knob("PORTMAT_CUDA_THIN_FUSED", 1) != 0;
     if (fused) {
       args.counter = sk_flags(stream, row_blocks);
@@ -1547,6 +1586,7 @@ class CudaDevice final : public core::Device {
   std::map<std::string, CUfunction> functions_;
   std::map<std::pair<const GemmTile*, int>, CUfunction> tile_functions_;  // function(): tile, layout
   std::map<std::pair<const GemmTile*, int>, int> cluster_room_;  // cluster_room(): tile, 2 slices + spread; -1 none
+  int thin_cluster_room_[2][5][kClusterMaxSlices] = {};  // thin_cluster_room(): [dots][short side][slices - 1]; -1 none
   CUfunction thin_functions_[3][5] = {};  // launch_thin: [axpy, dots, dots_wk][short side 1, 2, 4, 8, 16]
   CUfunction short_k_functions_[3] = {};  // launch_short_k: 16 columns a block, 128, 128 with 2 rows a thread
   bool knobs_ = true;                     // a PORTMAT_CUDA_ variable is set (ready())

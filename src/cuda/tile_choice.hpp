@@ -100,6 +100,12 @@ ThinChoice with_thin_slices(ThinChoice t, std::int64_t m, std::int64_t n, std::i
 inline constexpr std::int64_t kThinFusedMaxLoads = 16;
 bool thin_sum_fused(const ThinChoice& t, std::int64_t s);
 
+// A split thin product (not thin_dots_wk) of at most kThinClusterSlices slices runs as clusters of
+// a row of blocks' slices where the GPU has clusters (sm_90) and room for all of them at once: the
+// parts meet in shared memory (gemm_thin.cuh, thin_cluster_sum), ahead of thin_sum_fused's and
+// thin_sum's ways. Measured on an H100 (session 46, docs/cuda.md "Thin slices summed in a cluster").
+inline constexpr int kThinClusterSlices = 3;
+
 // tile_estimate_s: the time the tiles would take (TileChoice::estimate_s), which `use` compares with.
 ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
                        double tile_estimate_s);

@@ -401,6 +401,68 @@ TEST(CudaGemm, ThinCorrectAndDeterministic) {
   check_same_bits_every_run(dev, 1, 1, 1 << 20, rng);
 }
 
+// A float32 (m x k) @ (k x n) on the device, a column-major where a_col, b likewise, c row-major.
+static std::vector<float> device_product(const std::string& dev, long m, long n, long k, bool a_col, bool b_col,
+                                         const std::vector<float>& av, const std::vector<float>& bv) {
+  auto d = portmat::core::open_device(dev);
+  std::vector<float> c(m * n);
+  auto ab = d->alloc(av.size() * 4), bb = d->alloc(bv.size() * 4), cb = d->alloc(c.size() * 4);
+  d->upload(*ab, av.data(), av.size() * 4);
+  d->upload(*bb, bv.data(), bv.size() * 4);
+  const portmat::core::DeviceMatrix da{ab.get(), 0, m, k, a_col ? m : k, a_col, DType::f32};
+  const portmat::core::DeviceMatrix db{bb.get(), 0, k, n, b_col ? k : n, b_col, DType::f32};
+  const portmat::core::DeviceMatrix dc{cb.get(), 0, m, n, n, false, DType::f32};
+  d->gemm(da, db, dc);
+  d->download(c.data(), *cb, c.size() * 4);
+  return c;
+}
+
+// Thin slices summed in a cluster (gemm_thin.cuh, thin_cluster_sum; sm_90, where all of the grid's
+// clusters fit at once, else the launch's last blocks sum them as before): 2-8 slices
+// (PORTMAT_CUDA_THIN_SLICES, PORTMAT_CUDA_THIN_CLUSTER=8), thin_dots (k contiguous in L) and
+// thin_axpy (pipelined where L's rows are 16-byte aligned whole blocks, plain where not), every
+// short side 1-16, a partial last block of rows: right against the reference at every layout and
+// offset, and the same bits as the parts added by the last block (PORTMAT_CUDA_THIN_CLUSTER=0) and
+// by thin_sum (PORTMAT_CUDA_THIN_FUSED=0), which add them in the same order.
+TEST(CudaGemm, ThinClusterSumSameBitsAsLastBlock) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(43);
+  ScopedEnv thin("PORTMAT_CUDA_THIN", "1");
+  for (const char* slices : {"2", "3", "5", "8"}) {
+    ScopedEnv split("PORTMAT_CUDA_THIN_SLICES", slices);
+    for (const auto& s : {std::array<long, 3>{1000, 1, 2048}, {3, 700, 3000}, {300, 5, 1536}, {2, 1027, 4096},
+                          {1030, 16, 2000}, {9, 2000, 2500}, {640, 8, 4100}}) {
+      for (int layout = 0; layout < 4; ++layout) {
+        const bool a_col = layout & 1, b_col = layout & 2;
+        SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) + " layout " +
+                     std::to_string(layout) + ", " + slices + " slices");
+        const long m = s[0], n = s[1], k = s[2];
+        auto av = random_vector<float>(m * k, rng), bv = random_vector<float>(k * n, rng);
+        std::vector<float> cluster, last_block, second_launch;
+        {
+          ScopedEnv on("PORTMAT_CUDA_THIN_CLUSTER", "8");
+          cluster = device_product(dev, m, n, k, a_col, b_col, av, bv);
+        }
+        {
+          ScopedEnv off("PORTMAT_CUDA_THIN_CLUSTER", "0");
+          last_block = device_product(dev, m, n, k, a_col, b_col, av, bv);
+          ScopedEnv two("PORTMAT_CUDA_THIN_FUSED", "0");
+          second_launch = device_product(dev, m, n, k, a_col, b_col, av, bv);
+        }
+        MatrixView a{av.data(), m, k, a_col ? 1 : k, a_col ? m : 1, DType::f32};
+        MatrixView b{bv.data(), k, n, b_col ? 1 : n, b_col ? k : 1, DType::f32};
+        MatrixView c{cluster.data(), m, n, n, 1, DType::f32};
+        EXPECT_LE(portmat::reference::worst_error_ratio(a, b, c), 1.0);
+        EXPECT_EQ(0, std::memcmp(cluster.data(), last_block.data(), cluster.size() * sizeof(float)));
+        EXPECT_EQ(0, std::memcmp(cluster.data(), second_launch.data(), cluster.size() * sizeof(float)));
+      }
+    }
+    ScopedEnv on("PORTMAT_CUDA_THIN_CLUSTER", "8");
+    check_device_resident(dev, 3, 1500, 2100, rng);  // offsets: thin_axpy_plain's unaligned rows
+    check_device_resident(dev, 1500, 5, 2100, rng);
+  }
+}
+
 // The short-k kernel (kernels/gemm_short_k.cuh) whatever the model says (PORTMAT_CUDA_SHORT_K=1):
 // k from 1 to kShortKMax (multiples of 4: 16-byte copies where aligned), results of at most 16
 // columns (its 16-column blocks) and wider ones (128, in blocks of 32 rows and of 16),

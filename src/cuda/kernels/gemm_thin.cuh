@@ -182,6 +182,48 @@ __device__ __forceinline__ void thin_last_block_sum(const ThinArgs& p, int rows_
   if (threadIdx.x == 0) p.counter[blockIdx.x] = 0;  // for the next launch on this stream
 }
 
+// A split thin product's slices summed through the cluster's shared memory (ThinArgs::cluster:
+// each cluster is the gridDim.y slices of one row of blocks). Every block has put its part,
+// rows_per_block x SC as part[s * rows_per_block + row], into its shared memory; block rank q then
+// adds rows [q * share, (q + 1) * share) of every block's part in slice order (thin_sum's order:
+// the same bits) and writes them to c. What thin_last_block_sum does without the parts' round trip
+// through L2, the fences and the count: the cluster's barrier is the only wait.
+template <int SC>
+__device__ __forceinline__ void thin_cluster_sum(const ThinArgs& p, const float* part, int rows_per_block) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+  unsigned rank, parts;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(parts));
+  const int share = (rows_per_block + static_cast<int>(parts) - 1) / static_cast<int>(parts);
+  const int row0 = static_cast<int>(rank) * share, r0 = blockIdx.x * rows_per_block;
+  const bool r_fast = p.crs == 1;  // consecutive threads along c's contiguous index
+  float* c = static_cast<float*>(p.c);
+  for (int e = threadIdx.x; e < share * SC; e += kThinThreads) {
+    const int row = row0 + (r_fast ? e % share : e / SC), s = r_fast ? e / share : e % SC;
+    if (row >= rows_per_block || r0 + row >= p.r || s >= p.s) continue;
+    const unsigned at = smem_addr(part + s * rows_per_block + row);
+    float v[kClusterMaxSlices];
+#pragma unroll
+    for (int q = 0; q < kClusterMaxSlices; ++q) {  // every load in flight before the first add
+      v[q] = 0.f;
+      if (q < static_cast<int>(parts)) {
+        unsigned remote;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(at), "r"(q));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v[q]) : "r"(remote));
+      }
+    }
+    float sum = v[0];
+#pragma unroll
+    for (int q = 1; q < kClusterMaxSlices; ++q)
+      if (q < static_cast<int>(parts)) sum += v[q];
+    c[static_cast<long long>(r0 + row) * p.crs + s * p.css] = sum;
+  }
+  // No block leaves (its shared memory with it) while another may still read its part.
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+
 // thin_dots_wk's slices summed in the same launch (ThinArgs::counter): the last block to finish
 // (thin_last_slice_done) reads every slice's V values (through L2: other SMs wrote
 // them) and adds them in a fixed order, each thread the slices t, t + 256, ... in turn, then the
@@ -295,6 +337,25 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
     return;
   }
   constexpr int kHeld = V >= 32 ? V / 32 : 1;
+  constexpr int kRows = kThinWarps * RW;  // the block's rows
+  if (p.cluster) {  // the block's part into shared memory (free once every warp is past it)
+    static_assert(kRows * SC <= sizeof(sh) / sizeof(float), "thin_dots: the part fits the chunk's buffer");
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j) {
+      int idx;
+      if constexpr (V >= 32) {
+        idx = j + kHeld * lane;
+      } else {
+        constexpr int kShare = 32 / V;
+        if (lane % kShare) continue;
+        idx = lane / kShare;
+      }
+      sh[(idx % SC) * kRows + warp * RW + idx / SC] = acc[j];
+    }
+    thin_cluster_sum<SC>(p, sh, kRows);
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < kHeld; ++j) {
     int idx;
@@ -340,6 +401,14 @@ __device__ __forceinline__ void thin_axpy_finish(const ThinArgs& p, float* sh, f
         const float4 q = *reinterpret_cast<const float4*>(sh + (warp * SC + s) * 128 + lane * 4);
         acc[s][0] += q.x, acc[s][1] += q.y, acc[s][2] += q.z, acc[s][3] += q.w;
       }
+  }
+  if (p.cluster) {  // warp 0's sums as the block's part, where it read them from
+    if (warp == 0)
+#pragma unroll
+      for (int s = 0; s < SC; ++s)
+        *reinterpret_cast<float4*>(sh + s * 128 + lane * 4) = make_float4(acc[s][0], acc[s][1], acc[s][2], acc[s][3]);
+    thin_cluster_sum<SC>(p, sh, 128);
+    return;
   }
   if (warp == 0) {
     float* out = static_cast<float*>(p.out) + blockIdx.y * p.out_step;

@@ -159,6 +159,9 @@ constexpr int thin_dots_rows_per_warp(int sc) { return sc <= 2 ? 8 : 4; }
 // With slices (gridDim.y > 1) and `counter` set (gridDim.x ints, zero before the launch): the
 // slices' parts go to out (as above), and for each row of blocks the last block to finish adds
 // them into c (c's (i, j) at c[i * crs + j * css]) and clears its counter again.
+// cluster (thin_axpy and thin_dots, sm_90): the launch's clusters are the gridDim.y (at most
+// kClusterMaxSlices) slices of a row of blocks; their parts meet in the blocks' shared memory and
+// are added into c (crs, css) there: no out, no counter.
 struct ThinArgs {
   const void* l;
   const void* sh;
@@ -168,6 +171,7 @@ struct ThinArgs {
   int* counter;
   void* c;
   long long crs, css;
+  int cluster;
 };
 
 // The short-k kernels (gemm_short_k.cuh): c (m x n, row-major, ldc) = a (m x k) @ b (k x n) for
