@@ -296,6 +296,17 @@ constexpr double kThinFusedSumS = 1.0e-6;  // the last blocks reading every slic
 constexpr double kThinSmallBytes = 1 << 20;
 constexpr double kThinShortWeight = 0.5;  // a byte of the short operand (L2) against one of L (memory)
 constexpr std::int64_t kThinBlocksPerSm = 2;  // __launch_bounds__(256, 2)
+// A thin_dots slice takes at least a chunk (kThinChunk, 256 k: one pass of the short operand
+// through shared memory, its barriers, and the warps' closing shuffles): shallower slices fill
+// more of the GPU's slots but pay a chunk's fixed costs for half of its work or less, which the
+// rate model does not see. So where the model takes shallower slices, k goes into slices of one
+// chunk instead (fewer of them). H100, session 46 (cuda_vs_cublas.py, graph replay, us; the
+// model's 8 slices of 128 k -> 4 of 256): (1024 x 1024) @ (1024 x 16) 9.4 -> 7.6, (1024 x 1024)
+// @ (1024 x 8) 6.4 -> 5.3, (1024 x 1024) @ (1024 x 4) 5.4 -> 4.8, (1024 x 1024) @ (1024 x 1) 4.6
+// -> 4.4; (512 x 512) @ (512 x 1) 4 slices of 128 -> 2 of 256: 4.3 -> 3.6. thin_axpy's blocks
+// close with less (no shuffles) and gained from shallow slices: (8 x 1024) @ (1024 x 1024) 10.6 in
+// 4 slices, 7.3 in 8, 7.0 in 16; (1 x 1024) @ (1024 x 1024) 5.9 in 4, 5.3 in 8.
+constexpr std::int64_t kThinMinSliceK = 256;
 
 }  // namespace
 
@@ -393,6 +404,10 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
       t = c;
       t.estimate_s = e;
     }
+  }
+  if (t.dots && t.slices > 1 && t.kslice < kThinMinSliceK) {  // the same k in slices of a chunk
+    t = with_thin_slices(t, m, n, k, std::max<std::int64_t>(1, k / kThinMinSliceK));
+    t.estimate_s = estimate(t.kslice, t.slices);
   }
   t.use = t.estimate_s < tile_estimate_s;
   return t;

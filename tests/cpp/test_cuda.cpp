@@ -908,6 +908,27 @@ TEST(CudaThinChoice, SlicesFillTheGpuWithoutAPartialWave) {
     }
 }
 
+// A split thin_dots product's slices are at least a chunk (256 k) deep, where the rate model alone
+// took shallower ones (k = 1024 in 4 slices, not 8), in both of its views (few columns of a
+// row-major a; few rows of a column-major b); thin_axpy's may be shallower (1 x 512 @ 512 x 512).
+TEST(CudaThinChoice, DotsSlicesAtLeastAChunkDeep) {
+  namespace pc = portmat::cuda;
+  for (long k : {512L, 1024L, 2048L, 4096L, 65536L})
+    for (long s : {1L, 4L, 16L})
+      for (bool few_rows : {false, true}) {
+        const long r = std::max(1024L, (1L << 19) / k);  // L at least 2 MiB: split where its rows are few
+        const long m = few_rows ? s : r, n = few_rows ? r : s;
+        const auto t = pc::choose_thin(m, n, k, false, few_rows, 132, 1.0);
+        ASSERT_TRUE(t.dots);
+        if (t.slices > 1) EXPECT_GE(t.kslice, 256) << m << " x " << k << " x " << n << ": " << t.slices << " slices";
+      }
+  EXPECT_EQ(pc::choose_thin(1024, 16, 1024, false, false, 132, 1.0).slices, 4);
+  EXPECT_EQ(pc::choose_thin(1024, 1, 1024, false, false, 132, 1.0).kslice, 256);
+  const auto axpy = pc::choose_thin(1, 512, 512, false, false, 132, 1.0);
+  EXPECT_FALSE(axpy.dots);
+  EXPECT_LT(axpy.kslice, 256);
+}
+
 // The short-k kernel's shape: 16 columns a block for results of at most 16 columns, else 128; 2 rows
 // a thread (16-row blocks) where 4 (32-row blocks) would idle more rows.
 TEST(CudaShortKChoice, BlockShapeFollowsTheResult) {
