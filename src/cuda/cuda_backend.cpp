@@ -723,25 +723,15 @@ class CudaDevice final : public core::Device {
   std::int64_t cluster_room(const GemmTile& t, int slices, bool spread) {
     int& room = cluster_room_[{&t, slices * 2 + spread}];
     if (room != 0) return std::max(room, 0);  // asked before (-1: none)
-    CUlaunchAttribute cluster{};
-    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    cluster.value.clusterDim.x = 1, cluster.value.clusterDim.y = static_cast<unsigned>(slices);
-    cluster.value.clusterDim.z = 1;
-    CUlaunchConfig config{};
-    config.gridDimX = 1, config.gridDimY = static_cast<unsigned>(slices), config.gridDimZ = 1;
-    config.blockDimX = static_cast<unsigned>(t.threads()), config.blockDimY = 1, config.blockDimZ = 1;
-    config.sharedMemBytes = static_cast<unsigned>(t.smem_bytes());
-    config.attrs = &cluster, config.numAttrs = 1;
     const CUfunction f = function(t, false, false);
     int n = 0;
     if (!spread) {
-      if (cu_.OccupancyMaxActiveClusters(&n, f, &config) != CUDA_SUCCESS) n = 0;
+      n = clusters_at_once(f, slices, t.threads(), t.smem_bytes());
     } else {
       const int half = smem_per_sm_ / 2 + 1;
       if (half > t.smem_bytes() && half <= smem_optin_ &&
           cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, half) == CUDA_SUCCESS) {
-        config.sharedMemBytes = static_cast<unsigned>(half);
-        if (cu_.OccupancyMaxActiveClusters(&n, f, &config) != CUDA_SUCCESS) n = 0;
+        n = clusters_at_once(f, slices, t.threads(), half);
         cu_check(cu_.FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, t.smem_bytes()),
                  "cuFuncSetAttribute(max dynamic shared memory)", where_);
       }
@@ -755,17 +745,30 @@ class CudaDevice final : public core::Device {
   std::int64_t thin_cluster_room(CUfunction f, bool dots, int sc_index, int slices) {
     int& room = thin_cluster_room_[dots][sc_index][slices - 1];
     if (room != 0) return std::max(room, 0);
+    const int n = clusters_at_once(f, slices, 256, 0);
+    return (room = n > 0 ? n : -1) > 0 ? room : 0;
+  }
+
+  // The launch attribute of a grid whose clusters are `slices` blocks along y (a column of slices).
+  static CUlaunchAttribute cluster_shape(int slices) {
     CUlaunchAttribute shape{};
     shape.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
     shape.value.clusterDim.x = 1, shape.value.clusterDim.y = static_cast<unsigned>(slices);
     shape.value.clusterDim.z = 1;
+    return shape;
+  }
+
+  // The driver's count of such clusters of kernel f (threads a block, smem bytes of dynamic shared
+  // memory) that run at once; 0 where it says none or fails.
+  int clusters_at_once(CUfunction f, int slices, int threads, int smem) {
+    CUlaunchAttribute shape = cluster_shape(slices);
     CUlaunchConfig config{};
     config.gridDimX = 1, config.gridDimY = static_cast<unsigned>(slices), config.gridDimZ = 1;
-    config.blockDimX = 256, config.blockDimY = 1, config.blockDimZ = 1;
+    config.blockDimX = static_cast<unsigned>(threads), config.blockDimY = 1, config.blockDimZ = 1;
+    config.sharedMemBytes = static_cast<unsigned>(smem);
     config.attrs = &shape, config.numAttrs = 1;
     int n = 0;
-    if (cu_.OccupancyMaxActiveClusters(&n, f, &config) != CUDA_SUCCESS) n = 0;
-    return (room = n > 0 ? n : -1) > 0 ? room : 0;
+    return cu_.OccupancyMaxActiveClusters(&n, f, &config) == CUDA_SUCCESS ? n : 0;
   }
 
   // A kernel family's knob (PORTMAT_CUDA_THIN, _RESIDENT, _SHORT_K): -1 unset (the model decides),
@@ -1017,10 +1020,7 @@ class CudaDevice final : public core::Device {
     if (t.cluster) {
       GemmArgs args = gemm_args(t, a, am, a_step, b, bm, b_step, c, ldc, 0, m, n, kc);
       args.k_last = static_cast<int>(rest);
-      CUlaunchAttribute cluster{};
-      cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      cluster.value.clusterDim.x = 1, cluster.value.clusterDim.y = static_cast<unsigned>(parts);
-      cluster.value.clusterDim.z = 1;
+      const CUlaunchAttribute cluster = cluster_shape(static_cast<int>(parts));
       void* params[] = {&args};
       if (const CUresult r = launch_kernel(function(t, am.col_major, bm.col_major), static_cast<unsigned>(args.sk_first),
                                            static_cast<unsigned>(parts), t.threads(), t.smem_bytes(), stream, params,
@@ -1119,10 +1119,7 @@ class CudaDevice final : public core::Device {
       args.cluster = 1;
       args.out = args.c = reinterpret_cast<void*>(c);
       args.crs = args.ors, args.css = args.oss;
-      CUlaunchAttribute shape{};
-      shape.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      shape.value.clusterDim.x = 1, shape.value.clusterDim.y = static_cast<unsigned>(t.slices);
-      shape.value.clusterDim.z = 1;
+      const CUlaunchAttribute shape = cluster_shape(static_cast<int>(t.slices));
       void* params[] = {&args};
       if (const CUresult r = launch_kernel(f, static_cast<unsigned>(row_blocks), static_cast<unsigned>(t.slices), 256,
                                            0, stream, params, &shape))

@@ -337,35 +337,30 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
     return;
   }
   constexpr int kHeld = V >= 32 ? V / 32 : 1;
+  // The index (rw * SC + s) of the sum in this lane's acc[j] (warp_reduce_many), or -1 where the
+  // lane holds a copy that another lane stores.
+  auto held = [&](int j) {
+    if constexpr (V >= 32) {
+      return j + kHeld * lane;
+    } else {
+      constexpr int kShare = 32 / V;  // lanes holding the same sum
+      return lane % kShare ? -1 : lane / kShare;
+    }
+  };
   constexpr int kRows = kThinWarps * RW;  // the block's rows
   if (p.cluster) {  // the block's part into shared memory (free once every warp is past it)
     static_assert(kRows * SC <= sizeof(sh) / sizeof(float), "thin_dots: the part fits the chunk's buffer");
     __syncthreads();
 #pragma unroll
-    for (int j = 0; j < kHeld; ++j) {
-      int idx;
-      if constexpr (V >= 32) {
-        idx = j + kHeld * lane;
-      } else {
-        constexpr int kShare = 32 / V;
-        if (lane % kShare) continue;
-        idx = lane / kShare;
-      }
-      sh[(idx % SC) * kRows + warp * RW + idx / SC] = acc[j];
-    }
+    for (int j = 0; j < kHeld; ++j)
+      if (const int idx = held(j); idx >= 0) sh[(idx % SC) * kRows + warp * RW + idx / SC] = acc[j];
     thin_cluster_sum<SC>(p, sh, kRows);
     return;
   }
 #pragma unroll
   for (int j = 0; j < kHeld; ++j) {
-    int idx;
-    if constexpr (V >= 32) {
-      idx = j + kHeld * lane;
-    } else {
-      constexpr int kShare = 32 / V;  // lanes holding the same sum
-      if (lane % kShare) continue;
-      idx = lane / kShare;
-    }
+    const int idx = held(j);
+    if (idx < 0) continue;
     const int r = r0 + idx / SC, s = idx % SC;
     if (r < p.r && s < p.s) out[r * p.ors + s * p.oss] = acc[j];
   }
