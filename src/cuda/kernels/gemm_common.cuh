@@ -198,6 +198,31 @@ __device__ __forceinline__ void store_acc(const GemmArgs& p, const T (&acc)[4 * 
   }
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Thread-block clusters (sm_90). cluster_barrier: every thread of every block of the cluster waits
+// until all have arrived, and the shared-memory writes before it are visible to the reads after.
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned cluster_rank() {  // this block's rank in its cluster
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+__device__ __forceinline__ unsigned cluster_blocks() {  // the blocks of the cluster
+  unsigned blocks;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(blocks));
+  return blocks;
+}
+// The address, in the cluster's shared window, of block `rank`'s variable at this block's shared
+// address `at` (for ld.shared::cluster).
+__device__ __forceinline__ unsigned cluster_map(unsigned at, int rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(at), "r"(rank));
+  return remote;
+}
+#endif
+
 // Split-K in one launch, the epilogue of the cluster kernel (GemmTile::cluster: 64x64c;
 // sm_90 thread-block clusters; cuda_backend.cpp, launch_split). The launch's clusters are 1 x p x 1
 // blocks: the p slices of k (blockIdx.y) of one tile (blockIdx.x), each holding its slice's partial
@@ -219,15 +244,12 @@ __device__ __forceinline__ void cluster_sum_store(const GemmArgs& p, const float
   for (int i = 0; i < 4 * RM; ++i)
 #pragma unroll
     for (int r = 0; r < RN; ++r) store4(tile + (row_of(i) - m0) * BN + (col0 - n0) + r * 4 * LN, &acc[i][4 * r]);
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-  unsigned rank, parts;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(parts));
+  cluster_barrier();
+  const unsigned rank = cluster_rank(), parts = cluster_blocks();
   unsigned base[kClusterMaxSlices];  // each block's tile in the cluster's shared window
 #pragma unroll
   for (int q = 0; q < kClusterMaxSlices; ++q)
-    if (q < static_cast<int>(parts))
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(base[q]) : "r"(smem_addr(tile)), "r"(q));
+    if (q < static_cast<int>(parts)) base[q] = cluster_map(smem_addr(tile), q);
   constexpr int kVecs = BN / 4;  // float4s per row
   const int rows = min(BM, p.m - m0), cols = min(BN, p.n - n0);
   const int mine = rows > static_cast<int>(rank) ? (rows - static_cast<int>(rank) + parts - 1) / parts : 0;
@@ -256,7 +278,7 @@ __device__ __forceinline__ void cluster_sum_store(const GemmArgs& p, const float
         if (col + j < cols) dst[j] = s[j];
     }
   }
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+  cluster_barrier();
 #else
   __trap();  // the host launches cluster kernels on sm_90 and later only
 #endif

@@ -191,10 +191,8 @@ __device__ __forceinline__ void thin_last_block_sum(const ThinArgs& p, int rows_
 template <int SC>
 __device__ __forceinline__ void thin_cluster_sum(const ThinArgs& p, const float* part, int rows_per_block) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-  unsigned rank, parts;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(parts));
+  cluster_barrier();
+  const unsigned rank = cluster_rank(), parts = cluster_blocks();
   const int share = (rows_per_block + static_cast<int>(parts) - 1) / static_cast<int>(parts);
   const int row0 = static_cast<int>(rank) * share, r0 = blockIdx.x * rows_per_block;
   const bool r_fast = p.crs == 1;  // consecutive threads along c's contiguous index
@@ -207,11 +205,8 @@ __device__ __forceinline__ void thin_cluster_sum(const ThinArgs& p, const float*
 #pragma unroll
     for (int q = 0; q < kClusterMaxSlices; ++q) {  // every load in flight before the first add
       v[q] = 0.f;
-      if (q < static_cast<int>(parts)) {
-        unsigned remote;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(at), "r"(q));
-        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v[q]) : "r"(remote));
-      }
+      if (q < static_cast<int>(parts))
+        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v[q]) : "r"(cluster_map(at, q)));
     }
     float sum = v[0];
 #pragma unroll
@@ -220,7 +215,9 @@ __device__ __forceinline__ void thin_cluster_sum(const ThinArgs& p, const float*
     c[static_cast<long long>(r0 + row) * p.crs + s * p.css] = sum;
   }
   // No block leaves (its shared memory with it) while another may still read its part.
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+  cluster_barrier();
+#else
+  __trap();  // the host launches clusters on sm_90 and later only
 #endif
 }
 
