@@ -1115,24 +1115,15 @@ class CudaDevice final : public core::Device {
     const long cluster_most = std::min<long>(knob("PORTMAT_CUDA_THIN_CLUSTER", kThinClusterSlices), kClusterMaxSlices);
     const bool cluster = t.slices > 1 && t.slices <= cluster_most && !t.wk && clusters() &&
                          thin_cluster_room(f, t.dots, sc_index, static_cast<int>(t.slices)) >= row_blocks;
-    if (cluster) {
-      args.cluster = 1;
-      args.out = args.c = reinterpret_cast<void*>(c);
-      args.crs = args.ors, args.css = args.oss;
-      const CUlaunchAttribute shape = cluster_shape(static_cast<int>(t.slices));
-      void* params[] = {&args};
-      if (const CUresult r = launch_kernel(f, static_cast<unsigned>(row_blocks), static_cast<unsigned>(t.slices), 256,
-                                           0, stream, params, &shape))
-        cu_check(r, "cuLaunchKernelEx(thin gemm, clusters)", what("a thin kernel"));
-      return;
-    }
-    const bool fused = thin_sum_fused(t, S) && row_blocks <= kMaxSkBlocks && knob("PORTMAT_CUDA_THIN_FUSED", 1) != 0;
-    if (fused) {
-      args.counter = sk_flags(stream, row_blocks);
+    const bool fused = !cluster && thin_sum_fused(t, S) && row_blocks <= kMaxSkBlocks &&
+                       knob("PORTMAT_CUDA_THIN_FUSED", 1) != 0;
+    if (cluster || fused) {  // the launch adds the slices into c itself
+      args.cluster = cluster;
+      if (fused) args.counter = sk_flags(stream, row_blocks);
       args.c = reinterpret_cast<void*>(c);
       args.crs = args.ors, args.css = args.oss;
     }
-    if (t.slices > 1) {  // the parts: [slice][r][s], r contiguous where c's r is
+    if (t.slices > 1 && !cluster) {  // the parts: [slice][r][s], r contiguous where c's r is
       const CUdeviceptr w = split_workspace(stream, static_cast<std::size_t>(t.slices * R * S) * sizeof(float));
       sum.parts = reinterpret_cast<const void*>(w);
       sum.c = reinterpret_cast<void*>(c);
@@ -1146,10 +1137,11 @@ class CudaDevice final : public core::Device {
       args.out = reinterpret_cast<void*>(c);
     }
     void* params[] = {&args};
+    const CUlaunchAttribute shape = cluster_shape(static_cast<int>(t.slices));
     if (const CUresult r = launch_kernel(f, static_cast<unsigned>(row_blocks), static_cast<unsigned>(t.slices), 256, 0,
-                                         stream, params))
+                                         stream, params, cluster ? &shape : nullptr))
       cu_check(r, "cuLaunchKernel(thin gemm)", what("a thin kernel"));
-    if (t.slices <= 1 || fused) return;
+    if (t.slices <= 1 || fused || cluster) return;
     void* sum_params[] = {&sum};
     if (const CUresult r = launch_kernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + 255) / 256), 1,
                                          256, 0, stream, sum_params))
