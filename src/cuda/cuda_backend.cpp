@@ -1131,6 +1131,8 @@ class CudaDevice final : public core::Device {
       sum.prs = args.ors == 1 ? 1 : S, sum.pss = args.ors == 1 ? R : 1;
       sum.ors = args.ors, sum.oss = args.oss;
       sum.r = args.r, sum.s = args.s, sum.count = static_cast<int>(t.slices);
+      // PORTMAT_CUDA_THIN_SUM_GROUPS=0: every part in one thread's turn (measurements).
+      sum.group = knob("PORTMAT_CUDA_THIN_SUM_GROUPS", 1) != 0 ? thin_sum_group(sum.count) : sum.count;
       args.out = reinterpret_cast<void*>(w);
       args.ors = sum.prs, args.oss = sum.pss, args.out_step = R * S;
     } else {
@@ -1143,8 +1145,9 @@ class CudaDevice final : public core::Device {
       cu_check(r, "cuLaunchKernel(thin gemm)", what("a thin kernel"));
     if (t.slices <= 1 || fused || cluster) return;
     void* sum_params[] = {&sum};
-    if (const CUresult r = launch_kernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + 255) / 256), 1,
-                                         256, 0, stream, sum_params))
+    const std::int64_t per_block = sum.group < sum.count ? 32 : 256;  // elements of c (thin_sum_body)
+    if (const CUresult r = launch_kernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + per_block - 1) / per_block),
+                                         1, 256, 0, stream, sum_params))
       cu_check(r, "cuLaunchKernel(thin_sum)", what("thin_sum_f32"));
   }
 

@@ -463,6 +463,32 @@ TEST(CudaGemm, ThinClusterSumSameBitsAsLastBlock) {
   }
 }
 
+// thin_sum with many parts (kernels/gemm_thin.cuh, thin_sum_body: more than kThinSumGroupMin
+// slices, added by a block's warps a group each, then the groups in order): 17 (two groups, one of
+// a single part), 40, 129 and 300 slices (PORTMAT_CUDA_THIN_SLICES; the model takes up to hundreds
+// for a long k under few results), thin_dots and thin_axpy, results of 1 to 16 x 16 and more rows
+// than one block of 32 elements of c: right against the reference in every layout and offset, as
+// with every part in one thread's turn (PORTMAT_CUDA_THIN_SUM_GROUPS=0), and the same bits every
+// run.
+TEST(CudaGemm, ThinSumManySlicesInGroups) {
+  REQUIRE_CUDA();
+  std::mt19937 rng(47);
+  ScopedEnv thin("PORTMAT_CUDA_THIN", "1");
+  ScopedEnv launch("PORTMAT_CUDA_THIN_FUSED", "0");
+  for (const char* slices : {"17", "40", "129", "300"}) {
+    ScopedEnv split("PORTMAT_CUDA_THIN_SLICES", slices);
+    for (const auto& s : {std::array<long, 3>{16, 16, 65536}, {1, 1, 40000}, {3, 70, 50000}, {50, 7, 40960}}) {
+      SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) + ", " + slices +
+                   " slices");
+      check_device_resident(dev, s[0], s[1], s[2], rng);
+      ScopedEnv one_thread("PORTMAT_CUDA_THIN_SUM_GROUPS", "0");
+      check_device_resident(dev, s[0], s[1], s[2], rng);
+    }
+    check_same_bits_every_run(dev, 16, 16, 65536, rng);
+    check_same_bits_every_run(dev, 5, 33, 30000, rng);
+  }
+}
+
 // The short-k kernel (kernels/gemm_short_k.cuh) whatever the model says (PORTMAT_CUDA_SHORT_K=1):
 // k from 1 to kShortKMax (multiples of 4: 16-byte copies where aligned), results of at most 16
 // columns (its 16-column blocks) and wider ones (128, in blocks of 32 rows and of 16),
@@ -911,6 +937,25 @@ TEST(CudaThinChoice, SlicesFillTheGpuWithoutAPartialWave) {
 // A split thin_dots product's slices are at least a chunk (256 k) deep, where the rate model alone
 // took shallower ones (k = 1024 in 4 slices, not 8), in both of its views (few columns of a
 // row-major a; few rows of a column-major b); thin_axpy's may be shallower (1 x 512 @ 512 x 512).
+// thin_sum's groups (gemm_tiles.h, thin_sum_group): up to kThinSumGroupMin parts one group, the
+// order of the launch's own sums; more parts in at most kThinSumGroups groups, each at least
+// kThinSumGroupMin deep, covering every part.
+TEST(CudaThinChoice, SumGroupsCoverEveryPart) {
+  for (int count = 1; count <= 70000; count += count < 600 ? 1 : 97) {
+    const int g = portmat::cuda::thin_sum_group(count), groups = (count + g - 1) / g;
+    if (count <= portmat::cuda::kThinSumGroupMin) {
+      EXPECT_EQ(g, count);
+      continue;
+    }
+    EXPECT_GE(g, portmat::cuda::kThinSumGroupMin) << count;
+    EXPECT_LE(groups, portmat::cuda::kThinSumGroups) << count;
+    EXPECT_GE(groups * g, count) << count;
+    EXPECT_GT(count, (groups - 1) * g) << count;  // no empty group
+  }
+  EXPECT_EQ(portmat::cuda::thin_sum_group(256), 32);
+  EXPECT_EQ(portmat::cuda::thin_sum_group(17), 16);
+}
+
 TEST(CudaThinChoice, DotsSlicesAtLeastAChunkDeep) {
   namespace pc = portmat::cuda;
   for (long k : {512L, 1024L, 2048L, 4096L, 65536L})

@@ -217,14 +217,27 @@ struct ResidentArgs {
   int r, s, k, vec, out_vec;
 };
 
-// thin_sum: c's (i, j) at c[i * ors + j * oss] = the sum over q < count, in that order, of
-// parts[q * part_stride + i * prs + j * pss].
+// thin_sum: c's (i, j) at c[i * ors + j * oss] = the sum over q < count of
+// parts[q * part_stride + i * prs + j * pss], in groups of `group` consecutive parts: each
+// group's in order, then the groups' sums in order (one group, group = count: the plain order of
+// the launch's own sums, thin_last_block_sum and thin_cluster_sum). Many parts (a long k over few
+// elements of c) are added by the 8 warps of a block side by side, a group each, instead of one
+// thread taking every part's load in turn: thin_sum_group.
 struct ThinSumArgs {
   const void* parts;
   void* c;
   long long part_stride, prs, pss, ors, oss;
-  int r, s, count;
+  int r, s, count, group;
 };
+// thin_sum's groups: up to kThinSumGroupMin parts are one group (the bits of the launch's own
+// sums, which take at most that many); more are split into at most kThinSumGroups groups (a
+// block's warps) of at least kThinSumGroupMin each.
+inline constexpr int kThinSumGroupMin = 16, kThinSumGroups = 8;
+inline constexpr int thin_sum_group(int count) {
+  return count <= kThinSumGroupMin ? count
+         : (count + kThinSumGroups - 1) / kThinSumGroups > kThinSumGroupMin ? (count + kThinSumGroups - 1) / kThinSumGroups
+                                                                             : kThinSumGroupMin;
+}
 
 // The complex-to-real rewrite of b (complex_b_body, gemm_batched.cuh): from the complex (k x n)
 // matrices b[i] (row-major, or column-major with b_col; ldb and strides in complex elements) the
