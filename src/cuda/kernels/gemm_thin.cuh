@@ -196,17 +196,21 @@ __device__ __forceinline__ void thin_cluster_sum(const ThinArgs& p, const float*
   const int share = (rows_per_block + static_cast<int>(parts) - 1) / static_cast<int>(parts);
   const int row0 = static_cast<int>(rank) * share, r0 = blockIdx.x * rows_per_block;
   const bool r_fast = p.crs == 1;  // consecutive threads along c's contiguous index
+  unsigned base[kClusterMaxSlices];  // each block's part in the cluster's shared window, mapped once
+#pragma unroll
+  for (int q = 0; q < kClusterMaxSlices; ++q)
+    if (q < static_cast<int>(parts)) base[q] = cluster_map(smem_addr(part), q);
   float* c = static_cast<float*>(p.c);
   for (int e = threadIdx.x; e < share * SC; e += kThinThreads) {
     const int row = row0 + (r_fast ? e % share : e / SC), s = r_fast ? e / share : e % SC;
     if (row >= rows_per_block || r0 + row >= p.r || s >= p.s) continue;
-    const unsigned at = smem_addr(part + s * rows_per_block + row);
+    const unsigned off = static_cast<unsigned>((s * rows_per_block + row) * sizeof(float));
     float v[kClusterMaxSlices];
 #pragma unroll
     for (int q = 0; q < kClusterMaxSlices; ++q) {  // every load in flight before the first add
       v[q] = 0.f;
       if (q < static_cast<int>(parts))
-        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v[q]) : "r"(cluster_map(at, q)));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v[q]) : "r"(base[q] + off));
     }
     float sum = v[0];
 #pragma unroll
