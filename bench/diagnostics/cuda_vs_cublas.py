@@ -14,8 +14,8 @@ sides", has the H200's figures.
 the products of a file (one M,K,N a line, read as `portmat bench --shapes` reads it); `--variants`
 times portmat again under each `NAME:VAR=VALUE,...` environment (the CUDA backend reads its knobs at
 every call), in the same rounds. `graph:PORTMAT_CUDA_TIME_GRAPH=1` times portmat's 10 products as
-a CUDA graph's replay, like cuBLAS's graph column (a knob set costs each queued launch a little
-host time: compare variants with each other, the default with the default).
+a CUDA graph's replay, like cuBLAS's graph column (the backend collects its knobs once a call and
+keeps its plans while they stay the same, so a variant's queued time compares with the default's).
 """
 
 import argparse

@@ -30,6 +30,7 @@
 
 #include "core/backend.hpp"
 #include "core/buffer_pool.hpp"
+#include "core/env_knobs.hpp"
 #include "cuda/cuda_api.hpp"
 #include "core/host_copy.hpp"
 #include "cuda/kernels/gemm_tiles.h"
@@ -47,13 +48,7 @@ using core::HostPool;
 
 namespace {
 
-long env_long(const char* name, long fallback) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  return (end && *end == '\0') ? v : fallback;
-}
+long env_long(const char* name, long fallback) { return core::parse_env_long(std::getenv(name), fallback); }
 
 // The NumPy path's chunks (matmul_host, matmul_host_batched) carry about this many bytes: enough
 // tiles to fill the GPU, few enough chunks that per-chunk costs stay small (at n = 4096 on the
@@ -67,16 +62,6 @@ std::int64_t chunk_rows(std::int64_t M, std::int64_t N, std::int64_t K, std::int
   const std::int64_t bytes = static_cast<std::int64_t>(numpy_chunk_bytes());
   const std::int64_t rows = std::max<std::int64_t>(128, bytes / (std::max<std::int64_t>({K, N, 1}) * es) / 128 * 128);
   return (M * K + K * N + M * N) * es <= (8 << 20) || rows >= M ? M : rows;
-}
-
-// Whether any PORTMAT_CUDA_ variable is set (docs/cuda.md, "Knobs"): one pass over the environment.
-// The launch knobs are read on every call, for tests and measurements, but most processes set none;
-// then a launch neither looks each one up (getenv scans the whole environment every time) nor
-// evaluates the tile model again (CudaDevice::plan).
-bool cuda_knobs_set() {
-  for (char** e = environ; e && *e; ++e)
-    if (std::strncmp(*e, "PORTMAT_CUDA_", 13) == 0) return true;
-  return false;
 }
 
 // "cuda:0 (NVIDIA H200) for [count x ](m x k) @ (k x n)" + extra: the subject of a launch's error
@@ -499,7 +484,7 @@ class CudaDevice final : public core::Device {
  private:
   // ---- set-up, once ------------------------------------------------------------------------------
   void ready() {
-    knobs_ = cuda_knobs_set();
+    if (knobs_.read()) plans_.clear();  // the plans were made under other knobs
     if (ctx_) {
       cu_check(cu_.CtxSetCurrent(ctx_), "cuCtxSetCurrent", where_);
       return;
@@ -605,14 +590,14 @@ class CudaDevice final : public core::Device {
   }
 
   // ---- kernels -----------------------------------------------------------------------------------
-  // A launch knob's value, or `fallback` without a lookup when no PORTMAT_CUDA_ variable is set
-  // (knobs_, from ready() at the start of every call).
-  long knob(const char* name, long fallback) const { return knobs_ ? env_long(name, fallback) : fallback; }
-  const char* knob_text(const char* name) const { return knobs_ ? std::getenv(name) : nullptr; }
+  // A launch knob's value, or `fallback` where it is not set: looked up among the PORTMAT_CUDA_
+  // variables that ready() collected at the start of this call (docs/cuda.md, "Knobs").
+  long knob(const char* name, long fallback) const { return knobs_.value(name, fallback); }
+  const char* knob_text(const char* name) const { return knobs_.text(name); }
 
   // What launch() runs for a product: the thin kernels' choice and the tile model's (float32), or
-  // the dtype's tile. Without knobs the plans of recent shapes are kept (the model costs about a
-  // microsecond, a fair part of a small product's host time).
+  // the dtype's tile. The plans of recent shapes are kept (the model costs about a microsecond, a
+  // fair part of a small product's host time) while the knobs stay as they were (ready()).
   struct Plan {
     ThinChoice thin;
     TileChoice tile;
@@ -621,8 +606,7 @@ class CudaDevice final : public core::Device {
   };
   Plan plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, bool whole) {
     const PlanKey key{m, n, k, static_cast<int>(dtype) * 8 + a_col * 4 + b_col * 2 + whole};
-    if (!knobs_)
-      if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+    if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     Plan p{};
     p.tile = choose_tile(dtype, m, n, k, whole);
     if (dtype == DType::f32) p.thin = thin_choice(m, n, k, a_col, b_col, p.tile.estimate_s);
@@ -633,7 +617,6 @@ class CudaDevice final : public core::Device {
                                    !p.short_k.use);
       if (p.resident.use) p.short_k.use = false;
     }
-    if (knobs_) return p;
     if (plans_.size() >= kMaxPlans) plans_.clear();
     plans_.emplace(key, p);
     return p;
@@ -1581,7 +1564,7 @@ class CudaDevice final : public core::Device {
   int thin_cluster_room_[2][5][kClusterMaxSlices] = {};  // thin_cluster_room(): [dots][short side][slices - 1]; -1 none
   CUfunction thin_functions_[3][5] = {};  // launch_thin: [axpy, dots, dots_wk][short side 1, 2, 4, 8, 16]
   CUfunction short_k_functions_[3] = {};  // launch_short_k: 16 columns a block, 128, 128 with 2 rows a thread
-  bool knobs_ = true;                     // a PORTMAT_CUDA_ variable is set (ready())
+  core::EnvKnobs knobs_{"PORTMAT_CUDA_"};  // the launch knobs set at this call's start (ready())
   std::atomic<bool> pdl_works_{true};     // launch_kernel: the driver took the PDL attribute ...
   std::atomic<bool> pdl_with_more_works_{true};  // ... and beside a cluster shape
   struct PlanKey {
@@ -1592,7 +1575,7 @@ class CudaDevice final : public core::Device {
     }
   };
   static constexpr std::size_t kMaxPlans = 256;
-  std::map<PlanKey, Plan> plans_;  // plan(): the recent shapes' plans (none while knobs are set)
+  std::map<PlanKey, Plan> plans_;  // plan(): the recent shapes' plans under the knobs of ready()
   core::BufferPool<CuBuffer> pool_;  // keeps at most a quarter of the device (constructor)
   std::unique_ptr<HostPool> pool_threads_;
   Pinned in_stage_, out_stage_;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/env_knobs.hpp"
 #include "core/process.hpp"
 #include "core/reference.hpp"
 #include "portmat/portmat.hpp"
@@ -145,3 +146,46 @@ TEST(Process, ForkWhileAnotherThreadIsInsideACpuProduct) {
   EXPECT_EQ(codes, std::vector<int>(8, 0));
 }
 #endif
+
+// A backend's launch knobs (core/env_knobs.hpp): one pass over the environment a call, lookups
+// among the prefix's variables alone, and a change noticed (the CUDA backend then plans again).
+TEST(EnvKnobs, ReadsTheCallsKnobsAndNoticesChanges) {
+  const char* names[] = {"PORTMAT_TESTKNOB_A", "PORTMAT_TESTKNOB_AB", "PORTMAT_TESTKNOB_BAD", "PORTMAT_TESTKNOB_EMPTY"};
+  for (const char* n : names) unsetenv(n);
+  portmat::core::EnvKnobs knobs("PORTMAT_TESTKNOB_");
+  knobs.read();
+  EXPECT_FALSE(knobs.any());
+  EXPECT_FALSE(knobs.read());  // nothing changed
+  EXPECT_EQ(knobs.value("PORTMAT_TESTKNOB_A", -7), -7);
+
+  setenv("PORTMAT_TESTKNOB_AB", "12", 1);
+  setenv("PORTMAT_TESTKNOB_BAD", "3x", 1);
+  setenv("PORTMAT_TESTKNOB_EMPTY", "", 1);
+  EXPECT_EQ(knobs.value("PORTMAT_TESTKNOB_AB", -1), -1);  // not until the next read
+  EXPECT_TRUE(knobs.read());
+  EXPECT_TRUE(knobs.any());
+  EXPECT_EQ(knobs.value("PORTMAT_TESTKNOB_AB", -1), 12);
+  EXPECT_EQ(knobs.text("PORTMAT_TESTKNOB_A"), nullptr);  // a name's prefix is not the name
+  EXPECT_EQ(knobs.value("PORTMAT_TESTKNOB_A", 5), 5);
+  EXPECT_EQ(knobs.value("PORTMAT_TESTKNOB_BAD", 4), 4);  // not a whole number: the fallback
+  EXPECT_EQ(knobs.value("PORTMAT_TESTKNOB_EMPTY", 6), 6);
+  ASSERT_NE(knobs.text("PORTMAT_TESTKNOB_EMPTY"), nullptr);
+  EXPECT_STREQ(knobs.text("PORTMAT_TESTKNOB_EMPTY"), "");
+  EXPECT_STREQ(knobs.text("PORTMAT_TESTKNOB_BAD"), "3x");
+  EXPECT_EQ(knobs.text("PORTMAT_TESTKNOB_"), nullptr);
+  EXPECT_EQ(knobs.text("HOME"), nullptr);  // outside the prefix: never looked up
+  EXPECT_FALSE(knobs.read());
+
+  setenv("PORTMAT_TESTKNOB_A", "-3", 1);
+  EXPECT_TRUE(knobs.read());
+  EXPECT_EQ(knobs.value("PORTMAT_TESTKNOB_A", 0), -3);
+  EXPECT_EQ(knobs.value("PORTMAT_TESTKNOB_AB", 0), 12);
+  setenv("PORTMAT_TESTKNOB_A", "-4", 1);  // the same names, another value
+  EXPECT_TRUE(knobs.read());
+  EXPECT_EQ(knobs.value("PORTMAT_TESTKNOB_A", 0), -4);
+
+  for (const char* n : names) unsetenv(n);
+  EXPECT_TRUE(knobs.read());
+  EXPECT_FALSE(knobs.any());
+  EXPECT_EQ(knobs.text("PORTMAT_TESTKNOB_AB"), nullptr);
+}
