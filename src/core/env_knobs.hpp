@@ -26,6 +26,10 @@ inline long parse_env_long(const char* text, long fallback) {
   return (end && *end == '\0') ? v : fallback;
 }
 
+// An integer environment variable read now (getenv): unset, empty or not a whole decimal means
+// `fallback`. For settings read outside a backend's per-call knobs.
+inline long env_long(const char* name, long fallback) { return parse_env_long(std::getenv(name), fallback); }
+
 class EnvKnobs {
  public:
   explicit EnvKnobs(const char* prefix) : prefix_(prefix), prefix_len_(std::strlen(prefix)) {}

@@ -43,12 +43,11 @@ extern "C" const unsigned char portmat_cuda_gemm_fatbin[];
 namespace portmat::cuda {
 
 using core::copy_2d;
+using core::env_long;
 using core::copy_3d;
 using core::HostPool;
 
 namespace {
-
-long env_long(const char* name, long fallback) { return core::parse_env_long(std::getenv(name), fallback); }
 
 // The NumPy path's chunks (matmul_host, matmul_host_batched) carry about this many bytes: enough
 // tiles to fill the GPU, few enough chunks that per-chunk costs stay small (at n = 4096 on the

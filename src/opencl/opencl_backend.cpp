@@ -24,6 +24,7 @@
 
 #include "core/backend.hpp"
 #include "core/buffer_pool.hpp"
+#include "core/env_knobs.hpp"
 #include "core/host_block_pool.hpp"
 #include "core/host_copy.hpp"
 #include "core/layout.hpp"
@@ -41,17 +42,10 @@ extern const char casts_cl[];        // kernels/casts.cl: dtype casts and comple
 
 namespace portmat::opencl {
 
-namespace {
+// Integer knobs (docs/opencl.md, "Knobs"), read on every call as PORTMAT_OPENCL_PARAMS is.
+using core::env_long;
 
-// An integer knob (docs/opencl.md, "Knobs"), read on every call as PORTMAT_OPENCL_PARAMS is: unset,
-// empty or not a number means `fallback`.
-long env_long(const char* name, long fallback) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  return (end && *end == '\0') ? v : fallback;
-}
+namespace {
 
 std::string device_string(const ClApi& cl, cl_device_id d, cl_device_info what) {
   std::size_t n = 0;
