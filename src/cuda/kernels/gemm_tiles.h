@@ -234,9 +234,8 @@ struct ThinSumArgs {
 // block's warps) of at least kThinSumGroupMin each.
 inline constexpr int kThinSumGroupMin = 16, kThinSumGroups = 8;
 inline constexpr int thin_sum_group(int count) {
-  return count <= kThinSumGroupMin ? count
-         : (count + kThinSumGroups - 1) / kThinSumGroups > kThinSumGroupMin ? (count + kThinSumGroups - 1) / kThinSumGroups
-                                                                             : kThinSumGroupMin;
+  const int share = (count + kThinSumGroups - 1) / kThinSumGroups;  // count's parts over every warp
+  return count <= kThinSumGroupMin ? count : share > kThinSumGroupMin ? share : kThinSumGroupMin;
 }
 
 // The complex-to-real rewrite of b (complex_b_body, gemm_batched.cuh): from the complex (k x n)
