@@ -1127,9 +1127,9 @@ class CudaDevice final : public core::Device {
       cu_check(r, "cuLaunchKernel(thin gemm)", what("a thin kernel"));
     if (t.slices <= 1 || fused || cluster) return;
     void* sum_params[] = {&sum};
-    const std::int64_t per_block = sum.group < sum.count ? 32 : 256;  // elements of c (thin_sum_body)
+    const std::int64_t per_block = thin_sum_block_elements(sum.group < sum.count);
     if (const CUresult r = launch_kernel(named_function("thin_sum_f32"), static_cast<unsigned>((R * S + per_block - 1) / per_block),
-                                         1, 256, 0, stream, sum_params))
+                                         1, kThinSumThreads, 0, stream, sum_params))
       cu_check(r, "cuLaunchKernel(thin_sum)", what("thin_sum_f32"));
   }
 

@@ -95,6 +95,7 @@ using portmat::cuda::ResidentArgs;
 using portmat::cuda::resident_body;
 using portmat::cuda::wait_for_prior_grid;
 using portmat::cuda::ThinSumArgs;
+using portmat::cuda::kThinSumThreads;
 using portmat::cuda::thin_axpy_body;
 using portmat::cuda::thin_dots_body;
 using portmat::cuda::thin_sum_body;
@@ -292,7 +293,7 @@ PM_THIN(axpy, 1) PM_THIN(axpy, 2) PM_THIN(axpy, 4) PM_THIN(axpy, 8) PM_THIN(axpy
   __global__ void __launch_bounds__(256, 2) thin_dots_wk_f32_s##sc(ThinArgs p) { wait_for_prior_grid(); thin_dots_body<sc, true>(p); }
 PM_THIN_WK(1) PM_THIN_WK(2) PM_THIN_WK(4)
 #undef PM_THIN_WK
-__global__ void __launch_bounds__(256) thin_sum_f32(ThinSumArgs p) { wait_for_prior_grid(); thin_sum_body(p); }
+__global__ void __launch_bounds__(kThinSumThreads) thin_sum_f32(ThinSumArgs p) { wait_for_prior_grid(); thin_sum_body(p); }
 
 // Short inner dimension (gemm_short_k.cuh): 256 threads a block, 4 or 32 of them across 16 or 128
 // columns of c, 4 (or 2: _r2) rows of c a thread.

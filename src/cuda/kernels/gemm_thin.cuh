@@ -583,8 +583,7 @@ __device__ __forceinline__ void thin_sum_body(const ThinSumArgs& p) {
   const long long total = static_cast<long long>(p.r) * p.s;
   const bool grouped = p.group < p.count;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const long long e = grouped ? static_cast<long long>(blockIdx.x) * 32 + lane
-                              : static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long e = static_cast<long long>(blockIdx.x) * thin_sum_block_elements(grouped) + (grouped ? lane : threadIdx.x);
   long long r = 0, s = 0;
   if (p.ors == 1)
     r = e % p.r, s = e / p.r;
@@ -595,7 +594,8 @@ __device__ __forceinline__ void thin_sum_body(const ThinSumArgs& p) {
     if (e < total) static_cast<float*>(p.c)[r * p.ors + s * p.oss] = thin_sum_parts<false>(w, p.count, p.part_stride);
     return;
   }
-  static_assert(kThinSumGroups == kThinWarps, "thin_sum: a group a warp of a 256-thread block");
+  static_assert(kThinSumGroups == kThinWarps && kThinSumThreads == 32 * kThinWarps,
+                "thin_sum: a group a warp of a 256-thread block");
   __shared__ float group_sums[kThinSumGroups][32];
   const int groups = (p.count + p.group - 1) / p.group, q0 = warp * p.group;
   if (warp < groups && e < total)

@@ -237,6 +237,11 @@ inline constexpr int thin_sum_group(int count) {
   const int share = (count + kThinSumGroups - 1) / kThinSumGroups;  // count's parts over every warp
   return count <= kThinSumGroupMin ? count : share > kThinSumGroupMin ? share : kThinSumGroupMin;
 }
+// Elements of c a thin_sum block adds (its 256 threads): one a lane, 32, where the parts are in
+// groups (each warp a group of the same 32 elements); else one a thread, 256. The launch's grid
+// (cuda_backend.cpp) and thin_sum_body both take it from here.
+inline constexpr int kThinSumThreads = 256;
+inline constexpr int thin_sum_block_elements(bool grouped) { return grouped ? 32 : kThinSumThreads; }
 
 // The complex-to-real rewrite of b (complex_b_body, gemm_batched.cuh): from the complex (k x n)
 // matrices b[i] (row-major, or column-major with b_col; ldb and strides in complex elements) the
