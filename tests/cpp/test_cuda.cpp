@@ -974,6 +974,18 @@ TEST(CudaThinChoice, DotsSlicesAtLeastAChunkDeep) {
   EXPECT_LT(axpy.kslice, 256);
 }
 
+// The thin model's slice counts where an H100 sweep (session 49, docs/cuda.md "The thin model
+// refitted") found the old constants far off: a short k over many rows is not cut (4 slices ran
+// 1.9x one), and a long k over a few blocks of rows is cut finer (16 slices ran 1.5x faster than 4).
+TEST(CudaThinChoice, SlicesWhereTheH100SweepMeasuredThem) {
+  namespace pc = portmat::cuda;
+  EXPECT_EQ(pc::choose_thin(8192, 4, 256, true, true, 132, 1.0).slices, 1);      // (8192 x 256) @ (256 x 4), a col-major
+  EXPECT_GE(pc::choose_thin(8, 1024, 1024, false, false, 132, 1.0).slices, 8);   // (8 x 1024) @ (1024 x 1024)
+  EXPECT_GE(pc::choose_thin(16, 128, 4096, true, true, 132, 1.0).slices, 16);    // (16 x 4096) @ (4096 x 128)
+  EXPECT_GE(pc::choose_thin(256, 16, 4096, false, false, 132, 1.0).slices, 16);  // (256 x 4096) @ (4096 x 16)
+  EXPECT_EQ(pc::choose_thin(1024, 8, 1024, false, false, 132, 1.0).slices, 4);   // dots: 4 chunks of 256 k stay
+}
+
 // The short-k kernel's shape: 16 columns a block for results of at most 16 columns, else 128; 2 rows
 // a thread (16-row blocks) where 4 (32-row blocks) would idle more rows.
 TEST(CudaShortKChoice, BlockShapeFollowsTheResult) {
