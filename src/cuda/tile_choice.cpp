@@ -289,13 +289,13 @@ namespace {
 //    256 x 256: 6.5 against 8.8-11). Past it the split that gives the grid a block or two an SM was
 //    faster than the model of one slice said (4096 x 4096 @ 4096 x 4: 23.7-24.8 us in 2-4 slices,
 //    26.8 in one; 1024 x 1024 @ 1024 x 16: 9.9 in 4, 13.5 in one), so it stands.
-// Refitted on an H100 (session 49, 2026-12-07; .device-style sweep of 167 thin products, both
-// layouts, each at 1-64 forced slices, queued): with the fused sum at 1 us and 60 GB/s a block the
-// model's count was 1.049x the best count's time (geometric mean), 15 products over 1.25x (a
-// short k cut into 4 slices: (8192 x 256) @ (256 x 4), a column-major a, 9.5 us against 4.9 in
-// one; a long k in too few: (8 x 1024) @ (1024 x 1024) 10.7 in 4 against 6.9 in 16). With
-// kThinFusedSumS 2 us (what session 45 measured for the fused sum) and kThinBlockBytesPerS 40 GB/s:
-// 1.029x, 7 over 1.25x.
+// Refitted on an H100 (session 49, 2026-12-07; bench/diagnostics/cuda_thin_slices.py: 167 thin
+// products, both layouts, each at 1-64 forced slices, queued; docs/cuda.md): with the fused sum
+// at 1 us and 60 GB/s a block the model's count was 1.049x the best count's time (geometric
+// mean), 15 products over 1.25x (a short k cut into 4 slices: (8192 x 256) @ (256 x 4), a
+// column-major a, 9.5 us against 4.9 in one; a long k in too few: (8 x 1024) @ (1024 x 1024) 10.7
+// in 4 against 6.9 in 16). With kThinFusedSumS 2 us (what session 45 measured for the fused sum)
+// and kThinBlockBytesPerS 40 GB/s: 1.029x, 7 over 1.25x.
 constexpr double kThinBytesPerS[] = {3.0e12, 2.8e12, 2.6e12, 2.2e12, 1.6e12};  // sc = 1, 2, 4, 8, 16
 constexpr double kThinBlockBytesPerS = 40e9, kThinBlockFmaPerS = 60e9;
 constexpr double kThinStartS = 4.0e-6, kThinSumS = 3.0e-6, kThinSumBytesPerS = 5.0e12;
