@@ -43,8 +43,8 @@ extern "C" const unsigned char portmat_cuda_gemm_fatbin[];
 namespace portmat::cuda {
 
 using core::copy_2d;
-using core::env_long;
 using core::copy_3d;
+using core::env_long;
 using core::HostPool;
 
 namespace {

@@ -583,7 +583,8 @@ __device__ __forceinline__ void thin_sum_body(const ThinSumArgs& p) {
   const long long total = static_cast<long long>(p.r) * p.s;
   const bool grouped = p.group < p.count;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const long long e = static_cast<long long>(blockIdx.x) * thin_sum_block_elements(grouped) + (grouped ? lane : threadIdx.x);
+  const long long e =
+      static_cast<long long>(blockIdx.x) * thin_sum_block_elements(grouped) + (grouped ? lane : threadIdx.x);
   long long r = 0, s = 0;
   if (p.ors == 1)
     r = e % p.r, s = e / p.r;
