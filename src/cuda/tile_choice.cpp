@@ -296,9 +296,26 @@ namespace {
 // column-major a, 9.5 us against 4.9 in one; a long k in too few: (8 x 1024) @ (1024 x 1024) 10.7
 // in 4 against 6.9 in 16). With kThinFusedSumS 2 us (what session 45 measured for the fused sum)
 // and kThinBlockBytesPerS 40 GB/s: 1.029x, 7 over 1.25x.
+// kThinStartS, where the thin kernels stand against the others (choose_thin's `use`; a start common
+// to every slice count moves no count): 4 us (session 15's, when launches were slower) put the thin
+// products of that sweep at 1.5x their measured time on average, the small ones (estimates under 8
+// us) at 1.7x; 1-1.5 us fits them (mean log error -0.09 and +0.03 at 1 us, -0.12 and -0.07 at 1.5).
+// And where the choice is close: an H100 timed 927 products (the thin kernels forced on and off;
+// 385 of them drawn at random from a grid of R = 16-65536, S = 1-16, k = 16-65536, every layout)
+// and the choice under 4, 3, 2 and 1.5 us took 1.084, 1.071, 1.049 and 1.044x the faster one's time
+// (geometric mean; the random 385: 1.038, 1.037, 1.034, 1.031); e.g. (1 x 256) @ (256 x 256) 4.6 us
+// on the cluster split, 3.6 thin (session 50, docs/cuda.md "Thin against the others").
+// kThinAxpyEndS: thin_axpy's blocks end by adding their 8 warps' sums, 128 x SC each, pairwise
+// through shared memory (three rounds and their barriers), which the rates above do not see. In
+// the same 927 products, what the small ones (estimates under 15 us) took beyond the estimate grew
+// with the short columns for thin_axpy (medians, us: 2.3, 2.5, 2.3, 3.1, 4.4 for SC = 1, 2, 4, 8,
+// 16) and not for thin_dots (1.2-2.2): so 0.2 us a short column for each wave of blocks. With it
+// the choice took 1.035x the faster time (the random 385: 1.023x), where thin_axpy with 8-16
+// columns at short k had lost to the tiles by up to 2.4x ((65536 x 16) @ (16 x 4), column-major:
+// 10.6 us against 4.5). It moves none of the sweep's slice counts.
 constexpr double kThinBytesPerS[] = {3.0e12, 2.8e12, 2.6e12, 2.2e12, 1.6e12};  // sc = 1, 2, 4, 8, 16
 constexpr double kThinBlockBytesPerS = 40e9, kThinBlockFmaPerS = 60e9;
-constexpr double kThinStartS = 4.0e-6, kThinSumS = 3.0e-6, kThinSumBytesPerS = 5.0e12;
+constexpr double kThinStartS = 1.5e-6, kThinSumS = 3.0e-6, kThinSumBytesPerS = 5.0e12, kThinAxpyEndS = 0.2e-6;
 constexpr double kThinFusedSumS = 2.0e-6;  // the last blocks reading every slice's part, and the wait for them
 constexpr double kThinSmallBytes = 1 << 20;
 constexpr double kThinShortWeight = 0.5;  // a byte of the short operand (L2) against one of L (memory)
@@ -392,6 +409,7 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
     const double short_bytes = blocks * chunked * t.sc * 4.0 * kThinShortWeight;
     const double waves = blocks > slots ? std::ceil(blocks / slots) * slots / blocks : 1.0;
     double sec = kThinStartS + std::max((bytes + short_bytes) * waves / rate, static_cast<double>(R) * k * t.sc / fma_rate);
+    if (!t.dots) sec += kThinAxpyEndS * t.sc * std::ceil(blocks / slots);
     ThinChoice sliced = t;
     sliced.slices = parts;
     if (parts > 1)
@@ -504,8 +522,14 @@ ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, b
   const double busy_sms = static_cast<double>(std::min(t.blocks, s_count));
   const double compute_s = static_cast<double>(tiles) * tile_flops / (busy_sms * kResidentFlopsPerSm);
   t.estimate_s = kStreamStartS + std::max(bytes / kResidentBytesPerS, compute_s);
+  // The margin weighs the work beyond the launch's start, which the others' estimates carry too: on
+  // the whole estimate it took the resident kernel for products of a few us, whose start is most of
+  // it (2 x 2 x 2 to 16384 x 16 x 8), where it ran about 1 us slower than the tiles or the short-k
+  // kernel (H100, session 50, 181 such products forced both ways, queued: 705 us in all against
+  // 609 for the tiles; (1024 x 1) @ (1 x 16) 3.8 against 2.8, 8 x 8 x 8 3.1 against 2.8).
+  const double margin = other_is_tiles ? kResidentMargin : 1.0;
   t.use = !t.few_rows && t.lk && per_sm == kResidentBlocksPerSm &&
-          (other_is_tiles ? kResidentMargin : 1.0) * t.estimate_s < other_s;
+          kStreamStartS + margin * (t.estimate_s - kStreamStartS) < other_s;
   return t;
 }
 

@@ -840,14 +840,19 @@ TEST(CudaTileChoice, ClustersSpreadOverGpcs) {
 // cluster rooms) takes 64x64b in 3 slices, two an SM (18.7-19.5 us against 21.4-22.5 for
 // 64x128_fpb in 8, session 44); slices of under 128 keep the alone rate, so (384 x 3072) @ (3072 x
 // 48) stays on 128x64_slb (14.0 us against 17.2 for 64x64b in 64 slices of 48, session 35).
+namespace {
+// The cluster rooms of 64x64c that an H100's driver reports (cuOccupancyMaxActiveClusters; session 43).
+std::int64_t h100_cluster_room(const portmat::cuda::GemmTile&, int p, bool spread) {
+  static const long spread_room[] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
+  static const long packed_room[] = {0, 0, 264, 163, 124, 94, 79, 69, 62};
+  return p >= 2 && p <= 8 ? (spread ? spread_room[p] : packed_room[p]) : 0;
+}
+}  // namespace
+
 TEST(CudaTileChoice, SplitSlicesSharingAnSm) {
   using portmat::cuda::choose_f32_tile;
   namespace pc = portmat::cuda;
-  const pc::ClusterRoom h100 = [](const pc::GemmTile&, int p, bool spread) -> std::int64_t {
-    static const long spread_room[] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
-    static const long packed_room[] = {0, 0, 264, 163, 124, 94, 79, 69, 62};
-    return p >= 2 && p <= 8 ? (spread ? spread_room[p] : packed_room[p]) : 0;
-  };
+  const pc::ClusterRoom h100 = h100_cluster_room;
   const auto n576 = choose_f32_tile(576, 576, 576, 132, true, true, h100);
   EXPECT_EQ(n576.tile, &pc::kF32_64x64b) << n576.tile->name;
   EXPECT_EQ(n576.split, 3);
@@ -986,6 +991,32 @@ TEST(CudaThinChoice, SlicesWhereTheH100SweepMeasuredThem) {
   EXPECT_EQ(pc::choose_thin(1024, 8, 1024, false, false, 132, 1.0).slices, 4);   // dots: 4 chunks of 256 k stay
 }
 
+// Thin against the tiles (choose_thin's `use`, tile_choice.cpp kThinStartS and kThinAxpyEndS): where
+// an H100 timed both (session 50, the thin kernels forced on and off, queued, us) the faster one is
+// chosen, with the tiles' estimate as the backend makes it there (its cluster rooms).
+TEST(CudaThinChoice, AgainstTheTilesWhereTheH100TimedBoth) {
+  namespace pc = portmat::cuda;
+  struct Case {
+    long m, k, n;
+    bool a_col, b_col, thin;
+  };
+  const Case cases[] = {
+      {1, 256, 256, false, false, true},      // thin 3.6, the cluster split 4.6
+      {256, 256, 1, true, true, true},        // 3.6 against 4.9
+      {1024, 64, 1, false, false, true},      // 3.0 against 4.7
+      {1, 128, 16384, false, false, true},    // 4.0 against 10.2
+      {65536, 16, 4, true, true, false},      // thin_axpy, 4 short columns: 10.6 against 4.5
+      {65536, 32, 8, true, true, false},      // 15.8 against 6.7
+      {16, 512, 64, false, false, false},     // thin_dots, 16 rows: 19.6 against 6.1
+      {4096, 1024, 4, false, true, true},     // 7.6 against 23.6
+  };
+  for (const Case& c : cases) {
+    const auto tile = pc::choose_f32_tile(c.m, c.n, c.k, 132, true, true, h100_cluster_room);
+    EXPECT_EQ(pc::choose_thin(c.m, c.n, c.k, c.a_col, c.b_col, 132, tile.estimate_s).use, c.thin)
+        << c.m << "x" << c.k << "x" << c.n << (c.a_col ? " c" : " r") << (c.b_col ? "c" : "r");
+  }
+}
+
 // The short-k kernel's shape: 16 columns a block for results of at most 16 columns, else 128; 2 rows
 // a thread (16-row blocks) where 4 (32-row blocks) would idle more rows.
 TEST(CudaShortKChoice, BlockShapeFollowsTheResult) {
@@ -1045,6 +1076,13 @@ TEST(CudaResidentChoice, WhereItApplies) {
   EXPECT_EQ(pc::choose_resident(65536, 32, 256, false, false, 132, 1.0, 64).blocks, 132);  // forced 64 columns
   const auto small = pc::choose_f32_tile(64, 64, 64, 132, true, true);
   EXPECT_FALSE(pc::choose_resident(64, 64, 64, false, false, 132, pc::tiles_with_bytes_s(64, 64, 64, small.estimate_s)).use);
+  // Products of a few us, mostly their start, stay on the tiles (about 1 us faster on an H100, session 50).
+  for (std::array<long, 3> mkn : {std::array<long, 3>{2, 2, 2}, {8, 8, 8}, {1024, 1, 16}, {2048, 8, 8}}) {
+    const long m = mkn[0], k = mkn[1], n = mkn[2];
+    const auto tile = pc::choose_f32_tile(m, n, k, 132, true, true);
+    EXPECT_FALSE(pc::choose_resident(m, n, k, false, false, 132, pc::tiles_with_bytes_s(m, n, k, tile.estimate_s)).use)
+        << m << "x" << k << "x" << n;
+  }
 }
 
 // ---- precision modes (issue 18): the tensor-core kernels, gemm_tc.cuh ------------------------------
