@@ -524,9 +524,9 @@ ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, b
   t.estimate_s = kStreamStartS + std::max(bytes / kResidentBytesPerS, compute_s);
   // The margin weighs the work beyond the launch's start, which the others' estimates carry too: on
   // the whole estimate it took the resident kernel for products of a few us, whose start is most of
-  // it (2 x 2 x 2 to 16384 x 16 x 8), where it ran about 1 us slower than the tiles or the short-k
-  // kernel (H100, session 50, 181 such products forced both ways, queued: 705 us in all against
-  // 609 for the tiles; (1024 x 1) @ (1 x 16) 3.8 against 2.8, 8 x 8 x 8 3.1 against 2.8).
+  // it (2 x 2 x 2 to (16384 x 128) @ (128 x 48)), where it ran about 1 us slower than the tiles or
+  // the short-k kernel (H100, session 50, 181 such products forced both ways, queued: 705 us in all
+  // against 609 for the others; (1024 x 1) @ (1 x 16) 3.8 against 2.8, 8 x 8 x 8 3.1 against 2.8).
   const double margin = other_is_tiles ? kResidentMargin : 1.0;
   t.use = !t.few_rows && t.lk && per_sm == kResidentBlocksPerSm &&
           kStreamStartS + margin * (t.estimate_s - kStreamStartS) < other_s;
