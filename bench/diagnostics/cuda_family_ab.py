@@ -6,7 +6,7 @@ For each float32 product and layout (rr: both operands row-major, cc: both colum
 device-resident: the default plan, the family forced on (PORTMAT_CUDA_<FAMILY>=1) and forced off
 (=0), each as a CUDA graph's replay and queued from the host, the faster of 2 alternating rounds of
 the median of 7 runs of 10 products (`_ext.time_gemm`), in us. The products come from a file
-(`--shapes`, lines of "M,K,N,LAYOUT") or are drawn at random (`--random N --seed S`) from a grid of
+(`--shapes`, lines of "M,K,N LAYOUT") or are drawn at random (`--random N --seed S`) from a grid of
 the family's products: for thin, R = 16-65536 long rows, S = 1-16 short ones, k = 16-65536 (R * k at
 most 2^26), few rows and few columns, every layout; for resident and short_k, R = 2-262144 rows
 against S = 1-64 columns, k = 1-256 (short_k: at most 32).
@@ -21,6 +21,8 @@ import os
 import random
 import statistics
 import time
+
+from cuda_thin_slices import read_shapes  # this script's folder is on sys.path
 
 FAMILIES = {"thin": "PORTMAT_CUDA_THIN", "resident": "PORTMAT_CUDA_RESIDENT", "short_k": "PORTMAT_CUDA_SHORT_K"}
 LAYOUTS = ("rr", "rc", "cr", "cc")
@@ -46,7 +48,7 @@ def grid(family: str) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", choices=sorted(FAMILIES), default="thin")
-    ap.add_argument("--shapes", help='a file of "M,K,N,LAYOUT" lines')
+    ap.add_argument("--shapes", help='a file of "M,K,N LAYOUT" lines')
     ap.add_argument("--random", type=int, default=200, help="products drawn from the family's grid (no --shapes)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--wall", type=float, default=1e9, help="stop after this many seconds")
@@ -56,11 +58,7 @@ def main() -> None:
     from portmat import _ext
 
     if args.shapes:
-        shapes = []
-        for line in open(args.shapes):
-            if line.strip() and not line.lstrip().startswith("#"):
-                m, k, n, layout = line.strip().split(",")
-                shapes.append(((int(m), int(k), int(n)), layout))
+        shapes = read_shapes(args.shapes)
     else:
         shapes = grid(args.family)
         random.Random(args.seed).shuffle(shapes)

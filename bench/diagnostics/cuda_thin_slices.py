@@ -33,6 +33,16 @@ def grid() -> list:
     return shapes
 
 
+def read_shapes(path: str) -> list:
+    """((M, K, N), LAYOUT) of each "M,K,N LAYOUT" line of a file (# starts a comment line)."""
+    shapes = []
+    for line in open(path):
+        if line.strip() and not line.lstrip().startswith("#"):
+            mkn, layout = line.split()
+            shapes.append((tuple(int(x) for x in mkn.split(",")), layout))
+    return shapes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", help='a file of "M,K,N LAYOUT" lines (default: the built-in grid)')
@@ -41,14 +51,7 @@ def main() -> None:
     args = ap.parse_args()
     from portmat import _ext
 
-    if args.shapes:
-        shapes = []
-        for line in open(args.shapes):
-            if line.strip() and not line.lstrip().startswith("#"):
-                mkn, layout = line.split()
-                shapes.append((tuple(int(x) for x in mkn.split(",")), layout))
-    else:
-        shapes = grid()
+    shapes = read_shapes(args.shapes) if args.shapes else grid()
 
     def time_us(m, k, n, layout):
         runs = _ext.time_gemm(args.device, m, n, k, "float32", 7, 10, layout)
