@@ -301,16 +301,16 @@ namespace {
 // products of that sweep at 1.5x their measured time on average, the small ones (estimates under 8
 // us) at 1.7x; 1-1.5 us fits them (mean log error -0.09 and +0.03 at 1 us, -0.12 and -0.07 at 1.5).
 // And where the choice is close: an H100 timed 927 products (the thin kernels forced on and off;
-// 385 of them drawn at random from a grid of R = 16-65536, S = 1-16, k = 16-65536, every layout)
+// 384 of them drawn at random from a grid of R = 16-65536, S = 1-16, k = 16-65536, every layout)
 // and the choice under 4, 3, 2 and 1.5 us took 1.084, 1.071, 1.049 and 1.044x the faster one's time
-// (geometric mean; the random 385: 1.038, 1.037, 1.034, 1.031); e.g. (1 x 256) @ (256 x 256) 4.6 us
+// (geometric mean; the random 384: 1.038, 1.037, 1.034, 1.031); e.g. (1 x 256) @ (256 x 256) 4.6 us
 // on the cluster split, 3.6 thin (session 50, docs/cuda.md "Thin against the others").
 // kThinAxpyEndS: thin_axpy's blocks end by adding their 8 warps' sums, 128 x SC each, pairwise
 // through shared memory (three rounds and their barriers), which the rates above do not see. In
 // the same 927 products, what the small ones (estimates under 15 us) took beyond the estimate grew
 // with the short columns for thin_axpy (medians, us: 2.3, 2.5, 2.3, 3.1, 4.4 for SC = 1, 2, 4, 8,
 // 16) and not for thin_dots (1.2-2.2): so 0.2 us a short column for each wave of blocks. With it
-// the choice took 1.035x the faster time (the random 385: 1.023x), where thin_axpy with 8-16
+// the choice took 1.035x the faster time (the random 384: 1.023x), where thin_axpy with 8-16
 // columns at short k had lost to the tiles by up to 2.4x ((65536 x 16) @ (16 x 4), column-major:
 // 10.6 us against 4.5). It moves none of the sweep's slice counts.
 constexpr double kThinBytesPerS[] = {3.0e12, 2.8e12, 2.6e12, 2.2e12, 1.6e12};  // sc = 1, 2, 4, 8, 16
