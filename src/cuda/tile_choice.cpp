@@ -407,9 +407,10 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
     // grid past the GPU's slots runs in waves, the last as long as a full one.
     const double chunked = static_cast<double>(ceil_div(std::min(k, kslice), chunk) * chunk);
     const double short_bytes = blocks * chunked * t.sc * 4.0 * kThinShortWeight;
-    const double waves = blocks > slots ? std::ceil(blocks / slots) * slots / blocks : 1.0;
+    const double turns = std::ceil(blocks / slots);  // waves of blocks, the last as long as a full one
+    const double waves = blocks > slots ? turns * slots / blocks : 1.0;
     double sec = kThinStartS + std::max((bytes + short_bytes) * waves / rate, static_cast<double>(R) * k * t.sc / fma_rate);
-    if (!t.dots) sec += kThinAxpyEndS * t.sc * std::ceil(blocks / slots);
+    if (!t.dots) sec += kThinAxpyEndS * t.sc * turns;
     ThinChoice sliced = t;
     sliced.slices = parts;
     if (parts > 1)
@@ -521,7 +522,8 @@ ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, b
   const double tile_flops = 2.0 * rows * t.sc * static_cast<double>((k + 3) / 4 * 4);
   const double busy_sms = static_cast<double>(std::min(t.blocks, s_count));
   const double compute_s = static_cast<double>(tiles) * tile_flops / (busy_sms * kResidentFlopsPerSm);
-  t.estimate_s = kStreamStartS + std::max(bytes / kResidentBytesPerS, compute_s);
+  const double work_s = std::max(bytes / kResidentBytesPerS, compute_s);
+  t.estimate_s = kStreamStartS + work_s;
   // The margin weighs the work beyond the launch's start, which the others' estimates carry too: on
   // the whole estimate it took the resident kernel for products of a few us, whose start is most of
   // it (2 x 2 x 2 to (16384 x 128) @ (128 x 48)), where it ran about 1 us slower than the tiles or
@@ -529,7 +531,7 @@ ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, b
   // against 609 for the others; (1024 x 1) @ (1 x 16) 3.8 against 2.8, 8 x 8 x 8 3.1 against 2.8).
   const double margin = other_is_tiles ? kResidentMargin : 1.0;
   t.use = !t.few_rows && t.lk && per_sm == kResidentBlocksPerSm &&
-          kStreamStartS + margin * (t.estimate_s - kStreamStartS) < other_s;
+          kStreamStartS + margin * work_s < other_s;
   return t;
 }
 
