@@ -17,12 +17,10 @@ against S = 1-64 columns, k = 1-256 (short_k: at most 32).
 
 import argparse
 import json
-import os
 import random
-import statistics
 import time
 
-from cuda_thin_slices import read_shapes  # this script's folder is on sys.path
+from cuda_thin_slices import read_shapes, set_knobs, time_us  # this script's folder is on sys.path
 
 FAMILIES = {"thin": "PORTMAT_CUDA_THIN", "resident": "PORTMAT_CUDA_RESIDENT", "short_k": "PORTMAT_CUDA_SHORT_K"}
 LAYOUTS = ("rr", "rc", "cr", "cc")
@@ -55,8 +53,6 @@ def main() -> None:
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--json", help="write the times (us) to this file")
     args = ap.parse_args()
-    from portmat import _ext
-
     if args.shapes:
         shapes = read_shapes(args.shapes)
     else:
@@ -67,14 +63,9 @@ def main() -> None:
     knob = FAMILIES[args.family]
     variants = (("default", None), ("on", "1"), ("off", "0"))
 
-    def time_us(m, k, n, layout, value, graph):
-        for name, v in ((knob, value), ("PORTMAT_CUDA_TIME_GRAPH", "1" if graph else None)):
-            if v is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = v
-        runs = _ext.time_gemm(args.device, m, n, k, "float32", 7, 10, layout)
-        return statistics.median(x for x in runs if x >= 0) * 1e6
+    def time_in(m, k, n, layout, value, graph):
+        set_knobs({knob: value, "PORTMAT_CUDA_TIME_GRAPH": "1" if graph else None})
+        return time_us(args.device, m, k, n, layout)
 
     records, start = [], time.time()
     print(f"M,K,N,layout | graph us: default, {knob}=1, =0 | queued us: the same", flush=True)
@@ -83,7 +74,7 @@ def main() -> None:
         for _ in range(2):
             for mode in ("graph", "queued"):
                 for name, value in variants:
-                    got.setdefault((mode, name), []).append(time_us(m, k, n, layout, value, mode == "graph"))
+                    got.setdefault((mode, name), []).append(time_in(m, k, n, layout, value, mode == "graph"))
         best = {key: min(v) for key, v in got.items()}
         records.append({"m": m, "k": k, "n": n, "layout": layout,
                         **{f"{mode}_{name}_us": best[(mode, name)] for mode in ("graph", "queued") for name, _ in variants}})
@@ -92,8 +83,7 @@ def main() -> None:
         if time.time() - start > args.wall:
             print(f"stopped after {len(records)} products (--wall)", flush=True)
             break
-    for name in (knob, "PORTMAT_CUDA_TIME_GRAPH"):
-        os.environ.pop(name, None)
+    set_knobs({knob: None, "PORTMAT_CUDA_TIME_GRAPH": None})
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"family": args.family, "knob": knob, "records": records}, f, indent=1)

@@ -43,26 +43,34 @@ def read_shapes(path: str) -> list:
     return shapes
 
 
+def set_knobs(values: dict) -> None:
+    """Sets each PORTMAT_CUDA_ variable of `values` (str() of its value), or unsets it where None."""
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+
+
+def time_us(device: str, m: int, k: int, n: int, layout: str) -> float:
+    """Median us of 7 runs of 10 float32 products (a `layout`: rr, rc, cr, cc) queued on `device`, or
+    replayed as a CUDA graph under PORTMAT_CUDA_TIME_GRAPH=1."""
+    from portmat import _ext
+
+    runs = _ext.time_gemm(device, m, n, k, "float32", 7, 10, layout)
+    return statistics.median(x for x in runs if x >= 0) * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", help='a file of "M,K,N LAYOUT" lines (default: the built-in grid)')
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--json", help="write the times (us) to this file")
     args = ap.parse_args()
-    from portmat import _ext
-
     shapes = read_shapes(args.shapes) if args.shapes else grid()
 
-    def time_us(m, k, n, layout):
-        runs = _ext.time_gemm(args.device, m, n, k, "float32", 7, 10, layout)
-        return statistics.median(x for x in runs if x >= 0) * 1e6
-
     def knobs(thin=None, slices=None):
-        for name, value in (("PORTMAT_CUDA_THIN", thin), ("PORTMAT_CUDA_THIN_SLICES", slices)):
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = str(value)
+        set_knobs({"PORTMAT_CUDA_THIN": thin, "PORTMAT_CUDA_THIN_SLICES": slices})
 
     records = []
     print("M,K,N,layout: default us | slices:us with the thin kernels forced", flush=True)
@@ -70,10 +78,10 @@ def main() -> None:
         got = {}
         for _ in range(2):
             knobs()
-            got.setdefault("default", []).append(time_us(m, k, n, layout))
+            got.setdefault("default", []).append(time_us(args.device, m, k, n, layout))
             for count in COUNTS:
                 knobs(1, count)
-                got.setdefault(count, []).append(time_us(m, k, n, layout))
+                got.setdefault(count, []).append(time_us(args.device, m, k, n, layout))
         knobs()
         best = {key: min(v) for key, v in got.items()}
         records.append({"m": m, "k": k, "n": n, "layout": layout, "default_us": best["default"],
