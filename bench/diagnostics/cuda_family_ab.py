@@ -43,6 +43,21 @@ def grid(family: str) -> list:
     return sorted(shapes)
 
 
+def time_variants(device: str, m: int, k: int, n: int, layout: str, variants) -> dict:
+    """{(mode, name): us} for each (name, {knob: value}) of `variants` (a knob not named is unset),
+    mode "graph" (PORTMAT_CUDA_TIME_GRAPH=1) or "queued": the faster of 2 rounds that alternate
+    them all; the knobs are unset again after."""
+    names = {v for _, knobs in variants for v in knobs} | {"PORTMAT_CUDA_TIME_GRAPH"}
+    got = {}
+    for _ in range(2):
+        for mode in ("graph", "queued"):
+            for name, knobs in variants:
+                set_knobs({**dict.fromkeys(names), **knobs, "PORTMAT_CUDA_TIME_GRAPH": "1" if mode == "graph" else None})
+                got.setdefault((mode, name), []).append(time_us(device, m, k, n, layout))
+    set_knobs(dict.fromkeys(names))
+    return {key: min(v) for key, v in got.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", choices=sorted(FAMILIES), default="thin")
@@ -61,21 +76,12 @@ def main() -> None:
         shapes = shapes[: args.random]
 
     knob = FAMILIES[args.family]
-    variants = (("default", None), ("on", "1"), ("off", "0"))
-
-    def time_in(m, k, n, layout, value, graph):
-        set_knobs({knob: value, "PORTMAT_CUDA_TIME_GRAPH": "1" if graph else None})
-        return time_us(args.device, m, k, n, layout)
+    variants = (("default", {}), ("on", {knob: "1"}), ("off", {knob: "0"}))
 
     records, start = [], time.time()
     print(f"M,K,N,layout | graph us: default, {knob}=1, =0 | queued us: the same", flush=True)
     for (m, k, n), layout in shapes:
-        got = {}
-        for _ in range(2):
-            for mode in ("graph", "queued"):
-                for name, value in variants:
-                    got.setdefault((mode, name), []).append(time_in(m, k, n, layout, value, mode == "graph"))
-        best = {key: min(v) for key, v in got.items()}
+        best = time_variants(args.device, m, k, n, layout, variants)
         records.append({"m": m, "k": k, "n": n, "layout": layout,
                         **{f"{mode}_{name}_us": best[(mode, name)] for mode in ("graph", "queued") for name, _ in variants}})
         print(f"{m},{k},{n},{layout} | " + " | ".join(
@@ -83,7 +89,6 @@ def main() -> None:
         if time.time() - start > args.wall:
             print(f"stopped after {len(records)} products (--wall)", flush=True)
             break
-    set_knobs({knob: None, "PORTMAT_CUDA_TIME_GRAPH": None})
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"family": args.family, "knob": knob, "records": records}, f, indent=1)
