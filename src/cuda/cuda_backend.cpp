@@ -608,13 +608,21 @@ class CudaDevice final : public core::Device {
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     Plan p{};
     p.tile = choose_tile(dtype, m, n, k, whole);
-    if (dtype == DType::f32) p.thin = thin_choice(m, n, k, a_col, b_col, p.tile.estimate_s);
-    if (dtype == DType::f32 && !p.thin.use) {
+    if (dtype == DType::f32) {
+      // The tiles, the short-k kernel or the resident one, whichever is estimated fastest; then the
+      // thin kernels against that (not against the tiles alone: a product where the short-k kernel
+      // beats both went to thin, e.g. (65536 x 16) @ (16 x 4), column-major, thin 10.6 us, short-k
+      // 4.5).
       p.short_k = short_k_choice(m, n, k, p.tile.estimate_s);
       p.resident = resident_choice(m, n, k, a_col, b_col,
                                    p.short_k.use ? p.short_k.estimate_s : tiles_with_bytes_s(m, n, k, p.tile.estimate_s),
                                    !p.short_k.use);
       if (p.resident.use) p.short_k.use = false;
+      const double other_s = p.resident.use  ? p.resident.estimate_s
+                             : p.short_k.use ? p.short_k.estimate_s
+                                             : p.tile.estimate_s;
+      p.thin = thin_choice(m, n, k, a_col, b_col, other_s);
+      if (p.thin.use) p.short_k.use = p.resident.use = false;
     }
     if (plans_.size() >= kMaxPlans) plans_.clear();
     plans_.emplace(key, p);
@@ -765,12 +773,12 @@ class CudaDevice final : public core::Device {
   // PORTMAT_CUDA_THIN=0 never, =1 whenever a side of c is at most kThinMax (measurements, tests);
   // PORTMAT_CUDA_THIN_SLICES sets the slices of k;
   // a tile or split forced by PORTMAT_CUDA_TILE or PORTMAT_CUDA_SPLIT_K keeps the tiles.
-  // tile_estimate_s: what the tiles would take (the plan's TileChoice).
+  // other_estimate_s: what the plan without them would take (the tiles, short-k or resident).
   ThinChoice thin_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col,
-                         double tile_estimate_s) const {
+                         double other_estimate_s) const {
     const long env = family_knob("PORTMAT_CUDA_THIN");
     if (env == 0) return {};
-    ThinChoice t = choose_thin(m, n, k, a_col, b_col, info_.compute_units, tile_estimate_s);
+    ThinChoice t = choose_thin(m, n, k, a_col, b_col, info_.compute_units, other_estimate_s);
     if (env == 1) t.use = t.possible;
     // PORTMAT_CUDA_THIN_WK=0: thin_dots where the model would take thin_dots_wk (measurements).
     if (t.wk && knob("PORTMAT_CUDA_THIN_WK", 1) == 0) {

@@ -51,9 +51,13 @@ constexpr double kSmallShareS = 9.5e-6;
 // then a second launch (split_sum) that reads every part and writes c. Beyond the slices' work
 // that costs about 6 us (the second launch's gap and start, the first's extra blocks) plus the
 // parts' bytes at 5 TB/s (they are still in L2): fitted on the H200 (session 14) to 336 split
-// runs from n = 256 to 1024 and the suite's thin products, with 11-12% mean (log) error.
+// runs from n = 256 to 1024 and the suite's thin products, with 11-12% mean (log) error. Since
+// launches overlap (programmatic dependent launches, session 43) the second launch costs less: on
+// an H100 the split products of estimates under 15 us ran a median 3.2 us under the estimate
+// (session 50), and 3 us is what the choice among all the families fitted best (session 51,
+// kTileStartS).
 // Slice counts tried: every p up to 16, then steps up to three blocks an SM.
-constexpr double kSplitSumS = 6.0e-6, kSplitSumBytesPerS = 5.0e12;
+constexpr double kSplitSumS = 3.0e-6, kSplitSumBytesPerS = 5.0e12;
 constexpr std::int64_t kSplitParts[] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20, 24, 32, 48, 64, 96, 132,
                                         198, 264, 396};
 // Split-K in one launch (the cluster kernels, sm_90): the p slices of a tile are a cluster whose
@@ -63,8 +67,9 @@ constexpr std::int64_t kSplitParts[] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 
 // on the H200 (session 21, cuda_split_sweep.py; beyond the slices' work at the rates above):
 // 1.8-4.8 us at n = 256-512, so 2.5 us, plus the tile's bytes at 100 GB/s a block. A cluster's
 // blocks run on one GPC (a group of about 16 SMs) at once, so fewer clusters than blocks / p fit
-// on the GPU (ClusterRoom): clusters beyond those run as further waves.
-constexpr double kClusterSumS = 2.5e-6, kClusterSumBytesPerS = 100e9;
+// on the GPU (ClusterRoom): clusters beyond those run as further waves. 2 us since session 51
+// (kTileStartS): the cluster splits of small estimates ran a median 1.1 us under them on an H100.
+constexpr double kClusterSumS = 2.0e-6, kClusterSumBytesPerS = 100e9;
 // Sharing must win by this factor: where the model cannot tell them apart (n = 2048: one wave of
 // 128x256 tiles, 0.99x cuBLAS data-parallel, 0.97x shared) the simpler grid stays.
 constexpr double kShareMargin = 1.03;
@@ -109,6 +114,21 @@ constexpr double kSparseTailTurns = 2.3;
 // 47.8 in 1 of 43.2: 7.0, 7.7, 7.3 and 4.6 us a turn (the first three ran 1.3-1.6x the 64x64
 // tile's time).
 constexpr double kBigShortRunTurnS = 7.0e-6;
+// A data-parallel grid's launch and the wait for its last block, before and after its turns. The
+// turns alone left the tiles' small products (estimates under 15 us) a median 1.7 us short of
+// what an H100 measured (session 50: 355 products, queued; a 64x64 tile with k = 16 took 2.9 us
+// for 0.8), while the split-K estimates, which carry a start and a sum, ran over: so the tiles won
+// where split-K, the short-k kernel or the thin kernels were faster. With this start, the thin
+// kernels' kThinStartS at the same 1.7 us, kSplitSumS 6 -> 3 us, kClusterSumS 2.5 -> 2 us and the
+// short-k kernel's start and k term (kShortKStartS), the choice of 1648 products whose plan any
+// of 577 such models moves (all of them timed in every plan, two runs on an H100, session 51,
+// bench/diagnostics/cuda_plans_ab.py; docs/cuda.md "A start for every family") took 1.031x the
+// fastest plan's time (geometric mean, queued; 1.054x as graph replays) where the old model took
+// 1.073x (1.113x). Checked on products the fit never saw: of 6000 drawn at random (sides 1-16384,
+// every layout), 2037 change plan; timed old against new, the new plan took 1.031x the faster of
+// the two where the old took 1.119x (graph replays 1.048x and 1.170x), 10055 us in all against
+// 10870; 612 ran over 10% faster, 200 over 10% slower.
+constexpr double kTileStartS = 1.7e-6;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -182,7 +202,7 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
       if (c.crowded_flops_per_sm > 0 && ceil_div(tiles, s) >= t.min_blocks)
         dp_tile_s = tile_s * c.flops_per_sm / c.crowded_flops_per_sm;
     }
-    const double data_parallel_s = turns * dp_tile_s;
+    const double data_parallel_s = kTileStartS + turns * dp_tile_s;
     // launch()'s hybrid grid: whole waves, then the rest shared, where the rest gives each of the
     // SMs' blocks kMinSkSlabs slabs (the warp-specialized _wsk shares no more than the rest);
     // otherwise launch() runs it data-parallel, as estimated above.
@@ -288,7 +308,10 @@ namespace {
 //    not split: there the second launch dominated (256 x 256 @ 256 x 1: 5.1 us in one slice, 8.4-8.6 in 2-4; 1 x 256 @
 //    256 x 256: 6.5 against 8.8-11). Past it the split that gives the grid a block or two an SM was
 //    faster than the model of one slice said (4096 x 4096 @ 4096 x 4: 23.7-24.8 us in 2-4 slices,
-//    26.8 in one; 1024 x 1024 @ 1024 x 16: 9.9 in 4, 13.5 in one), so it stands.
+//    26.8 in one; 1024 x 1024 @ 1024 x 16: 9.9 in 4, 13.5 in one), so it stands. Except for
+//    thin_dots_wk (a dot product, a few rows by a few columns): its one row of blocks is one block,
+//    which the rule left to read all of a (1 x 65536) @ (65536 x 1) alone, while its slices are
+//    summed in the same launch (thin_wk_sum_slices) (session 51).
 // Refitted on an H100 (session 49, 2026-12-07; bench/diagnostics/cuda_thin_slices.py: 167 thin
 // products, both layouts, each at 1-64 forced slices, queued; docs/cuda.md): with the fused sum
 // at 1 us and 60 GB/s a block the model's count was 1.049x the best count's time (geometric
@@ -304,7 +327,9 @@ namespace {
 // 384 of them drawn at random from a grid of R = 16-65536, S = 1-16, k = 16-65536, every layout)
 // and the choice under 4, 3, 2 and 1.5 us took 1.084, 1.071, 1.049 and 1.044x the faster one's time
 // (geometric mean; the random 384: 1.038, 1.037, 1.034, 1.031); e.g. (1 x 256) @ (256 x 256) 4.6 us
-// on the cluster split, 3.6 thin (session 50, docs/cuda.md "Thin against the others").
+// on the cluster split, 3.6 thin (session 50, docs/cuda.md "Thin against the others"). Session 51
+// gave the tiles a start of their own (kTileStartS, 1.7 us) and this one the same: both are a
+// launch and its last block's wait.
 // kThinAxpyEndS: thin_axpy's blocks end by adding their 8 warps' sums, 128 x SC each, pairwise
 // through shared memory (three rounds and their barriers), which the rates above do not see. In
 // the same 927 products, what the small ones (estimates under 15 us) took beyond the estimate grew
@@ -315,7 +340,7 @@ namespace {
 // 10.6 us against 4.5). It moves none of the sweep's slice counts.
 constexpr double kThinBytesPerS[] = {3.0e12, 2.8e12, 2.6e12, 2.2e12, 1.6e12};  // sc = 1, 2, 4, 8, 16
 constexpr double kThinBlockBytesPerS = 40e9, kThinBlockFmaPerS = 60e9;
-constexpr double kThinStartS = 1.5e-6, kThinSumS = 3.0e-6, kThinSumBytesPerS = 5.0e12, kThinAxpyEndS = 0.2e-6;
+constexpr double kThinStartS = 1.7e-6, kThinSumS = 3.0e-6, kThinSumBytesPerS = 5.0e12, kThinAxpyEndS = 0.2e-6;
 constexpr double kThinFusedSumS = 2.0e-6;  // the last blocks reading every slice's part, and the wait for them
 constexpr double kThinSmallBytes = 1 << 20;
 constexpr double kThinShortWeight = 0.5;  // a byte of the short operand (L2) against one of L (memory)
@@ -357,7 +382,7 @@ bool thin_sum_fused(const ThinChoice& t, std::int64_t s) {
 }
 
 ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
-                       double tile_estimate_s) {
+                       double other_estimate_s) {
   ThinChoice t;
   if (std::min(m, n) > kThinMax || m <= 0 || n <= 0 || k <= 0) return t;
   t.possible = true;
@@ -422,7 +447,7 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   // than that slowed the dot product, 256 slices of 4096 8.9 us, 512 of 2048 10.7).
   t = with_thin_slices(t, m, n, k, 1);
   t.estimate_s = estimate(t.kslice, t.slices);
-  const std::int64_t most = bytes < kThinSmallBytes || row_blocks >= want ? 1 : ceil_div(want, row_blocks);
+  const std::int64_t most = (bytes < kThinSmallBytes && !t.wk) || row_blocks >= want ? 1 : ceil_div(want, row_blocks);
   for (std::int64_t p = 2; p <= most; ++p) {
     const ThinChoice c = with_thin_slices(t, m, n, k, p);
     if (c.slices == t.slices) continue;
@@ -435,7 +460,7 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
     t = with_thin_slices(t, m, n, k, std::max<std::int64_t>(1, k / kThinMinSliceK));
     t.estimate_s = estimate(t.kslice, t.slices);
   }
-  t.use = t.estimate_s < tile_estimate_s;
+  t.use = t.estimate_s < other_estimate_s;
   return t;
 }
 
@@ -451,6 +476,12 @@ namespace {
 // multiply-adds (shared-memory operands, 4 x 4 a thread) are taken at 20 TFLOP/s, and it must win
 // by kShortKMargin (below a few MB the two are within the noise of a launch, and the tiles stay).
 constexpr double kStreamStartS = 4.0e-6, kShortKBytesPerS = 3.4e12, kShortKFlops = 20e12;
+// Session 51 (H100, 803 short-k products timed queued, bench/diagnostics/cuda_plans_ab.py): beyond
+// its bytes the kernel took 2.7-2.8 us and a time along k, 0.05-0.06 us a k for results of at most
+// 16 columns (each thread's chain of shared-memory loads and multiply-adds over k), 0.02-0.05 for
+// the wider form; the 4 us start let it win small products at k = 17-32 where it ran 4.5-7 us
+// against the tiles' 3.5. The start is what the choice fitted best (kTileStartS).
+constexpr double kShortKStartS = 3.2e-6, kShortKNarrowPerKS = 0.05e-6, kShortKWidePerKS = 0.03e-6;
 // The tiles' rate, 2.0 TB/s on those shapes (k <= 32); on k = 33-64 and a c as large as a (session
 // 31: (65536 x 64) @ (64 x 64) 28.0 us, (16384 x 64) @ (64 x 64) 10.6, (262144 x 64) @ (64 x 64)
 // 83.5, (100000 x 48) @ (48 x 40) 27.9) they streamed 1.6 TB/s beyond the start: a pipeline of
@@ -475,7 +506,8 @@ ShortKChoice choose_short_k(std::int64_t m, std::int64_t n, std::int64_t k, doub
   t.ct = ct;
   t.rt = rt;
   const double bytes = f32_bytes(m, n, k);
-  t.estimate_s = kStreamStartS + std::max(bytes / kShortKBytesPerS, 2.0 * m * n * k / kShortKFlops);
+  t.estimate_s = kShortKStartS + (ct == 4 ? kShortKNarrowPerKS : kShortKWidePerKS) * static_cast<double>(k) +
+                 std::max(bytes / kShortKBytesPerS, 2.0 * m * n * k / kShortKFlops);
   t.use = kShortKMargin * t.estimate_s < tiles_with_bytes_s(m, n, k, tile_estimate_s);
   return t;
 }

@@ -106,9 +106,10 @@ bool thin_sum_fused(const ThinChoice& t, std::int64_t s);
 // thin_sum's ways. Measured on an H100 (session 46, docs/cuda.md "Thin slices summed in a cluster").
 inline constexpr int kThinClusterSlices = 3;
 
-// tile_estimate_s: the time the tiles would take (TileChoice::estimate_s), which `use` compares with.
+// other_estimate_s: the time of the plan the thin kernels would replace (the tiles', the short-k
+// kernel's or the resident one's estimate, whichever the backend takes), which `use` compares with.
 ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
-                       double tile_estimate_s);
+                       double other_estimate_s);
 
 // Short inner dimension (kernels/gemm_short_k.cuh): k at most kShortKMax (gemm_tiles.h) and no
 // thin kernel. Such a product writes m x n results for at most 32 multiply-adds each, so its time

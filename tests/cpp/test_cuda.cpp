@@ -14,6 +14,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -989,32 +990,56 @@ TEST(CudaThinChoice, SlicesWhereTheH100SweepMeasuredThem) {
   EXPECT_GE(pc::choose_thin(16, 128, 4096, true, true, 132, 1.0).slices, 16);    // (16 x 4096) @ (4096 x 128)
   EXPECT_GE(pc::choose_thin(256, 16, 4096, false, false, 132, 1.0).slices, 16);  // (256 x 4096) @ (4096 x 16)
   EXPECT_EQ(pc::choose_thin(1024, 8, 1024, false, false, 132, 1.0).slices, 4);   // dots: 4 chunks of 256 k stay
+  // thin_dots_wk under kThinSmallBytes is split too (session 51: a dot product of 2^16, 49 us in
+  // one slice, 5.9 in 64, 22 on the tiles).
+  EXPECT_GE(pc::choose_thin(1, 1, 65536, false, false, 132, 1.0).slices, 16);
 }
 
-// Thin against the tiles (choose_thin's `use`, tile_choice.cpp kThinStartS and kThinAxpyEndS): where
-// an H100 timed both (session 50, the thin kernels forced on and off, queued, us) the faster one is
-// chosen, with the tiles' estimate as the backend makes it there (its cluster rooms).
-TEST(CudaThinChoice, AgainstTheTilesWhereTheH100TimedBoth) {
+// The float32 plan as CudaDevice::plan makes it without knobs (cuda_backend.cpp): the tiles, the
+// short-k kernel or the resident one, then the thin kernels against whichever of those it took;
+// on an H100 (132 SMs, its cluster rooms). "thin", "short_k", "resident", or the tile's kernel and
+// its slices of k ("gemm_sm90_f32_64x64c/4").
+namespace {
+std::string h100_plan(long m, long k, long n, bool a_col, bool b_col) {
   namespace pc = portmat::cuda;
+  const auto tile = pc::choose_f32_tile(m, n, k, 132, true, true, h100_cluster_room);
+  auto short_k = pc::choose_short_k(m, n, k, tile.estimate_s);
+  const auto resident = pc::choose_resident(
+      m, n, k, a_col, b_col, 132, short_k.use ? short_k.estimate_s : pc::tiles_with_bytes_s(m, n, k, tile.estimate_s), 0,
+      !short_k.use);
+  if (resident.use) short_k.use = false;
+  const double other_s = resident.use ? resident.estimate_s : short_k.use ? short_k.estimate_s : tile.estimate_s;
+  if (pc::choose_thin(m, n, k, a_col, b_col, 132, other_s).use) return "thin";
+  if (resident.use) return "resident";
+  if (short_k.use) return "short_k";
+  return std::string(tile.tile->name) + (tile.split > 1 ? "/" + std::to_string(tile.split) : "");
+}
+}  // namespace
+
+// The kernel families against each other (tile_choice.cpp: kTileStartS, kThinStartS, kSplitSumS,
+// kClusterSumS, kShortKStartS; choose_thin's `use` against the best of the others): where an H100
+// timed the plans (sessions 50 and 51, each forced by knobs, queued, us) the faster one is taken.
+TEST(CudaFamilyChoice, WhereTheH100TimedThem) {
   struct Case {
     long m, k, n;
-    bool a_col, b_col, thin;
+    bool a_col, b_col;
+    const char* plan;
   };
   const Case cases[] = {
-      {1, 256, 256, false, false, true},      // thin 3.6, the cluster split 4.6
-      {256, 256, 1, true, true, true},        // 3.6 against 4.9
-      {1024, 64, 1, false, false, true},      // 3.0 against 4.7
-      {1, 128, 16384, false, false, true},    // 4.0 against 10.2
-      {65536, 16, 4, true, true, false},      // thin_axpy, 4 short columns: 10.6 against 4.5
-      {65536, 32, 8, true, true, false},      // 15.8 against 6.7
-      {16, 512, 64, false, false, false},     // thin_dots, 16 rows: 19.6 against 6.1
-      {4096, 1024, 4, false, true, true},     // 7.6 against 23.6
+      {1, 256, 256, false, false, "thin"},      // thin 3.6, the cluster split 4.6
+      {256, 256, 1, true, true, "thin"},        // 3.6 against 4.9
+      {1024, 64, 1, false, false, "thin"},      // 3.0 against 4.7
+      {1, 128, 16384, false, false, "thin"},    // 4.0 against 10.2
+      {4096, 1024, 4, false, true, "thin"},     // 7.6 against 23.6
+      {65536, 16, 4, true, true, "short_k"},    // thin_axpy, 4 short columns: 10.6 against 4.5
+      {65536, 32, 8, true, true, "short_k"},    // 15.8 against 6.7
+      {16, 512, 64, false, false, "gemm_sm80_f32_64x64b/32"},  // thin 19.6; 5.8 here, the cluster split 6.1
+      {158, 30, 13, false, true, "gemm_sm80_f32_64x64"},       // the short-k kernel 7.1, the tile 3.6
+      {96, 96, 96, false, false, "gemm_sm90_f32_64x64c/6"},    // 4.9 in 6 slices, 6.0 in one tile
   };
-  for (const Case& c : cases) {
-    const auto tile = pc::choose_f32_tile(c.m, c.n, c.k, 132, true, true, h100_cluster_room);
-    EXPECT_EQ(pc::choose_thin(c.m, c.n, c.k, c.a_col, c.b_col, 132, tile.estimate_s).use, c.thin)
+  for (const Case& c : cases)
+    EXPECT_EQ(h100_plan(c.m, c.k, c.n, c.a_col, c.b_col), c.plan)
         << c.m << "x" << c.k << "x" << c.n << (c.a_col ? " c" : " r") << (c.b_col ? "c" : "r");
-  }
 }
 
 // The short-k kernel's shape: 16 columns a block for results of at most 16 columns, else 128; 2 rows
