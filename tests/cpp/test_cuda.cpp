@@ -993,6 +993,10 @@ TEST(CudaThinChoice, SlicesWhereTheH100SweepMeasuredThem) {
   // thin_dots_wk under kThinSmallBytes is split too (session 51: a dot product of 2^16, 49 us in
   // one slice, 5.9 in 64, 22 on the tiles).
   EXPECT_GE(pc::choose_thin(1, 1, 65536, false, false, 132, 1.0).slices, 16);
+  // ... and by its walk along k (kThinWkDirectSPerK): a dot product of 8192 stays one block (4.6 us
+  // against 5.4 in 8 slices), one of 2^20 is cut to fill the GPU (7.1 us in 256 slices).
+  EXPECT_EQ(pc::choose_thin(1, 1, 8192, false, false, 132, 1.0).slices, 1);
+  EXPECT_GE(pc::choose_thin(1, 1, 1 << 20, false, false, 132, 1.0).slices, 200);
 }
 
 // The float32 plan as CudaDevice::plan makes it without knobs (cuda_backend.cpp): the tiles, the
