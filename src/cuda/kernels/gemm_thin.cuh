@@ -4,7 +4,8 @@
 // bound by memory, not arithmetic; the tiled kernels (64 or 128 wide) would idle most of a tile
 // and read the long operand through shared memory for nothing. Here every element of the long
 // operand is loaded once, straight into registers (streaming loads: it is not read again), and the
-// short operand, a few kilobytes a chunk, sits in shared memory.
+// short operand, a few kilobytes a chunk, sits in shared memory (thin_dots_wk, whose warps each
+// read their own k of it, loads it straight into registers where its k is contiguous).
 //
 // The problem is seen as out (R x S) = L (R x K) . Sh (K x S), S <= 16 (the host, launch_thin,
 // maps a, b and c onto it: few columns of c: L = a; few rows: L = b^T and out = c^T). Two kernels,
@@ -295,8 +296,8 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
   float acc[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) acc[i] = 0.f;
-  // thin_dots_wk with the short operand's k contiguous (a dot product, a column of b, rows of a
-  // column-major... any view where sk = 1): each lane loads the 4 x SC values of the short operand
+  // thin_dots_wk with the short operand's k contiguous (a vector, a column-major b, a row-major a:
+  // ThinArgs::sk = 1): each lane loads the 4 x SC values of the short operand
   // that its own loads of L meet, beside them, with no shared memory and no barrier. Staged
   // through shared memory (one element a thread at a time, two barriers a chunk), a lone block
   // read a dot product at 0.73 ns a k, 11 GB/s (H100, session 51). The same products and sums in
