@@ -358,9 +358,9 @@ constexpr std::int64_t kThinBlocksPerSm = 2;  // __launch_bounds__(256, 2)
 constexpr std::int64_t kThinMinSliceK = 256;
 // thin_dots_wk (at most a warp's rows, at most 4 short columns: a dot product) is one block for
 // each slice of k, so its time is a block's walk along its slice, not a stream's rate: a start,
-// then each k at kThinWkDirectSPerK or kThinWkStagedSPerK, by the short side, whether the short operand is read straight into
-// registers (its k contiguous: thin_short4 in gemm_thin.cuh) or staged through shared memory; a
-// split grid adds its fused sum, the last block's. H100, session 51 (bench/diagnostics/
+// then each k at kThinWkDirectSPerK or kThinWkStagedSPerK, by the short side: the short operand
+// read straight into registers (its k contiguous: thin_short4 in gemm_thin.cuh) or staged through
+// shared memory; a split grid adds its fused sum, the last block's. H100, session 51 (bench/diagnostics/
 // cuda_plans_ab.py, 80 products of 1-4 rows by 1-4 columns, k = 1000-2^20, forced to 1-256
 // slices, queued): one block took 2.6 us at k = 1000 and 0.37-0.40 ns a k more (straight; 2^20 k:
 // 393 us), 1.0 ns with two short columns staged and 1.9 with four; 2 to 256 slices ran about 3 us
@@ -433,30 +433,31 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   // whole grid: a warp's load then brings a fraction of its 512 bytes) and its warps' rows;
   // thin_axpy's lanes along r.
   const int level = t.sc == 1 ? 0 : t.sc == 2 ? 1 : t.sc == 4 ? 2 : t.sc == 8 ? 3 : 4;
-  const std::int64_t chunk = t.wk ? 2048 : 256;  // k a block takes through shared memory at a time
+  const std::int64_t chunk = 256;  // k a block takes through shared memory at a time (not _wk)
   const double bytes = f32_bytes(R, S, k);
   // thin_dots_wk reads the short operand straight where its k is contiguous (ThinArgs::sk = 1:
   // cuda_backend.cpp's long_short_view), as a row-major a or a column-major b is, or a vector.
   const bool wk_direct = t.wk && (t.few_rows ? (!a_col || m == 1) : (b_col || n == 1));
   auto estimate = [&](std::int64_t kslice, std::int64_t parts) {
-    if (t.wk) {  // one block a slice: its walk along k (kThinWkDirectSPerK), or the GPU's stream
-      const double turns = std::ceil(static_cast<double>(parts) / static_cast<double>(kThinBlocksPerSm * s_count));
-      const double walk = (wk_direct ? kThinWkDirectBlockS : kThinWkStagedBlockS) + turns * static_cast<double>(std::min(k, kslice)) *
-                                              (wk_direct ? kThinWkDirectSPerK[level] : kThinWkStagedSPerK[level]);
-      const double sum = parts < 2         ? 0.0
+    const double blocks = static_cast<double>(row_blocks * parts);
+    const double slots = static_cast<double>(kThinBlocksPerSm * s_count);
+    const double turns = std::ceil(blocks / slots);  // waves of blocks, the last as long as a full one
+    if (t.wk) {  // one block a slice (one row of blocks): its walk along k, or the GPU's stream
+      const double per_k = wk_direct ? kThinWkDirectSPerK[level] : kThinWkStagedSPerK[level];
+      const double walk = (wk_direct ? kThinWkDirectBlockS : kThinWkStagedBlockS) +
+                          turns * static_cast<double>(std::min(k, kslice)) * per_k;
+      const double sum = parts < 2   ? 0.0
                          : wk_direct ? kThinWkDirectSumS + kThinWkDirectSumPartS * static_cast<double>(parts)
                                      : kThinWkStagedSumS + kThinWkStagedSumPartS * static_cast<double>(parts);
       return kThinStartS + std::max(walk + sum, bytes / kThinBytesPerS[level]);
     }
-    const double lanes = t.dots ? std::min(1.0, static_cast<double>(std::min(k, kslice)) / (t.wk ? 1024.0 : 128.0))
+    const double lanes = t.dots ? std::min(1.0, static_cast<double>(std::min(k, kslice)) / 128.0)
                                 : std::min(1.0, static_cast<double>(R) / 128.0);
-    const double rows = t.dots ? std::min(1.0, static_cast<double>(R) / static_cast<double>(t.wk ? rw : t.rows_per_block))
-                               : 1.0;
-    const double blocks = static_cast<double>(row_blocks * parts);
+    const double rows =
+        t.dots ? std::min(1.0, static_cast<double>(R) / static_cast<double>(t.rows_per_block)) : 1.0;
     const double block_rate = kThinBlockBytesPerS * kThinBytesPerS[level] / kThinBytesPerS[0];
     // An SM with one block streams about three quarters of what it does with two (the block's
     // loads in flight): the full rate scaled by how many of the GPU's slots the grid fills.
-    const double slots = static_cast<double>(kThinBlocksPerSm * s_count);
     const double fill = std::min(1.0, blocks / slots);
     const double rate = lanes * std::min(kThinBytesPerS[level] * (0.5 + 0.5 * fill), blocks * block_rate * rows);
     const double fma_rate = static_cast<double>(std::min<std::int64_t>(row_blocks * parts, kThinBlocksPerSm * s_count)) *
@@ -465,7 +466,6 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
     // grid past the GPU's slots runs in waves, the last as long as a full one.
     const double chunked = static_cast<double>(ceil_div(std::min(k, kslice), chunk) * chunk);
     const double short_bytes = blocks * chunked * t.sc * 4.0 * kThinShortWeight;
-    const double turns = std::ceil(blocks / slots);  // waves of blocks, the last as long as a full one
     const double waves = blocks > slots ? turns * slots / blocks : 1.0;
     double sec = kThinStartS + std::max((bytes + short_bytes) * waves / rate, static_cast<double>(R) * k * t.sc / fma_rate);
     if (!t.dots) sec += kThinAxpyEndS * t.sc * turns;
