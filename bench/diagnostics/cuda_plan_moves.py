@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 
+from cuda_thin_slices import read_shapes  # this script's folder is on sys.path
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 MODEL = ("src/cuda/tile_choice.cpp", "src/cuda/tile_choice.hpp", "src/cuda/kernels/gemm_tiles.h")
 
@@ -45,8 +47,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     if args.shapes:
-        shapes = [(tuple(int(x) for x in line.split()[0].split(",")), line.split()[1])
-                  for line in open(args.shapes) if line.strip() and not line.lstrip().startswith("#")]
+        shapes = read_shapes(args.shapes)
     else:
         rnd, drawn = random.Random(args.seed), set()
         while len(drawn) < args.random:
