@@ -5,7 +5,7 @@ its fit never saw (docs/cuda.md, "A start for every family").
 Builds cuda_plan_probe.cpp (the plan as CudaDevice::plan makes it, without a GPU: an H100 or H200's
 132 SMs) twice with g++, against this tree's tile_choice.cpp and against REV's (its tile_choice.cpp,
 tile_choice.hpp and kernels/gemm_tiles.h; the probe is this tree's, so REV must have today's
-interface, and REV's plan is taken by today's rule of which family is weighed against which). Then
+interface: choose_f32_plan and h100_cluster_room, which came after 43bbc72). Then
 for each product, drawn at random (sides log-uniform in 1-16384, m * n * k at most 2^33, every
 layout) or read from a file of "M,K,N LAYOUT" lines, writes
 `M,K,N LAYOUT | old:KNOBS | new:KNOBS | default:` where the two plans differ and knobs can force both.

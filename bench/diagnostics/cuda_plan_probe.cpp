@@ -1,7 +1,7 @@
 // The float32 plan the CUDA backend's model gives each product, without a GPU: what
-// cuda_plan_moves.py compares between two revisions of src/cuda/tile_choice.cpp. It mirrors
-// CudaDevice::plan (cuda_backend.cpp) without knobs, on an H100 or H200 (132 SMs, the 64x64c
-// cluster rooms an H100's driver reports: session 43), and prints, per input line "M K N LAYOUT"
+// cuda_plan_moves.py compares between two revisions of src/cuda/tile_choice.cpp. It asks
+// choose_f32_plan, as CudaDevice::plan (cuda_backend.cpp) does without knobs, on an H100 or H200
+// (132 SMs, h100_cluster_room: the 64x64c cluster rooms an H100's driver reports), and prints, per input line "M K N LAYOUT"
 // (LAYOUT rr, rc, cr or cc), the PORTMAT_CUDA_ knobs that force that plan, or "-" where no knob
 // can (every tile shared, stream-K).
 //
@@ -15,12 +15,6 @@
 namespace pc = portmat::cuda;
 
 namespace {
-std::int64_t h100_room(const pc::GemmTile&, int p, bool spread) {
-  static const long spread_room[] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
-  static const long packed_room[] = {0, 0, 264, 163, 124, 94, 79, 69, 62};
-  return p >= 2 && p <= 8 ? (spread ? spread_room[p] : packed_room[p]) : 0;
-}
-
 // PORTMAT_CUDA_SPLIT_TILE's name for a split's batched (or cluster) kernel, by its tile's name.
 std::string split_tile(const std::string& name) {
   for (const char* n : {"64x128_sl", "128x64_sl", "64x128", "128x64", "64x64c", "64x64"})
@@ -34,20 +28,14 @@ int main() {
   std::string layout;
   while (std::cin >> m >> k >> n >> layout) {
     const bool a_col = layout[0] == 'c', b_col = layout[1] == 'c';
-    const auto tile = pc::choose_f32_tile(m, n, k, 132, true, true, h100_room);
-    auto short_k = pc::choose_short_k(m, n, k, tile.estimate_s);
-    const auto resident = pc::choose_resident(
-        m, n, k, a_col, b_col, 132, short_k.use ? short_k.estimate_s : pc::tiles_with_bytes_s(m, n, k, tile.estimate_s),
-        0, !short_k.use);
-    if (resident.use) short_k.use = false;
-    const double other_s = resident.use ? resident.estimate_s : short_k.use ? short_k.estimate_s : tile.estimate_s;
-    const auto thin = pc::choose_thin(m, n, k, a_col, b_col, 132, other_s);
+    const auto tile = pc::choose_f32_tile(m, n, k, 132, true, true, pc::h100_cluster_room);
+    const pc::F32Plan p = pc::choose_f32_plan(m, n, k, a_col, b_col, 132, tile);
     std::string knobs;
-    if (thin.use)
+    if (p.thin.use)
       knobs = "PORTMAT_CUDA_THIN=1";
-    else if (resident.use)
+    else if (p.resident.use)
       knobs = "PORTMAT_CUDA_RESIDENT=1,PORTMAT_CUDA_THIN=0";
-    else if (short_k.use)
+    else if (p.short_k.use)
       knobs = "PORTMAT_CUDA_SHORT_K=1,PORTMAT_CUDA_RESIDENT=0,PORTMAT_CUDA_THIN=0";
     else if (tile.share_all)
       knobs = "-";

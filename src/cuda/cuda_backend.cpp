@@ -597,33 +597,13 @@ class CudaDevice final : public core::Device {
   // What launch() runs for a product: the thin kernels' choice and the tile model's (float32), or
   // the dtype's tile. The plans of recent shapes are kept (the model costs about a microsecond, a
   // fair part of a small product's host time) while the knobs stay as they were (ready()).
-  struct Plan {
-    ThinChoice thin;
-    TileChoice tile;
-    ShortKChoice short_k;
-    ResidentChoice resident;
-  };
+  using Plan = F32Plan;
   Plan plan(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, bool whole) {
     const PlanKey key{m, n, k, static_cast<int>(dtype) * 8 + a_col * 4 + b_col * 2 + whole};
     if (auto it = plans_.find(key); it != plans_.end()) return it->second;
     Plan p{};
     p.tile = choose_tile(dtype, m, n, k, whole);
-    if (dtype == DType::f32) {
-      // The tiles, the short-k kernel or the resident one, whichever is estimated fastest; then the
-      // thin kernels against that (not against the tiles alone: a product where the short-k kernel
-      // beats both went to thin, e.g. (65536 x 16) @ (16 x 4), column-major, thin 10.6 us, short-k
-      // 4.5).
-      p.short_k = short_k_choice(m, n, k, p.tile.estimate_s);
-      p.resident = resident_choice(m, n, k, a_col, b_col,
-                                   p.short_k.use ? p.short_k.estimate_s : tiles_with_bytes_s(m, n, k, p.tile.estimate_s),
-                                   !p.short_k.use);
-      if (p.resident.use) p.short_k.use = false;
-      const double other_s = p.resident.use  ? p.resident.estimate_s
-                             : p.short_k.use ? p.short_k.estimate_s
-                                             : p.tile.estimate_s;
-      p.thin = thin_choice(m, n, k, a_col, b_col, other_s);
-      if (p.thin.use) p.short_k.use = p.resident.use = false;
-    }
+    if (dtype == DType::f32) p = choose_f32_plan(m, n, k, a_col, b_col, info_.compute_units, p.tile, family_force());
     if (plans_.size() >= kMaxPlans) plans_.clear();
     plans_.emplace(key, p);
     return p;
@@ -761,58 +741,30 @@ class CudaDevice final : public core::Device {
     return cu_.OccupancyMaxActiveClusters(&n, f, &config) == CUDA_SUCCESS ? n : 0;
   }
 
-  // A kernel family's knob (PORTMAT_CUDA_THIN, _RESIDENT, _SHORT_K): -1 unset (the model decides),
-  // 0 never, 1 wherever the family can run (measurements, tests); 0 too where PORTMAT_CUDA_TILE or
-  // PORTMAT_CUDA_SPLIT_K forces the tiles.
-  long family_knob(const char* name) const {
-    if (knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) return 0;
-    return knob(name, -1);
-  }
-
-  // Whether a float32 product runs on the thin kernels (tile_choice.hpp, choose_thin).
-  // PORTMAT_CUDA_THIN=0 never, =1 whenever a side of c is at most kThinMax (measurements, tests);
-  // PORTMAT_CUDA_THIN_SLICES sets the slices of k;
-  // a tile or split forced by PORTMAT_CUDA_TILE or PORTMAT_CUDA_SPLIT_K keeps the tiles.
-  // other_estimate_s: what the plan without them would take (the tiles, short-k or resident).
-  ThinChoice thin_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col,
-                         double other_estimate_s) const {
-    const long env = family_knob("PORTMAT_CUDA_THIN");
-    if (env == 0) return {};
-    ThinChoice t = choose_thin(m, n, k, a_col, b_col, info_.compute_units, other_estimate_s);
-    if (env == 1) t.use = t.possible;
-    // PORTMAT_CUDA_THIN_WK=0: thin_dots where the model would take thin_dots_wk (measurements).
-    if (t.wk && knob("PORTMAT_CUDA_THIN_WK", 1) == 0) {
-      t.wk = false;
-      t.rows_per_block = 8 * thin_dots_rows_per_warp(t.sc);
+  // What the knobs force on the float32 kernel families (choose_f32_plan):
+  //  - PORTMAT_CUDA_THIN, _RESIDENT, _SHORT_K: unset, the model decides; 0 never; 1 wherever the
+  //    family can run (measurements, tests); all three 0 where PORTMAT_CUDA_TILE or
+  //    PORTMAT_CUDA_SPLIT_K forces the tiles;
+  //  - PORTMAT_CUDA_THIN_WK=0: thin_dots where the model would take thin_dots_wk;
+  //  - PORTMAT_CUDA_THIN_SLICES=S: a thin product's k in about S slices, whatever the model says;
+  //  - PORTMAT_CUDA_RESIDENT_COLS: the resident form's columns (64 or 32).
+  FamilyForce family_force() const {
+    FamilyForce f;
+    if (knob_text("PORTMAT_CUDA_TILE") || knob("PORTMAT_CUDA_SPLIT_K", 0) > 1) {
+      f.thin = f.short_k = f.resident = 0;
+    } else {
+      auto family = [&](const char* name) {
+        const long v = knob(name, -1);
+        return v == 0 || v == 1 ? static_cast<int>(v) : -1;
+      };
+      f.thin = family("PORTMAT_CUDA_THIN");
+      f.short_k = family("PORTMAT_CUDA_SHORT_K");
+      f.resident = family("PORTMAT_CUDA_RESIDENT");
     }
-    // PORTMAT_CUDA_THIN_SLICES=S: k in about S slices, whatever the model says (measurements).
-    if (const long slices = knob("PORTMAT_CUDA_THIN_SLICES", 0); slices > 0 && t.possible)
-      t = with_thin_slices(t, m, n, k, slices);
-    return t;
-  }
-
-  // Whether a float32 product runs on the resident kernels (tile_choice.hpp, choose_resident).
-  // PORTMAT_CUDA_RESIDENT=0 never, =1 whenever k (kResidentMaxK) and a side of c (kResidentMax) allow
-  // (measurements, tests); a tile or split forced by a knob keeps the tiles.
-  ResidentChoice resident_choice(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col,
-                                 double other_s, bool other_is_tiles) const {
-    const long env = family_knob("PORTMAT_CUDA_RESIDENT");
-    if (env == 0) return {};
-    ResidentChoice t = choose_resident(m, n, k, a_col, b_col, info_.compute_units, other_s,
-                                       static_cast<int>(knob("PORTMAT_CUDA_RESIDENT_COLS", 0)), other_is_tiles);
-    if (env == 1) t.use = t.possible;
-    return t;
-  }
-
-  // Whether a float32 product runs on the short-k kernel (tile_choice.hpp, choose_short_k).
-  // PORTMAT_CUDA_SHORT_K=0 never, =1 whenever k is at most kShortKMax (measurements, tests); a tile
-  // or split forced by a knob keeps the tiles.
-  ShortKChoice short_k_choice(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s) const {
-    const long env = family_knob("PORTMAT_CUDA_SHORT_K");
-    if (env == 0) return {};
-    ShortKChoice t = choose_short_k(m, n, k, tile_estimate_s);
-    if (env == 1) t.use = t.ct != 0;
-    return t;
+    f.resident_cols = static_cast<int>(knob("PORTMAT_CUDA_RESIDENT_COLS", 0));
+    f.thin_wk = knob("PORTMAT_CUDA_THIN_WK", 1) != 0;
+    f.thin_slices = knob("PORTMAT_CUDA_THIN_SLICES", 0);
+    return f;
   }
 
   // The data-parallel kernel of a stream-K tile's shape: _ws for _wsk, _fp for the _sk ones.

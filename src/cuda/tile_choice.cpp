@@ -600,4 +600,40 @@ ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, b
   return t;
 }
 
+F32Plan choose_f32_plan(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
+                        const TileChoice& tile, const FamilyForce& force) {
+  F32Plan p{};
+  p.tile = tile;
+  if (force.short_k != 0) {
+    p.short_k = choose_short_k(m, n, k, tile.estimate_s);
+    if (force.short_k == 1) p.short_k.use = p.short_k.ct != 0;
+  }
+  if (force.resident != 0) {
+    const double other_s = p.short_k.use ? p.short_k.estimate_s : tiles_with_bytes_s(m, n, k, tile.estimate_s);
+    p.resident = choose_resident(m, n, k, a_col, b_col, sms, other_s, force.resident_cols, !p.short_k.use);
+    if (force.resident == 1) p.resident.use = p.resident.possible;
+  }
+  if (p.resident.use) p.short_k.use = false;
+  if (force.thin != 0) {
+    const double other_s = p.resident.use  ? p.resident.estimate_s
+                           : p.short_k.use ? p.short_k.estimate_s
+                                           : tile.estimate_s;
+    p.thin = choose_thin(m, n, k, a_col, b_col, sms, other_s);
+    if (force.thin == 1) p.thin.use = p.thin.possible;
+    if (p.thin.wk && !force.thin_wk) {
+      p.thin.wk = false;
+      p.thin.rows_per_block = 8 * thin_dots_rows_per_warp(p.thin.sc);
+    }
+    if (force.thin_slices > 0 && p.thin.possible) p.thin = with_thin_slices(p.thin, m, n, k, force.thin_slices);
+  }
+  if (p.thin.use) p.short_k.use = p.resident.use = false;
+  return p;
+}
+
+std::int64_t h100_cluster_room(const GemmTile& /*tile*/, int slices, bool spread) {
+  static const std::int64_t spread_room[] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
+  static const std::int64_t packed_room[] = {0, 0, 264, 163, 124, 94, 79, 69, 62};
+  return slices >= 2 && slices <= 8 ? (spread ? spread_room[slices] : packed_room[slices]) : 0;
+}
+
 }  // namespace portmat::cuda

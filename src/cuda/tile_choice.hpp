@@ -159,4 +159,33 @@ ResidentChoice choose_resident(std::int64_t m, std::int64_t n, std::int64_t k, b
 // compares with; the tile model counts flops only).
 double tiles_with_bytes_s(std::int64_t m, std::int64_t n, std::int64_t k, double tile_estimate_s);
 
+// A float32 product's plan: its tiles, or the family that runs it instead (at most one of thin,
+// short_k and resident has `use`). The families are weighed in one order: the tiles, the short-k
+// kernel or the resident one, whichever is estimated fastest; then the thin kernels against that
+// (not against the tiles alone: (65536 x 16) @ (16 x 4), column-major, went thin at 10.6 us where
+// the short-k kernel takes 4.5; H100, session 51).
+struct F32Plan {
+  TileChoice tile;
+  ThinChoice thin;
+  ShortKChoice short_k;
+  ResidentChoice resident;
+};
+// What a caller imposes on the families (the backend's PORTMAT_CUDA_ knobs: measurements, tests).
+// thin, short_k, resident: -1 the model decides, 0 never, 1 wherever the family can run.
+struct FamilyForce {
+  int thin = -1, short_k = -1, resident = -1;
+  int resident_cols = 0;           // the resident form's columns (choose_resident's cols)
+  bool thin_wk = true;             // false: thin_dots where the model takes thin_dots_wk
+  std::int64_t thin_slices = 0;    // > 0: k in about this many slices (with_thin_slices)
+};
+// m x k @ k x n (a_col, b_col: column-major operands) on `sms` SMs, given the tiles' choice (the
+// model's, or what a knob forced; choose_f32_tile).
+F32Plan choose_f32_plan(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
+                        const TileChoice& tile, const FamilyForce& force = {});
+
+// The cluster rooms of 64x64c that an H100's driver reports (cuOccupancyMaxActiveClusters, session
+// 43): the driver's answer where there is no GPU to ask (the C++ tests,
+// bench/diagnostics/cuda_plan_probe.cpp).
+std::int64_t h100_cluster_room(const GemmTile& tile, int slices, bool spread);
+
 }  // namespace portmat::cuda

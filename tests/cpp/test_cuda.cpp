@@ -841,19 +841,10 @@ TEST(CudaTileChoice, ClustersSpreadOverGpcs) {
 // cluster rooms) takes 64x64b in 3 slices, two an SM (18.7-19.5 us against 21.4-22.5 for
 // 64x128_fpb in 8, session 44); slices of under 128 keep the alone rate, so (384 x 3072) @ (3072 x
 // 48) stays on 128x64_slb (14.0 us against 17.2 for 64x64b in 64 slices of 48, session 35).
-namespace {
-// The cluster rooms of 64x64c that an H100's driver reports (cuOccupancyMaxActiveClusters; session 43).
-std::int64_t h100_cluster_room(const portmat::cuda::GemmTile&, int p, bool spread) {
-  static const long spread_room[] = {0, 0, 66, 39, 30, 22, 17, 15, 15};
-  static const long packed_room[] = {0, 0, 264, 163, 124, 94, 79, 69, 62};
-  return p >= 2 && p <= 8 ? (spread ? spread_room[p] : packed_room[p]) : 0;
-}
-}  // namespace
-
 TEST(CudaTileChoice, SplitSlicesSharingAnSm) {
   using portmat::cuda::choose_f32_tile;
   namespace pc = portmat::cuda;
-  const pc::ClusterRoom h100 = h100_cluster_room;
+  const pc::ClusterRoom h100 = pc::h100_cluster_room;
   const auto n576 = choose_f32_tile(576, 576, 576, 132, true, true, h100);
   EXPECT_EQ(n576.tile, &pc::kF32_64x64b) << n576.tile->name;
   EXPECT_EQ(n576.split, 3);
@@ -999,23 +990,17 @@ TEST(CudaThinChoice, SlicesWhereTheH100SweepMeasuredThem) {
   EXPECT_GE(pc::choose_thin(1, 1, 1 << 20, false, false, 132, 1.0).slices, 200);
 }
 
-// The float32 plan as CudaDevice::plan makes it without knobs (cuda_backend.cpp): the tiles, the
-// short-k kernel or the resident one, then the thin kernels against whichever of those it took;
-// on an H100 (132 SMs, its cluster rooms). "thin", "short_k", "resident", or the tile's kernel and
-// its slices of k ("gemm_sm90_f32_64x64c/4").
+// The float32 plan as CudaDevice::plan makes it without knobs (choose_f32_plan) on an H100 (132
+// SMs, its cluster rooms): "thin", "short_k", "resident", or the tile's kernel and its slices of k
+// ("gemm_sm90_f32_64x64c/4").
 namespace {
 std::string h100_plan(long m, long k, long n, bool a_col, bool b_col) {
   namespace pc = portmat::cuda;
-  const auto tile = pc::choose_f32_tile(m, n, k, 132, true, true, h100_cluster_room);
-  auto short_k = pc::choose_short_k(m, n, k, tile.estimate_s);
-  const auto resident = pc::choose_resident(
-      m, n, k, a_col, b_col, 132, short_k.use ? short_k.estimate_s : pc::tiles_with_bytes_s(m, n, k, tile.estimate_s), 0,
-      !short_k.use);
-  if (resident.use) short_k.use = false;
-  const double other_s = resident.use ? resident.estimate_s : short_k.use ? short_k.estimate_s : tile.estimate_s;
-  if (pc::choose_thin(m, n, k, a_col, b_col, 132, other_s).use) return "thin";
-  if (resident.use) return "resident";
-  if (short_k.use) return "short_k";
+  const auto tile = pc::choose_f32_tile(m, n, k, 132, true, true, pc::h100_cluster_room);
+  const pc::F32Plan p = pc::choose_f32_plan(m, n, k, a_col, b_col, 132, tile);
+  if (p.thin.use) return "thin";
+  if (p.resident.use) return "resident";
+  if (p.short_k.use) return "short_k";
   return std::string(tile.tile->name) + (tile.split > 1 ? "/" + std::to_string(tile.split) : "");
 }
 }  // namespace
@@ -1044,6 +1029,47 @@ TEST(CudaFamilyChoice, WhereTheH100TimedThem) {
   for (const Case& c : cases)
     EXPECT_EQ(h100_plan(c.m, c.k, c.n, c.a_col, c.b_col), c.plan)
         << c.m << "x" << c.k << "x" << c.n << (c.a_col ? " c" : " r") << (c.b_col ? "c" : "r");
+}
+
+// What the backend's knobs impose through FamilyForce (choose_f32_plan): a family forced on runs
+// wherever it can, even where the model takes another; forced off, never; at most one family is
+// used; thin_wk and thin_slices reshape the thin plan.
+TEST(CudaFamilyChoice, WhatAForceImposes) {
+  namespace pc = portmat::cuda;
+  auto plan = [](long m, long k, long n, bool a_col, bool b_col, const pc::FamilyForce& f) {
+    const auto tile = pc::choose_f32_tile(m, n, k, 132, true, true, pc::h100_cluster_room);
+    return pc::choose_f32_plan(m, n, k, a_col, b_col, 132, tile, f);
+  };
+  auto used = [](const pc::F32Plan& p) { return int(p.thin.use) + int(p.short_k.use) + int(p.resident.use); };
+  pc::FamilyForce thin_on, thin_off, short_k_on, resident_on, no_wk, sliced;
+  thin_on.thin = 1, thin_off.thin = 0, short_k_on.short_k = 1, resident_on.resident = 1;
+  no_wk.thin_wk = false, sliced.thin_slices = 5;
+  // (65536 x 16) @ (16 x 4), column-major: the model takes the short-k kernel.
+  EXPECT_TRUE(plan(65536, 16, 4, true, true, {}).short_k.use);
+  const auto forced_thin = plan(65536, 16, 4, true, true, thin_on);
+  EXPECT_TRUE(forced_thin.thin.use);
+  EXPECT_EQ(used(forced_thin), 1);
+  // (1 x 256) @ (256 x 256): the model takes thin; forced off, the tiles or another family.
+  EXPECT_TRUE(plan(1, 256, 256, false, false, {}).thin.use);
+  EXPECT_FALSE(plan(1, 256, 256, false, false, thin_off).thin.use);
+  EXPECT_FALSE(plan(1, 256, 256, false, false, thin_off).thin.possible);
+  // 256^3 has no thin side: forcing thin on changes nothing; short-k needs k <= kShortKMax.
+  EXPECT_EQ(used(plan(256, 256, 256, false, false, thin_on)), 0);
+  EXPECT_EQ(used(plan(4096, 4096, 4096, false, false, short_k_on)), 0);
+  EXPECT_TRUE(plan(256, 8, 256, false, false, short_k_on).short_k.use);
+  // The resident kernel forced on a product it can run (k <= 256, a side of c <= 64).
+  const auto res = plan(4096, 64, 64, false, false, resident_on);
+  EXPECT_TRUE(res.resident.use);
+  EXPECT_EQ(used(res), 1);
+  // A dot product: thin_dots_wk by the model, thin_dots (8 warps of rows) without it.
+  const auto dot = plan(1, 1 << 16, 1, false, false, {});
+  ASSERT_TRUE(dot.thin.use && dot.thin.wk);
+  const auto dot_no_wk = plan(1, 1 << 16, 1, false, false, no_wk);
+  EXPECT_FALSE(dot_no_wk.thin.wk);
+  EXPECT_EQ(dot_no_wk.thin.rows_per_block, 8 * pc::thin_dots_rows_per_warp(dot_no_wk.thin.sc));
+  const auto dot_sliced = plan(1, 1 << 16, 1, false, false, sliced);
+  EXPECT_GE(dot_sliced.thin.slices, 4);
+  EXPECT_LE(dot_sliced.thin.slices, 6);
 }
 
 // The short-k kernel's shape: 16 columns a block for results of at most 16 columns, else 128; 2 rows
