@@ -358,25 +358,23 @@ constexpr std::int64_t kThinBlocksPerSm = 2;  // __launch_bounds__(256, 2)
 constexpr std::int64_t kThinMinSliceK = 256;
 // thin_dots_wk (at most a warp's rows, at most 4 short columns: a dot product) is one block for
 // each slice of k, so its time is a block's walk along its slice, not a stream's rate: a start,
-// then each k at kThinWkDirectSPerK or kThinWkStagedSPerK, by the short side: the short operand
-// read straight into registers (its k contiguous: thin_short4 in gemm_thin.cuh) or staged through
-// shared memory; a split grid adds its fused sum, the last block's. H100, session 51 (bench/diagnostics/
-// cuda_plans_ab.py, 80 products of 1-4 rows by 1-4 columns, k = 1000-2^20, forced to 1-256
-// slices, queued): one block took 2.6 us at k = 1000 and 0.37-0.40 ns a k more (straight; 2^20 k:
-// 393 us), 1.0 ns with two short columns staged and 1.9 with four; 2 to 256 slices ran about 3 us
-// over their slices' walk straight, 5 staged, and a few ns more a slice (the last block reads every
-// slice's part); the whole GPU's stream bounds it from below, the sum overlapping it. So a dot
-// product of 8192 stays one block (4.6 us against 5.4 in 8 slices) and one of 2^20 is 256 slices
-// (7.1 us; 8.4 before the straight loads). Over those 80 products the model's choice takes 1.009x
-// the fastest plan timed (geometric mean), where the rate model above took 1.127x.
-// The block's own start: 0.9 us straight, 1.7 staged (its two barriers a chunk): at k = 1000 one
-// block took 2.6 and 3.4-3.6 us; session 50's forced thin runs of products of a few k (2 x 2 x 2,
-// (8 x 83) @ (83 x 1): staged) took 2.9-3.5 us, where the tiles and the short-k kernel took 2.7-3.0.
-constexpr double kThinWkDirectBlockS = 0.9e-6, kThinWkStagedBlockS = 1.7e-6;
-constexpr double kThinWkDirectSPerK[] = {0.37e-9, 0.40e-9, 0.44e-9};  // sc = 1, 2, 4
-constexpr double kThinWkStagedSPerK[] = {0.73e-9, 1.03e-9, 1.88e-9};
-constexpr double kThinWkDirectSumS = 3.0e-6, kThinWkStagedSumS = 5.2e-6;
-constexpr double kThinWkDirectSumPartS = 3e-9, kThinWkStagedSumPartS = 8e-9;  // each slice's part
+// then each k at kThinWkSPerK by the short side (its lanes read the short operand straight into
+// registers: thin_short4 in gemm_thin.cuh); a split grid adds its fused sum, the last block's.
+// H100, session 51 (bench/diagnostics/cuda_plans_ab.py, 80 products of 1-4 rows by 1-4 columns,
+// k = 1000-2^20, forced to 1-256 slices, queued): one block took 2.6 us at k = 1000 and 0.37-0.40
+// ns a k more (2^20 k: 393 us); 2 to 256 slices ran about 3 us over their slices' walk, and a few
+// ns more a slice (the last block reads every slice's part); the whole GPU's stream bounds it from
+// below, the sum overlapping it. So a dot product of 8192 stays one block (4.6 us against 5.4 in 8
+// slices) and one of 2^20 is 256 slices (7.1 us; 8.4 before the straight loads). Over those 80
+// products the model's choice takes 1.009x the fastest plan timed (geometric mean), where the
+// rate model above took 1.127x. Then the short operand was read straight only where its k is
+// contiguous, else staged through shared memory: 1.7 us to start (its two barriers a chunk),
+// 1.0-1.9 ns a k with 2-4 short columns, 5.2 us to sum; session 52 reads it straight in every
+// layout (by whole rows of 2 or 4 floats, 16 bytes a load, where it is such rows; else a value a
+// load where k is strided).
+constexpr double kThinWkBlockS = 0.9e-6;
+constexpr double kThinWkSPerK[] = {0.37e-9, 0.40e-9, 0.44e-9};  // sc = 1, 2, 4
+constexpr double kThinWkSumS = 3.0e-6, kThinWkSumPartS = 3e-9;  // the fused sum, and each slice's part
 
 }  // namespace
 
@@ -435,20 +433,13 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   const int level = t.sc == 1 ? 0 : t.sc == 2 ? 1 : t.sc == 4 ? 2 : t.sc == 8 ? 3 : 4;
   const std::int64_t chunk = 256;  // k a block takes through shared memory at a time (not _wk)
   const double bytes = f32_bytes(R, S, k);
-  // thin_dots_wk reads the short operand straight where its k is contiguous (ThinArgs::sk = 1:
-  // cuda_backend.cpp's long_short_view), as a row-major a or a column-major b is, or a vector.
-  const bool wk_direct = t.wk && (t.few_rows ? (!a_col || m == 1) : (b_col || n == 1));
   auto estimate = [&](std::int64_t kslice, std::int64_t parts) {
     const double blocks = static_cast<double>(row_blocks * parts);
     const double slots = static_cast<double>(kThinBlocksPerSm * s_count);
     const double turns = std::ceil(blocks / slots);  // waves of blocks, the last as long as a full one
     if (t.wk) {  // one block a slice (one row of blocks): its walk along k, or the GPU's stream
-      const double per_k = wk_direct ? kThinWkDirectSPerK[level] : kThinWkStagedSPerK[level];
-      const double walk = (wk_direct ? kThinWkDirectBlockS : kThinWkStagedBlockS) +
-                          turns * static_cast<double>(std::min(k, kslice)) * per_k;
-      const double sum = parts < 2   ? 0.0
-                         : wk_direct ? kThinWkDirectSumS + kThinWkDirectSumPartS * static_cast<double>(parts)
-                                     : kThinWkStagedSumS + kThinWkStagedSumPartS * static_cast<double>(parts);
+      const double walk = kThinWkBlockS + turns * static_cast<double>(std::min(k, kslice)) * kThinWkSPerK[level];
+      const double sum = parts < 2 ? 0.0 : kThinWkSumS + kThinWkSumPartS * static_cast<double>(parts);
       return kThinStartS + std::max(walk + sum, bytes / kThinBytesPerS[level]);
     }
     const double lanes = t.dots ? std::min(1.0, static_cast<double>(std::min(k, kslice)) / 128.0)

@@ -239,12 +239,12 @@ TEST(CudaGemm, IntegerKernelsWrapAroundOnTheDevice) {
 // most 7 waves (kSkAllWaves), so one stream-K launch has them all (3 whole tiles per block);
 // 400x500x350 is 8 tiles of 22 slabs, so the blocks' runs of 58-59 slabs split tiles; 1400x500
 // is 22: 7 whole waves, then the last tile shared (33 slabs by 3 blocks).
-static void check_device_resident(const std::string& dev, long m, long n, long k, std::mt19937& rng) {
+static void check_device_resident(const std::string& dev, long m, long n, long k, std::mt19937& rng, long pad = 4) {
   auto d = portmat::core::open_device(dev);
   for (std::size_t off : {0, 4, 1, 3}) {
     for (int layout = 0; layout < 4; ++layout) {
       const bool a_col = layout & 1, b_col = layout & 2;
-      const long lda = (a_col ? m : k) + 4, ldb = (b_col ? k : n) + 4, ldc = n + 1;
+      const long lda = (a_col ? m : k) + pad, ldb = (b_col ? k : n) + pad, ldc = n + 1;
       auto ah = random_vector<float>(off + (a_col ? k : m) * lda, rng);
       auto bh = random_vector<float>(off + (b_col ? n : k) * ldb, rng);
       std::vector<float> ch(off + m * ldc, std::numeric_limits<float>::quiet_NaN());
@@ -381,9 +381,11 @@ TEST(CudaGemm, SlicedKTilesAwkwardShapesAndSameBits) {
 // a few and 16 rows or columns of c, both sides short, k of 1, shorter than a chunk and long
 // enough to be split in slices (thin_sum), in every layout (so both thin_dots and thin_axpy in
 // each view) with aligned and unaligned offsets; at most 8 rows of L in a long k (thin_dots_wk, its
-// warps splitting k: a dot product, 3 x 2 and 4 x 4 results); slices added by the launch's last
-// blocks (one row of blocks, and 6-22 of them: 700 x 3) and, with PORTMAT_CUDA_THIN_FUSED=0, by
-// thin_sum; a split product gives the same bits every run.
+// warps splitting k: a dot product, 3 x 2 and 4 x 4 results; unpadded, 1 x 4, 4 x 2 and 2 x 4
+// too, whose short operand is read 16 bytes at a time along k, or along its rows, or a value at a
+// time, k no multiple of 4); slices added by the launch's last blocks (one row of blocks, and 6-22
+// of them: 700 x 3) and, with PORTMAT_CUDA_THIN_FUSED=0, by thin_sum; a split product gives the
+// same bits every run.
 TEST(CudaGemm, ThinCorrectAndDeterministic) {
   REQUIRE_CUDA();
   std::mt19937 rng(31);
@@ -393,6 +395,12 @@ TEST(CudaGemm, ThinCorrectAndDeterministic) {
                         {1, 1, 300001}, {3, 2, 70000}, {4, 4, 5000}, {700, 3, 30000}}) {
     SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]));
     check_device_resident(dev, s[0], s[1], s[2], rng);
+  }
+  // Operands without padding (ld = the contiguous side): thin_dots_wk reads a short operand of
+  // whole 2- or 4-float rows 16 bytes at a time.
+  for (const auto& s : {std::array<long, 3>{1, 4, 4099}, {4, 2, 3001}, {2, 4, 70001}, {3, 3, 5000}, {2, 2, 1000}}) {
+    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) + " unpadded");
+    check_device_resident(dev, s[0], s[1], s[2], rng, 0);
   }
   check_same_bits_every_run(dev, 4, 2000, 30000, rng);  // few rows over a long k: slices and their sum
   check_same_bits_every_run(dev, 1, 1, 1 << 20, rng);   // a dot product: thin_dots_wk's slices

@@ -5,7 +5,7 @@
 // and read the long operand through shared memory for nothing. Here every element of the long
 // operand is loaded once, straight into registers (streaming loads: it is not read again), and the
 // short operand, a few kilobytes a chunk, sits in shared memory (thin_dots_wk, whose warps each
-// read their own k of it, loads it straight into registers where its k is contiguous).
+// read their own k of it, loads it straight into registers).
 //
 // The problem is seen as out (R x S) = L (R x K) . Sh (K x S), S <= 16 (the host, launch_thin,
 // maps a, b and c onto it: few columns of c: L = a; few rows: L = b^T and out = c^T). Two kernels,
@@ -51,31 +51,31 @@ __device__ __forceinline__ int thin_dots_unit(int g, int s) {
   return g * thin_dots_pitch<SC>() + s;
 }
 
-// Element e of a chunk of the short operand (CH rows of k by SC columns): its row kl within the
+// Element e of a chunk of the short operand (kThinChunk rows of k by SC columns): its row kl within the
 // chunk and its column s. Consecutive elements run along k where k is contiguous in memory, so
 // that consecutive threads read consecutive addresses; else along s.
-template <int SC, int CH = kThinChunk>
+template <int SC>
 __device__ __forceinline__ void thin_short_place(const ThinArgs& p, int e, int& kl, int& s) {
   if (p.sk == 1)
-    kl = e % CH, s = e / CH;
+    kl = e % kThinChunk, s = e / kThinChunk;
   else
     s = e % SC, kl = e / SC;
 }
 // ... and its value in the chunk that starts at kc: zero past k1 and past s.
-template <int SC, int CH = kThinChunk>
+template <int SC>
 __device__ __forceinline__ float thin_short_element(const ThinArgs& p, int kc, int k1, int e, int& kl, int& s) {
-  thin_short_place<SC, CH>(p, e, kl, s);
+  thin_short_place<SC>(p, e, kl, s);
   const int k = kc + kl;
   return k < k1 && s < p.s ? static_cast<const float*>(p.sh)[k * p.sk + s * p.ss] : 0.0f;
 }
 
-// The short operand's rows [kc, kc + CH) into shared memory, zeros past k1 and past s: as
+// The short operand's rows [kc, kc + kThinChunk) into shared memory, zeros past k1 and past s: as
 // thin_dots_unit's units (DOTS) or row by row, S contiguous (thin_axpy).
-template <int SC, bool DOTS, int CH = kThinChunk>
+template <int SC, bool DOTS>
 __device__ __forceinline__ void thin_load_short(const ThinArgs& p, int kc, int k1, float* sh) {
-  for (int e = threadIdx.x; e < CH * SC; e += kThinThreads) {
+  for (int e = threadIdx.x; e < kThinChunk * SC; e += kThinThreads) {
     int kl, s;
-    const float v = thin_short_element<SC, CH>(p, kc, k1, e, kl, s);
+    const float v = thin_short_element<SC>(p, kc, k1, e, kl, s);
     if constexpr (DOTS)
       sh[thin_dots_unit<SC>(kl >> 2, s) * 4 + (kl & 3)] = v;
     else
@@ -109,46 +109,50 @@ __device__ __forceinline__ void warp_reduce_many(float (&v)[V], int lane) {
   warp_reduce_round<V / 2, 16>(v, lane);
 }
 
+// Four elements from x, `step` apart, of which the first `count` exist (zeros past them): one
+// 16-byte load where `vec` (step 1 and x aligned) and all four exist. STREAM: streaming loads
+// (__ldcs: read once); else through the read-only cache (__ldg: a strided operand whose lines the
+// next loads of the lane meet again).
+template <bool STREAM = true>
+__device__ __forceinline__ float4 thin_load4_upto(const float* x, int count, bool vec, long long step = 1) {
+  auto load = [](const float* q) { return STREAM ? __ldcs(q) : __ldg(q); };
+  if (vec && count >= 4) return __ldcs(reinterpret_cast<const float4*>(x));
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (count > 0) v.x = load(x);
+  if (count > 1) v.y = load(x + step);
+  if (count > 2) v.z = load(x + 2 * step);
+  if (count > 3) v.w = load(x + 3 * step);
+  return v;
+}
+
+// Part c (0-3: x, y, z, w) of v; c a constant once unrolled, so no local memory.
+__device__ __forceinline__ float float4_part(const float4& v, int c) {
+  return c == 0 ? v.x : c == 1 ? v.y : c == 2 ? v.z : v.w;
+}
+
 // Four consecutive elements of L from (r, k) along k (thin_dots) or along r (thin_axpy, CONTIG_R),
 // zeros outside the matrix or past k1; one 16-byte streaming load where aligned and whole.
 template <bool CONTIG_R>
 __device__ __forceinline__ float4 thin_load4(const ThinArgs& p, int r, int k, int k1) {
   const float* L = static_cast<const float*>(p.l);
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
   if constexpr (!CONTIG_R) {
-    if (r >= p.r) return v;
-    const float* x = L + r * p.ldl + k;
-    if (p.vec && k + 3 < k1) return __ldcs(reinterpret_cast<const float4*>(x));
-    if (k < k1) v.x = __ldcs(x);
-    if (k + 1 < k1) v.y = __ldcs(x + 1);
-    if (k + 2 < k1) v.z = __ldcs(x + 2);
-    if (k + 3 < k1) v.w = __ldcs(x + 3);
+    if (r >= p.r) return make_float4(0.f, 0.f, 0.f, 0.f);
+    return thin_load4_upto(L + r * p.ldl + k, k1 - k, p.vec);
   } else {
-    if (k >= k1) return v;
-    const float* x = L + k * p.ldl + r;
-    if (p.vec && r + 3 < p.r) return __ldcs(reinterpret_cast<const float4*>(x));
-    if (r < p.r) v.x = __ldcs(x);
-    if (r + 1 < p.r) v.y = __ldcs(x + 1);
-    if (r + 2 < p.r) v.z = __ldcs(x + 2);
-    if (r + 3 < p.r) v.w = __ldcs(x + 3);
+    if (k >= k1) return make_float4(0.f, 0.f, 0.f, 0.f);
+    return thin_load4_upto(L + k * p.ldl + r, p.r - r, p.vec);
   }
-  return v;
 }
 
 // Four consecutive k (from k, a multiple of 4) of the short operand's column s, zeros past k1 and
 // past s, straight from memory: thin_dots_wk's warps each read their own k of it, so it needs no
-// trip through shared memory. Only where k is its contiguous index (sk = 1); `aligned`: its base
-// and column stride allow 16-byte loads.
+// trip through shared memory. Where k is its contiguous index (sk = 1), 16 bytes at a time where
+// `aligned` (its base and column stride allow it); else four loads sk apart.
 __device__ __forceinline__ float4 thin_short4(const ThinArgs& p, int s, int k, int k1, bool aligned) {
-  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (s >= p.s) return v;
-  const float* x = static_cast<const float*>(p.sh) + s * p.ss + k;
-  if (aligned && k + 3 < k1) return __ldcs(reinterpret_cast<const float4*>(x));
-  if (k < k1) v.x = __ldcs(x);
-  if (k + 1 < k1) v.y = __ldcs(x + 1);
-  if (k + 2 < k1) v.z = __ldcs(x + 2);
-  if (k + 3 < k1) v.w = __ldcs(x + 3);
-  return v;
+  if (s >= p.s) return make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* x = static_cast<const float*>(p.sh) + s * p.ss + k * p.sk;
+  if (p.sk == 1) return thin_load4_upto(x, k1 - k, aligned);
+  return thin_load4_upto<false>(x, k1 - k, false, p.sk);
 }
 
 // Whether this block is the last of its row of blocks (blockIdx.x) to finish its slice: every
@@ -285,88 +289,105 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
   constexpr int RW = thin_dots_rows_per_warp(SC);
   constexpr int G = kThinChunk / 128;  // float4 groups of a row per lane and chunk
   constexpr int V = RW * SC;
-  constexpr int CH = WK ? kThinChunk * kThinWarps : kThinChunk;  // k per pass through shared memory
-  static_assert(!WK || SC <= 4, "thin_dots_wk: the deeper chunk of 16 columns would not fit");
-  __shared__ __align__(16) float sh[CH / 4 * thin_dots_pitch<SC>() * 4];
+  static_assert(!WK || SC <= 4, "thin_dots_wk: at most 4 short columns");
+  // thin_dots: a chunk of the short operand (thin_dots_unit's units); thin_dots_wk: its sum of
+  // the slices' parts (thin_wk_sum_slices, V values a thread).
+  __shared__ __align__(16) float sh[WK ? V * kThinThreads : kThinChunk / 4 * thin_dots_pitch<SC>() * 4];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r0 = WK ? blockIdx.x * RW : (blockIdx.x * kThinWarps + warp) * RW;
-  const int kw = WK ? warp * kThinChunk : 0;  // this warp's part of a chunk
-  long long k0 = static_cast<long long>(blockIdx.y) * p.kslice;
+  const long long k0 = static_cast<long long>(blockIdx.y) * p.kslice;
   const int k1 = static_cast<int>(min(static_cast<long long>(p.k), k0 + p.kslice));
   float acc[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) acc[i] = 0.f;
-  // thin_dots_wk with the short operand's k contiguous (a vector, a column-major b, a row-major a:
-  // ThinArgs::sk = 1): each lane loads the 4 x SC values of the short operand
-  // that its own loads of L meet, beside them, with no shared memory and no barrier. Staged
-  // through shared memory (one element a thread at a time, two barriers a chunk), a lone block
-  // read a dot product at 0.73 ns a k, 11 GB/s (H100, session 51). The same products and sums in
-  // the same order as below: the same bits.
+  // thin_dots_wk: each lane loads the 4 x SC values of the short operand that its own loads of L
+  // meet, beside them, with no shared memory and no barrier: 16 bytes at a time where its k is
+  // contiguous (thin_short4) or where its rows are (rows_4), else one value at a time. Staged
+  // through shared memory (one element a thread at a time, two barriers a chunk), a lone block read
+  // a dot product at 0.73 ns a k, 11 GB/s, against 0.37 straight (H100, session 51); (1 x 4096) @
+  // (4096 x 4), row-major, took 5.3 us staged, 6.3 with a value a load (its loads 64 bytes apart
+  // across a warp) and 3.0 column-major (session 52). The same products and sums in the same
+  // order as thin_dots': the same bits.
   if constexpr (WK) {
-    if (p.sk == 1) {
-      const bool aligned = (reinterpret_cast<unsigned long long>(p.sh) & 15) == 0 && (p.s == 1 || (p.ss & 3) == 0);
-      for (int kc = static_cast<int>(k0); kc < k1; kc += CH) {
-        float4 x[RW][G], w[SC][G];
+    const bool aligned = (reinterpret_cast<unsigned long long>(p.sh) & 15) == 0 && (p.s == 1 || (p.ss & 3) == 0);
+    // rows_4: the short operand is whole rows of SC floats, one after another (ss = 1, sk = S = SC:
+    // a row-major (K x 2) or (K x 4) b, a column-major a of 2 or 4 rows), 16-byte aligned.
+    const float* sh_rows = static_cast<const float*>(p.sh);
+    const bool rows_4 = (reinterpret_cast<unsigned long long>(p.sh) & 15) == 0 && p.ss == 1 && p.sk == SC && p.s == SC;
+    const int kw = warp * kThinChunk;  // this warp's part of a pass
+    for (int kc = static_cast<int>(k0); kc < k1; kc += kThinChunk * kThinWarps) {
+      float4 x[RW][G], w[SC][G];
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const int kk = kc + kw + (g * 32 + lane) * 4;
+      for (int g = 0; g < G; ++g) {
+        const int kk = kc + kw + (g * 32 + lane) * 4;
 #pragma unroll
-          for (int rw = 0; rw < RW; ++rw) x[rw][g] = thin_load4<false>(p, r0 + rw, kk, k1);
+        for (int rw = 0; rw < RW; ++rw) x[rw][g] = thin_load4<false>(p, r0 + rw, kk, k1);
+        if (SC > 1 && rows_4 && kk + 3 < k1) {
+          // The lane's 4 k of every column: 4 x SC consecutive floats (element j * SC + s: k j,
+          // column s), SC 16-byte loads.
+          const float4* q = reinterpret_cast<const float4*>(sh_rows + static_cast<long long>(kk) * SC);
+          float4 v[SC];
+#pragma unroll
+          for (int i = 0; i < SC; ++i) v[i] = __ldcs(q + i);
+          auto at = [&](int e) { return float4_part(v[e / 4], e % 4); };
+#pragma unroll
+          for (int s = 0; s < SC; ++s) w[s][g] = make_float4(at(s), at(SC + s), at(2 * SC + s), at(3 * SC + s));
+        } else {
 #pragma unroll
           for (int s = 0; s < SC; ++s) w[s][g] = thin_short4(p, s, kk, k1, aligned);
         }
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-#pragma unroll
-          for (int s = 0; s < SC; ++s)
-#pragma unroll
-            for (int rw = 0; rw < RW; ++rw) {
-              float& a = acc[rw * SC + s];
-              a = fmaf(x[rw][g].x, w[s][g].x, a);
-              a = fmaf(x[rw][g].y, w[s][g].y, a);
-              a = fmaf(x[rw][g].z, w[s][g].z, a);
-              a = fmaf(x[rw][g].w, w[s][g].w, a);
-            }
       }
-      k0 = k1;  // the chunks below are done
-    }
-  }
-  for (int kc = static_cast<int>(k0); kc < k1; kc += CH) {
-    // The chunk's first group of L first (in flight across the barriers), then the short operand.
-    // With 16 columns a lane holds one group of each row at a time (with two, 128 registers were
-    // not enough: ptxas spilled).
-    constexpr int GA = SC >= 16 ? 1 : G;  // groups loaded at a time
-    float4 x[RW][GA];
 #pragma unroll
-    for (int rw = 0; rw < RW; ++rw)
+      for (int g = 0; g < G; ++g)
 #pragma unroll
-      for (int g = 0; g < GA; ++g) x[rw][g] = thin_load4<false>(p, r0 + rw, kc + kw + (g * 32 + lane) * 4, k1);
-    __syncthreads();  // the previous chunk's reads of sh are done
-    thin_load_short<SC, true, CH>(p, kc, k1, sh);
-    __syncthreads();
-#pragma unroll
-    for (int g0 = 0; g0 < G; g0 += GA) {
-      if (g0 > 0)
-#pragma unroll
-        for (int rw = 0; rw < RW; ++rw)
-#pragma unroll
-          for (int g = 0; g < GA; ++g)
-            x[rw][g] = thin_load4<false>(p, r0 + rw, kc + kw + ((g0 + g) * 32 + lane) * 4, k1);
-#pragma unroll
-      for (int g = 0; g < GA; ++g)
-#pragma unroll
-        for (int s = 0; s < SC; ++s) {
-          const float4 w =
-              *reinterpret_cast<const float4*>(sh + thin_dots_unit<SC>(kw / 4 + (g0 + g) * 32 + lane, s) * 4);
+        for (int s = 0; s < SC; ++s)
 #pragma unroll
           for (int rw = 0; rw < RW; ++rw) {
             float& a = acc[rw * SC + s];
-            a = fmaf(x[rw][g].x, w.x, a);
-            a = fmaf(x[rw][g].y, w.y, a);
-            a = fmaf(x[rw][g].z, w.z, a);
-            a = fmaf(x[rw][g].w, w.w, a);
+            a = fmaf(x[rw][g].x, w[s][g].x, a);
+            a = fmaf(x[rw][g].y, w[s][g].y, a);
+            a = fmaf(x[rw][g].z, w[s][g].z, a);
+            a = fmaf(x[rw][g].w, w[s][g].w, a);
           }
-        }
+    }
+  } else {
+    for (int kc = static_cast<int>(k0); kc < k1; kc += kThinChunk) {
+      // The chunk's first group of L first (in flight across the barriers), then the short operand.
+      // With 16 columns a lane holds one group of each row at a time (with two, 128 registers were
+      // not enough: ptxas spilled).
+      constexpr int GA = SC >= 16 ? 1 : G;  // groups loaded at a time
+      float4 x[RW][GA];
+#pragma unroll
+      for (int rw = 0; rw < RW; ++rw)
+#pragma unroll
+        for (int g = 0; g < GA; ++g) x[rw][g] = thin_load4<false>(p, r0 + rw, kc + (g * 32 + lane) * 4, k1);
+      __syncthreads();  // the previous chunk's reads of sh are done
+      thin_load_short<SC, true>(p, kc, k1, sh);
+      __syncthreads();
+#pragma unroll
+      for (int g0 = 0; g0 < G; g0 += GA) {
+        if (g0 > 0)
+#pragma unroll
+          for (int rw = 0; rw < RW; ++rw)
+#pragma unroll
+            for (int g = 0; g < GA; ++g)
+              x[rw][g] = thin_load4<false>(p, r0 + rw, kc + ((g0 + g) * 32 + lane) * 4, k1);
+#pragma unroll
+        for (int g = 0; g < GA; ++g)
+#pragma unroll
+          for (int s = 0; s < SC; ++s) {
+            const float4 w =
+                *reinterpret_cast<const float4*>(sh + thin_dots_unit<SC>((g0 + g) * 32 + lane, s) * 4);
+#pragma unroll
+            for (int rw = 0; rw < RW; ++rw) {
+              float& a = acc[rw * SC + s];
+              a = fmaf(x[rw][g].x, w.x, a);
+              a = fmaf(x[rw][g].y, w.y, a);
+              a = fmaf(x[rw][g].z, w.z, a);
+              a = fmaf(x[rw][g].w, w.w, a);
+            }
+          }
+      }
     }
   }
   warp_reduce_many(acc, lane);
