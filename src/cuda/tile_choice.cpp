@@ -372,9 +372,21 @@ constexpr std::int64_t kThinMinSliceK = 256;
 // 1.0-1.9 ns a k with 2-4 short columns, 5.2 us to sum; session 52 reads it straight in every
 // layout (by whole rows of 2 or 4 floats, 16 bytes a load, where it is such rows; else a value a
 // load where k is strided).
+// Session 52 (H100, 60 products of 1-4 rows by 1-4 columns, k = 1000-2^20, rr and cc, forced to
+// 1, 8, 64 and 256 slices, graph replay): one block's time a k grew with the short side (0.37,
+// 0.41, 0.45 ns for 1, 2, 4 columns, k contiguous), with the short operand's k strided (0.46-0.57
+// ns, by rows or a value a load), and with L's rows (about 0.02 ns a row). And a split of 2^20 in
+// 84-142 slices took 13.5-15 us where 256 took 10.6: fewer blocks than the GPU's slots do not
+// stream at its full rate (the rate model below says the same of thin_dots and thin_axpy), so the
+// stream bound scales with the slots filled. Over the 60, the default took 1.032x the fastest
+// forced plan before and 1.023x with the per-k terms alone (graph replay; the four 2^20 products
+// with 6 and 8 results 1.18-1.28x).
 constexpr double kThinWkBlockS = 0.9e-6;
-constexpr double kThinWkSPerK[] = {0.37e-9, 0.40e-9, 0.44e-9};  // sc = 1, 2, 4
+constexpr double kThinWkSPerK[] = {0.37e-9, 0.41e-9, 0.45e-9};  // sc = 1, 2, 4; the short operand's k contiguous
+constexpr double kThinWkStridedSPerK = 0.50e-9;  // its k strided (rows of 2 or 4 floats, or a value a load)
+constexpr double kThinWkRowSPerK = 0.02e-9;       // each row of L beyond the first
 constexpr double kThinWkSumS = 3.0e-6, kThinWkSumPartS = 3e-9;  // the fused sum, and each slice's part
+constexpr double kThinWkBytesPerS = 3.0e12;       // the GPU's stream under a dot product's slices
 
 }  // namespace
 
@@ -433,14 +445,22 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
   const int level = t.sc == 1 ? 0 : t.sc == 2 ? 1 : t.sc == 4 ? 2 : t.sc == 8 ? 3 : 4;
   const std::int64_t chunk = 256;  // k a block takes through shared memory at a time (not _wk)
   const double bytes = f32_bytes(R, S, k);
+  // The short operand's k contiguous (ThinArgs::sk = 1: a row-major a of few rows, a column-major b
+  // of few columns, or a vector), else thin_dots_wk reads it by rows or a value at a time.
+  const bool short_k_contiguous = t.few_rows ? (!a_col || m == 1) : (b_col || n == 1);
   auto estimate = [&](std::int64_t kslice, std::int64_t parts) {
     const double blocks = static_cast<double>(row_blocks * parts);
     const double slots = static_cast<double>(kThinBlocksPerSm * s_count);
     const double turns = std::ceil(blocks / slots);  // waves of blocks, the last as long as a full one
     if (t.wk) {  // one block a slice (one row of blocks): its walk along k, or the GPU's stream
-      const double walk = kThinWkBlockS + turns * static_cast<double>(std::min(k, kslice)) * kThinWkSPerK[level];
+      const double per_k = (short_k_contiguous ? kThinWkSPerK[level] : kThinWkStridedSPerK) +
+                           kThinWkRowSPerK * static_cast<double>(R - 1);
+      const double walk = kThinWkBlockS + turns * static_cast<double>(std::min(k, kslice)) * per_k;
       const double sum = parts < 2 ? 0.0 : kThinWkSumS + kThinWkSumPartS * static_cast<double>(parts);
-      return kThinStartS + std::max(walk + sum, bytes / kThinBytesPerS[level]);
+      // The stream: fewer blocks than the GPU's slots stream less (as below), so a split that fills
+      // them beats one that only reaches the stream's rate on paper.
+      const double stream = kThinWkBytesPerS * (0.5 + 0.5 * std::min(1.0, blocks / slots));
+      return kThinStartS + std::max(walk + sum, bytes / stream);
     }
     const double lanes = t.dots ? std::min(1.0, static_cast<double>(std::min(k, kslice)) / 128.0)
                                 : std::min(1.0, static_cast<double>(R) / 128.0);

@@ -992,10 +992,19 @@ TEST(CudaThinChoice, SlicesWhereTheH100SweepMeasuredThem) {
   // thin_dots_wk under kThinSmallBytes is split too (session 51: a dot product of 2^16, 49 us in
   // one slice, 5.9 in 64, 22 on the tiles).
   EXPECT_GE(pc::choose_thin(1, 1, 65536, false, false, 132, 1.0).slices, 16);
-  // ... and by its walk along k (kThinWkDirectSPerK): a dot product of 8192 stays one block (4.6 us
+  // ... and by its walk along k (kThinWkSPerK): a dot product of 8192 stays one block (4.6 us
   // against 5.4 in 8 slices), one of 2^20 is cut to fill the GPU (7.1 us in 256 slices).
   EXPECT_EQ(pc::choose_thin(1, 1, 8192, false, false, 132, 1.0).slices, 1);
   EXPECT_GE(pc::choose_thin(1, 1, 1 << 20, false, false, 132, 1.0).slices, 200);
+  // A few rows by a few columns over 2^20 (session 52, graph replay): 10.6 us in 256 slices, 13.5 in
+  // the 142 whose walk alone meets the stream's full rate, 16.3 in 64; over 4096 one block (3.4-3.8
+  // us, 7.1-7.2 in 8 slices), strided short operand or not.
+  for (bool col : {false, true}) {
+    EXPECT_GE(pc::choose_thin(3, 3, 1 << 20, col, col, 132, 1.0).slices, 200) << col;
+    EXPECT_GE(pc::choose_thin(4, 2, 1 << 20, col, col, 132, 1.0).slices, 200) << col;
+    EXPECT_EQ(pc::choose_thin(1, 4, 4096, col, col, 132, 1.0).slices, 1) << col;
+    EXPECT_EQ(pc::choose_thin(3, 3, 4096, col, col, 132, 1.0).slices, 1) << col;
+  }
 }
 
 // The float32 plan as CudaDevice::plan makes it without knobs (choose_f32_plan) on an H100 (132
