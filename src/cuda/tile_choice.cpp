@@ -342,6 +342,7 @@ constexpr double kThinBytesPerS[] = {3.0e12, 2.8e12, 2.6e12, 2.2e12, 1.6e12};  /
 constexpr double kThinBlockBytesPerS = 40e9, kThinBlockFmaPerS = 60e9;
 constexpr double kThinStartS = 1.7e-6, kThinSumS = 3.0e-6, kThinSumBytesPerS = 5.0e12, kThinAxpyEndS = 0.2e-6;
 constexpr double kThinFusedSumS = 2.0e-6;  // the last blocks reading every slice's part, and the wait for them
+constexpr double kThinFusedMaxS = 7.0e-6;  // past this estimate thin_sum's launch adds the slices (thin_sum_fused)
 constexpr double kThinSmallBytes = 1 << 20;
 constexpr double kThinShortWeight = 0.5;  // a byte of the short operand (L2) against one of L (memory)
 constexpr std::int64_t kThinBlocksPerSm = 2;  // __launch_bounds__(256, 2)
@@ -405,9 +406,20 @@ ThinChoice with_thin_slices(ThinChoice t, std::int64_t m, std::int64_t n, std::i
 // 21.7-23.5 (8, 8, 16 parts); (4096 x 4096) @ (4096 x n) for n = 4, 8, 16: within 1 us (3, 3, 6);
 // but m = 8 and 16: 26.8 -> 27.8 (32) and 35.5 -> 40.0 (64), and (16 x 65536) @ (65536 x 16) 17.0
 // -> 24.5 (264): one block adding them in turn is slower than thin_sum's grid.
+// Session 52 (H100, since the launches overlap: programmatic dependent launches, session 43;
+// bench/diagnostics/cuda_plans_ab.py, PORTMAT_CUDA_THIN_FUSED=0 against the default, 22 thin
+// products of 1-16 short rows or columns, us, queued): thin_sum's launch was the faster wherever
+// the product took more than a few microseconds, by 0.2-0.9 us at (m x 4096) @ (4096 x 4096) and
+// (4096 x 4096) @ (4096 x n), 1.0 at (2048 x 2048) @ (2048 x 4), 1.6 at (1024 x 1024) @ (1024 x
+// 16) (estimates 8.3-31 us); the fused sum only where the host's second launch is most of the
+// time: (1024 x 1024) @ (1024 x 1) 4.6 against 6.8, (1 x 1024) @ (1024 x 1024) 6.0 against 6.3
+// (estimates 5.8-6.0 us). So past kThinFusedMaxS of estimate the slices go to thin_sum. The
+// estimate of a split (choose_thin) counts the fused sum either way: thin_sum measured no slower
+// there.
 bool thin_sum_fused(const ThinChoice& t, std::int64_t s) {
   if (t.slices <= 1) return false;
   if (t.wk) return true;
+  if (t.estimate_s > kThinFusedMaxS) return false;
   const std::int64_t per_thread = ceil_div(t.rows_per_block * s, 256) * t.slices;
   return per_thread <= kThinFusedMaxLoads;
 }
@@ -482,6 +494,7 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
     if (!t.dots) sec += kThinAxpyEndS * t.sc * turns;
     ThinChoice sliced = t;
     sliced.slices = parts;
+    sliced.estimate_s = 0.0;  // the sum as fused wherever the loads allow (thin_sum_fused)
     if (parts > 1)
       sec += (thin_sum_fused(sliced, S) ? kThinFusedSumS : kThinSumS) + 4.0 * R * S * (parts + 1) / kThinSumBytesPerS;
     return sec;

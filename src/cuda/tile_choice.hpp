@@ -96,7 +96,9 @@ ThinChoice with_thin_slices(ThinChoice t, std::int64_t m, std::int64_t n, std::i
 // Whether t's slices (t.slices > 1) are added by its own launch's last blocks (gemm_thin.cuh,
 // thin_last_block_sum / thin_wk_sum_slices) rather than by thin_sum, a second launch: for
 // thin_dots_wk always (its last block sums in a tree), else where each thread of such a block has
-// at most kThinFusedMaxLoads parts to add in turn (s: the short side).
+// at most kThinFusedMaxLoads parts to add in turn (s: the short side) and the product is short
+// (its estimate at most tile_choice.cpp's kThinFusedMaxS: past it thin_sum's launch, overlapping
+// the kernel's end, measured faster).
 inline constexpr std::int64_t kThinFusedMaxLoads = 16;
 bool thin_sum_fused(const ThinChoice& t, std::int64_t s);
 

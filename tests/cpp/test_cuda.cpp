@@ -961,6 +961,26 @@ TEST(CudaThinChoice, SumGroupsCoverEveryPart) {
   EXPECT_EQ(portmat::cuda::thin_sum_group(17), 16);
 }
 
+// Who adds a split thin product's slices (thin_sum_fused): the launch's own last blocks where the
+// product is short, thin_sum's launch past kThinFusedMaxS (session 52, H100, queued: (1024 x 1024)
+// @ (1024 x 1) 4.6 us fused, 6.8 with thin_sum; (4096 x 4096) @ (4096 x 1) 26.0 fused, 25.3 with
+// thin_sum); thin_dots_wk's tree always.
+TEST(CudaThinChoice, SlicesOfLongProductsGoToThinSum) {
+  namespace pc = portmat::cuda;
+  const auto short_one = pc::choose_thin(1024, 1, 1024, false, false, 132, 1.0);
+  ASSERT_GT(short_one.slices, 1);
+  EXPECT_TRUE(pc::thin_sum_fused(short_one, 1));
+  for (const auto& [m, n] : {std::pair<long, long>{4096, 1}, {4096, 2}, {1, 4096}, {4, 4096}}) {
+    const auto long_one = pc::choose_thin(m, n, 4096, false, false, 132, 1.0);
+    ASSERT_GT(long_one.slices, 1) << m << " x " << n;
+    EXPECT_FALSE(pc::thin_sum_fused(long_one, std::min(m, n))) << m << " x " << n;
+  }
+  const auto dot = pc::choose_thin(1, 1, 1 << 20, false, false, 132, 1.0);
+  ASSERT_TRUE(dot.wk);
+  EXPECT_GT(dot.estimate_s, 7e-6);
+  EXPECT_TRUE(pc::thin_sum_fused(dot, 1));
+}
+
 TEST(CudaThinChoice, DotsSlicesAtLeastAChunkDeep) {
   namespace pc = portmat::cuda;
   for (long k : {512L, 1024L, 2048L, 4096L, 65536L})
