@@ -416,12 +416,18 @@ ThinChoice with_thin_slices(ThinChoice t, std::int64_t m, std::int64_t n, std::i
 // (estimates 5.8-6.0 us). So past kThinFusedMaxS of estimate the slices go to thin_sum. The
 // estimate of a split (choose_thin) counts the fused sum either way: thin_sum measured no slower
 // there.
-bool thin_sum_fused(const ThinChoice& t, std::int64_t s) {
+namespace {
+// Whether the last blocks of t's grid can add its slices (thin_sum_fused without its time rule):
+// thin_dots_wk's tree always, else at most kThinFusedMaxLoads parts a thread.
+bool thin_last_blocks_can_sum(const ThinChoice& t, std::int64_t s) {
   if (t.slices <= 1) return false;
   if (t.wk) return true;
-  if (t.estimate_s > kThinFusedMaxS) return false;
-  const std::int64_t per_thread = ceil_div(t.rows_per_block * s, 256) * t.slices;
-  return per_thread <= kThinFusedMaxLoads;
+  return ceil_div(t.rows_per_block * s, 256) * t.slices <= kThinFusedMaxLoads;
+}
+}  // namespace
+
+bool thin_sum_fused(const ThinChoice& t, std::int64_t s) {
+  return thin_last_blocks_can_sum(t, s) && (t.wk || t.estimate_s <= kThinFusedMaxS);
 }
 
 ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_col, bool b_col, int sms,
@@ -494,9 +500,9 @@ ThinChoice choose_thin(std::int64_t m, std::int64_t n, std::int64_t k, bool a_co
     if (!t.dots) sec += kThinAxpyEndS * t.sc * turns;
     ThinChoice sliced = t;
     sliced.slices = parts;
-    sliced.estimate_s = 0.0;  // the sum as fused wherever the loads allow (thin_sum_fused)
-    if (parts > 1)
-      sec += (thin_sum_fused(sliced, S) ? kThinFusedSumS : kThinSumS) + 4.0 * R * S * (parts + 1) / kThinSumBytesPerS;
+    if (parts > 1)  // the sum as fused wherever the last blocks can add it (see thin_sum_fused)
+      sec += (thin_last_blocks_can_sum(sliced, S) ? kThinFusedSumS : kThinSumS) +
+             4.0 * R * S * (parts + 1) / kThinSumBytesPerS;
     return sec;
   };
   // The slices: the count with the smallest estimate, from one up to what fills the slots (fewer
