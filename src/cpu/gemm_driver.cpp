@@ -463,15 +463,15 @@ void run_thread(void* ctx, int tid) {
     // B block into its cache while it computes this step, a share before each micro-tile, so that
     // packing it reads cache, not memory: packing and multiply-adds overlap on the thread. Only
     // a block of at most kPrefetchBBytes, which fits L2 beside the packed blocks in use.
-    const T* pf_base = nullptr;
-    std::int64_t pf_next = 0, pf_total = 0, pf_line_count = 1, pf_per_tile = 0;
+    const T* pf_row = nullptr;  // the row (column) of the next line to prefetch, and that line
+    std::int64_t pf_next = 0, pf_total = 0, pf_line_count = 1, pf_per_tile = 0, pf_line = 0;
     if (p.threads == 1 && s + 1 < p.steps() && prefetch_b_enabled()) {
       const Step nx = step_of(p, mr, nr, sizeof(T), s + 1);
       if ((a_outer || nx.ii == 0) && prefetches_b_block(nx.kc, nx.nc, sizeof(T))) {
         constexpr std::int64_t line = 64 / sizeof(T);
         const core::HostMatrix& b = *job.b;
         // Its rows (columns for a column-major b), each a stretch of whole lines.
-        pf_base = static_cast<const T*>(b.data) + b.offset + (b.col_major ? nx.jc * b.ld + nx.pc : nx.pc * b.ld + nx.jc);
+        pf_row = static_cast<const T*>(b.data) + b.offset + (b.col_major ? nx.jc * b.ld + nx.pc : nx.pc * b.ld + nx.jc);
         pf_line_count = ceil_div(b.col_major ? nx.kc : nx.nc, line) + 1;
         pf_total = (b.col_major ? nx.nc : nx.kc) * pf_line_count;
         pf_per_tile = ceil_div(pf_total, std::max<std::int64_t>(1, st.outer_panels * st.inner_panels));
@@ -481,8 +481,12 @@ void run_thread(void* ctx, int tid) {
       const std::int64_t o = item / st.chunks, i0 = (item % st.chunks) * st.chunk_panels;
       const std::int64_t i1 = std::min(st.inner_panels, i0 + st.chunk_panels);
       for (std::int64_t i = i0; i < i1; ++i) {
-        for (const std::int64_t end = std::min(pf_total, pf_next + pf_per_tile); pf_next < end; ++pf_next)
-          __builtin_prefetch(pf_base + (pf_next / pf_line_count) * job.b->ld + (pf_next % pf_line_count) * (64 / sizeof(T)), 0, 2);
+        // Line by line, row after row: no division a line (a 64-bit idiv each took 12% of (64 x
+        // 16384) @ (16384 x 256) on a 2-core Xeon).
+        for (const std::int64_t end = std::min(pf_total, pf_next + pf_per_tile); pf_next < end; ++pf_next) {
+          __builtin_prefetch(pf_row + pf_line * static_cast<std::int64_t>(64 / sizeof(T)), 0, 2);
+          if (++pf_line == pf_line_count) pf_line = 0, pf_row += job.b->ld;
+        }
         const std::int64_t r = a_outer ? o : i, q = a_outer ? i : o;  // A panel, B panel
         const int m_tile = static_cast<int>(std::min<std::int64_t>(mr, mc - r * mr));
         const int n_tile = static_cast<int>(std::min<std::int64_t>(nr, nc - q * nr));
