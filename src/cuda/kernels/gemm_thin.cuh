@@ -309,11 +309,11 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
   // across a warp) and 3.0 column-major (session 52). The same products and sums in the same
   // order as thin_dots': the same bits.
   if constexpr (WK) {
-    const bool aligned = (reinterpret_cast<unsigned long long>(p.sh) & 15) == 0 && (p.s == 1 || (p.ss & 3) == 0);
+    const bool base16 = (reinterpret_cast<unsigned long long>(p.sh) & 15) == 0;
+    const bool aligned = base16 && (p.s == 1 || (p.ss & 3) == 0);
     // rows_4: the short operand is whole rows of SC floats, one after another (ss = 1, sk = S = SC:
     // a row-major (K x 2) or (K x 4) b, a column-major a of 2 or 4 rows), 16-byte aligned.
-    const float* sh_rows = static_cast<const float*>(p.sh);
-    const bool rows_4 = (reinterpret_cast<unsigned long long>(p.sh) & 15) == 0 && p.ss == 1 && p.sk == SC && p.s == SC;
+    const bool rows_4 = base16 && p.ss == 1 && p.sk == SC && p.s == SC;
     const int kw = warp * kThinChunk;  // this warp's part of a pass
     for (int kc = static_cast<int>(k0); kc < k1; kc += kThinChunk * kThinWarps) {
       float4 x[RW][G], w[SC][G];
@@ -325,7 +325,7 @@ __device__ __forceinline__ void thin_dots_body(const ThinArgs& p) {
         if (SC > 1 && rows_4 && kk + 3 < k1) {
           // The lane's 4 k of every column: 4 x SC consecutive floats (element j * SC + s: k j,
           // column s), SC 16-byte loads.
-          const float4* q = reinterpret_cast<const float4*>(sh_rows + static_cast<long long>(kk) * SC);
+          const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p.sh) + static_cast<long long>(kk) * SC);
           float4 v[SC];
 #pragma unroll
           for (int i = 0; i < SC; ++i) v[i] = __ldcs(q + i);
