@@ -538,13 +538,18 @@ namespace {
 // (4096 x 32) @ (32 x 4096) 68 -> 49); its
 // multiply-adds (shared-memory operands, 4 x 4 a thread) are taken at 20 TFLOP/s, and it must win
 // by kShortKMargin (below a few MB the two are within the noise of a launch, and the tiles stay).
-constexpr double kStreamStartS = 4.0e-6, kShortKBytesPerS = 3.4e12, kShortKFlops = 20e12;
+constexpr double kStreamStartS = 2.5e-6, kShortKBytesPerS = 3.4e12, kShortKFlops = 20e12;
 // Session 51 (H100, 803 short-k products timed queued, bench/diagnostics/cuda_plans_ab.py): beyond
 // its bytes the kernel took 2.7-2.8 us and a time along k, 0.05-0.06 us a k for results of at most
 // 16 columns (each thread's chain of shared-memory loads and multiply-adds over k), 0.02-0.05 for
 // the wider form; the 4 us start let it win small products at k = 17-32 where it ran 4.5-7 us
 // against the tiles' 3.5. The start is what the choice fitted best (kTileStartS).
-constexpr double kShortKStartS = 3.2e-6, kShortKNarrowPerKS = 0.05e-6, kShortKWidePerKS = 0.03e-6;
+// Session 53 (H100, plans/small_products.txt: 280 products of k <= 32, every family forced; docs/cuda.md,
+// "Small products: the short-k start"): under graph replay the tiles and the short-k kernel took
+// 1.6-2.3 us on tiny products, where queued launches cannot tell plans apart; both starts (this and
+// kStreamStartS) 1.5 us lower and a steeper k term took the choice from 1.059 to 1.021 of the best
+// plan under graph replay, queued 1.021 -> 1.022.
+constexpr double kShortKStartS = 1.8e-6, kShortKNarrowPerKS = 0.11e-6, kShortKWidePerKS = 0.05e-6;
 // The tiles' rate, 2.0 TB/s on those shapes (k <= 32); on k = 33-64 and a c as large as a (session
 // 31: (65536 x 64) @ (64 x 64) 28.0 us, (16384 x 64) @ (64 x 64) 10.6, (262144 x 64) @ (64 x 64)
 // 83.5, (100000 x 48) @ (48 x 40) 27.9) they streamed 1.6 TB/s beyond the start: a pipeline of
