@@ -1044,7 +1044,8 @@ std::string h100_plan(long m, long k, long n, bool a_col, bool b_col) {
 
 // The kernel families against each other (tile_choice.cpp: kTileStartS, kThinStartS, kSplitSumS,
 // kClusterSumS, kShortKStartS; choose_thin's `use` against the best of the others): where an H100
-// timed the plans (sessions 50 and 51, each forced by knobs, queued, us) the faster one is taken.
+// timed the plans (sessions 50 and 51, each forced by knobs, queued, us; 53, graph replay) the faster
+// one is taken.
 TEST(CudaFamilyChoice, WhereTheH100TimedThem) {
   struct Case {
     long m, k, n;
@@ -1062,6 +1063,12 @@ TEST(CudaFamilyChoice, WhereTheH100TimedThem) {
       {16, 512, 64, false, false, "gemm_sm80_f32_64x64b/32"},  // thin 19.6; 5.8 here, the cluster split 6.1
       {158, 30, 13, false, true, "gemm_sm80_f32_64x64"},       // the short-k kernel 7.1, the tile 3.6
       {96, 96, 96, false, false, "gemm_sm90_f32_64x64c/6"},    // 4.9 in 6 slices, 6.0 in one tile
+      // Session 53, graph replay (plans/small_products.txt): a few k, tiny results, short-k not thin.
+      {3, 2, 50, true, false, "short_k"},    // 1.60 against thin 2.88 (the tiles 2.10)
+      {55, 3, 3, true, false, "short_k"},    // 1.76 against 2.89
+      {16, 2, 4, true, false, "short_k"},    // 1.91 against 3.04
+      {2, 2, 2, true, true, "short_k"},      // 1.90 against 2.29
+      {30, 3, 3, true, true, "short_k"},     // 1.98 against 2.83
   };
   for (const Case& c : cases)
     EXPECT_EQ(h100_plan(c.m, c.k, c.n, c.a_col, c.b_col), c.plan)
