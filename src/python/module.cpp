@@ -465,6 +465,19 @@ PyObject* stack_product(const SmallOperand& va, const SmallOperand& vb, const st
   return c_obj.release().ptr();
 }
 
+// Whether operands of kSmallOperandBytes and more (whose result is small) may take the fast path:
+// where the one device the product goes to shares host memory (the CPU, PoCL, an integrated GPU),
+// the general path's host-memory policy does nothing for them (no pinning; a small result is a
+// plain array), and its ~10 us of Python between two calls cost far more than that: 2-core Xeon,
+// (256) @ (256 x 4096) float32 (4 MiB), 131-141 us a call in a loop, 63-65 us through here (255
+// rows, under the limit: 63-70; NumPy 63-84), (1024) @ (1024 x 4096) 400-430 -> 346-354 (NumPy
+// 336-348). A discrete GPU's operands still go to the general path (pinned there), as do device
+// lists and empty products.
+bool large_operands_in_place(const std::string& device, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K) {
+  if (M == 0 || N == 0 || K == 0 || portmat::core::names_device_list(device)) return false;
+  return portmat::device_for(device, M, N, K).host_unified;
+}
+
 // a @ b through the fast path: a new reference to the result (a new array, or `out`), or null,
 // with no Python error set, where the general path must decide. C++ errors propagate.
 PyObject* small_product(PyObject* a_obj, PyObject* b_obj, nb::handle device_obj, PyObject* out_obj,
@@ -480,13 +493,14 @@ PyObject* small_product(PyObject* a_obj, PyObject* b_obj, nb::handle device_obj,
   if (va.dtype != vb.dtype) return nullptr;
   if (va.ndim > 2 || vb.ndim > 2) return stack_product(va, vb, device, out_obj, mode);
   const Py_ssize_t K = va.shape[va.ndim - 1];
-  if (vb.shape[0] != K || va.bytes() >= static_cast<double>(kSmallOperandBytes) ||
-      vb.bytes() >= static_cast<double>(kSmallOperandBytes))
-    return nullptr;
+  if (vb.shape[0] != K) return nullptr;
   const Py_ssize_t M = va.ndim == 2 ? va.shape[0] : 1, N = vb.ndim == 2 ? vb.shape[1] : 1;
   // In floating point: M x N of hostile empty operands ((2^40, 0) @ (0, 2^30)) overflows an integer.
   if (static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(va.itemsize) >=
       static_cast<double>(kSmallResultBytes))
+    return nullptr;
+  if ((va.bytes() >= static_cast<double>(kSmallOperandBytes) || vb.bytes() >= static_cast<double>(kSmallOperandBytes)) &&
+      !large_operands_in_place(device, M, N, K))
     return nullptr;
   const auto ma = matrix_of(va, true), mb = matrix_of(vb, false);
   if (!ma || !mb) return nullptr;

@@ -110,6 +110,35 @@ def test_fast_and_general_paths_agree_on_every_dtype(device, rng, dtype):
     assert np.array_equal(out, np.matmul(a, b)) if dtype.kind in "biu" else np.allclose(out, np.matmul(a, b), atol=0.05)
 
 
+def test_large_operands_with_a_small_result(device, rng):
+    """Operands of 4 MiB and more whose result is under 1 MiB: the C entry takes them where the
+    device shares host memory (large_operands_in_place), the general path everywhere else (a
+    discrete GPU pins them, a device list splits them). Either way np.matmul's result: vectors on
+    both sides, a strided view, out= plain and overlapping an operand, a list of devices."""
+    long = random_matrix(rng, (300, 4100))                    # 4.9 MB
+    x, y = random_matrix(rng, (300,)), random_matrix(rng, (4100,))
+    pairs = [(x, long), (long, y), (random_matrix(rng, (3, 300)), long),
+             (long[:, ::2].T, random_matrix(rng, (300, 5))),  # a strided view of it
+             (long.T, x)]
+    for a, b in pairs:
+        want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+        bound = a.shape[-1] * np.finfo(np.float32).eps * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+        for c in (portmat.matmul(a, b, device=device), portmat._matmul(a, b, device=device)):
+            assert c.shape == want.shape and c.dtype == np.float32
+            assert np.all(np.abs(c - want) <= bound)
+    out = np.full(4100, np.nan, np.float32)
+    assert portmat.matmul(x, long, out=out, device=device) is out
+    want = x.astype(np.float64) @ long.astype(np.float64)
+    assert np.allclose(out, want, rtol=1e-5, atol=1e-4)
+    # out overlapping b: NumPy's result as if it did not (the general path computes aside)
+    b, v = random_matrix(rng, (1100, 1000)), random_matrix(rng, (1100,))  # b: 4.4 MB
+    want = v.astype(np.float64) @ b.astype(np.float64)
+    assert portmat.matmul(v, b, out=b[7], device=device) is not None
+    assert np.allclose(b[7], want, rtol=1e-5, atol=1e-4)
+    several = portmat.matmul(x, long, device=[device])  # a list (of one)
+    assert np.allclose(several, x.astype(np.float64) @ long.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
 def test_out_positional_and_keyword(device, rng):
     a, b = random_matrix(rng, (9, 14)), random_matrix(rng, (14, 6))
     for call in (lambda o: portmat.matmul(a, b, o, device=device),
