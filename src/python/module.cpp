@@ -469,7 +469,7 @@ PyObject* stack_product(const SmallOperand& va, const SmallOperand& vb, const st
 // where the one device the product goes to shares host memory (the CPU, PoCL, an integrated GPU),
 // the general path's host-memory policy does nothing for them (no pinning; a small result is a
 // plain array), and its ~10 us of Python between two calls cost far more than that: 2-core Xeon,
-// (256) @ (256 x 4096) float32 (4 MiB), 131-141 us a call in a loop, 63-65 us through here (255
+// (256) @ (256 x 4096) float32 (4 MiB), 131-141 us a call in a loop, 56-66 us through here (255
 // rows, under the limit: 63-70; NumPy 63-84), (1024) @ (1024 x 4096) 400-430 -> 346-354 (NumPy
 // 336-348). A discrete GPU's operands still go to the general path (pinned there), as do device
 // lists and empty products.
