@@ -49,13 +49,6 @@ struct ElementOps<Complex128> : ComplexOps<Complex128, double> {};
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 std::int64_t round_up(std::int64_t a, std::int64_t b) { return ceil_div(a, b) * b; }
 
-// Part `i` of `n` equal shares of [0, count): the first ones get one more when n does not divide.
-void share(std::int64_t count, int n, int i, std::int64_t& begin, std::int64_t& end) {
-  const std::int64_t base = count / n, extra = count % n;
-  begin = i * base + std::min<std::int64_t>(i, extra);
-  end = begin + base + (i < extra ? 1 : 0);
-}
-
 // The calling thread's scratch for single-threaded plans (gemm on one thread, split_k's parts).
 Scratch& thread_scratch() {
   thread_local Scratch scratch;

@@ -432,11 +432,12 @@ void rows_kernel(const T* L, std::int64_t ldl, const T* Sk, std::int64_t k0, std
 constexpr std::int64_t kDotsPieceRows = 64;
 
 // out (as dots_kernel's) for all `span` rows of L, in pieces of kDotsPieceRows claimed by up to
-// `threads` threads.
+// `threads` threads, each from its home range first: a loop of products with one L of a few MiB
+// then finds each thread's rows in its own core's L2 (docs/cpu.md, "Home ranges for the dots").
 template <class T>
 void dots_pieces(const T* L, std::int64_t ldl, const T* S, std::int64_t K, std::int64_t span, int ns, int NS,
                  T* out, std::int64_t ors, std::int64_t oss, int threads) {
-  run_parts((span + kDotsPieceRows - 1) / kDotsPieceRows, threads, [&](std::int64_t p) {
+  run_parts_homed((span + kDotsPieceRows - 1) / kDotsPieceRows, threads, [&](std::int64_t p) {
     const std::int64_t r0 = p * kDotsPieceRows;
     dots_kernel<T>(L, ldl, S, K, r0, std::min(span, r0 + kDotsPieceRows), ns, NS, out, ors, oss);
   });

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -103,6 +104,47 @@ void run_parts(std::int64_t parts, int threads, F&& f) {
   ThreadPool& pool = ThreadPool::instance();
   std::lock_guard<std::mutex> lock(pool.lock());
   run_parts_locked(pool, parts, threads, f);
+}
+
+// Part `i` of `n` equal shares of [0, count): the first ones get one more when n does not divide.
+inline void share(std::int64_t count, int n, int i, std::int64_t& begin, std::int64_t& end) {
+  const std::int64_t base = count / n, extra = count % n;
+  begin = i * base + std::min<std::int64_t>(i, extra);
+  end = begin + base + (i < extra ? 1 : 0);
+}
+
+// run_parts with home ranges: thread tid first claims the parts of its own contiguous share (share
+// of `parts` among the threads), then what is left of the others' shares. The pool's threads keep
+// their tids from call to call (the caller is tid 0, each worker its own), so in a loop of calls on
+// one operand each thread reads the rows it read last time, still in its core's cache, while a
+// thread that is late or absent still holds no one up. For parts that each read their own slice
+// of an operand small enough to stay in the cores' caches between calls (dots_pieces).
+template <class F>
+void run_parts_homed(std::int64_t parts, int threads, F&& f) {
+  if (threads <= 1 || parts <= 1) return run_parts(parts, 1, f);
+  const int n = static_cast<int>(std::min<std::int64_t>(threads, parts));
+  struct alignas(64) Home {
+    std::atomic<std::int64_t> next{0};  // parts of this share claimed so far
+  };
+  std::unique_ptr<Home[]> homes(new Home[n]);
+  struct Job {
+    F& f;
+    std::int64_t parts;
+    int n;
+    Home* homes;
+  } job{f, parts, n, homes.get()};
+  ThreadPool& pool = ThreadPool::instance();
+  std::lock_guard<std::mutex> lock(pool.lock());
+  pool.run(n, [](void* ctx, int tid) {
+    auto& j = *static_cast<Job*>(ctx);
+    for (int v = 0; v < j.n; ++v) {
+      const int owner = (tid + v) % j.n;
+      std::int64_t begin, end;
+      share(j.parts, j.n, owner, begin, end);
+      for (std::int64_t i; (i = j.homes[owner].next.fetch_add(1, std::memory_order_relaxed)) < end - begin;)
+        j.f(begin + i);
+    }
+  }, &job);
 }
 
 // ---- implementation of the template ------------------------------------------------------------

@@ -6,6 +6,7 @@
 // concurrent callers.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include "cpu/kernel_table.hpp"
 #include "cpu/skinny.hpp"
 #include "cpu/small.hpp"
+#include "cpu/thread_pool.hpp"
 #include "cpu/kernels/gemm_ref.hpp"
 #include "portmat/cpu.hpp"
 #include "portmat/portmat.hpp"
@@ -995,6 +997,35 @@ INSTANTIATE_TEST_SUITE_P(Cpu, KernelSets, ::testing::ValuesIn([] {
                            return isas;
                          }()),
                          [](const auto& info) { return info.param; });
+
+TEST(CpuThreadPool, HomeRangesRunEveryPartOnce) {
+  // run_parts_homed: every part exactly once, whatever the threads (more than the parts, one, more
+  // than the CPUs), and from several callers at once (they queue for the pool).
+  auto check = [](std::int64_t parts, int threads) {
+    std::vector<std::atomic<int>> runs(static_cast<std::size_t>(parts));
+    for (auto& r : runs) r.store(0);
+    portmat::cpu::run_parts_homed(parts, threads, [&](std::int64_t p) {
+      ASSERT_GE(p, 0);
+      ASSERT_LT(p, parts);
+      runs[static_cast<std::size_t>(p)].fetch_add(1);
+    });
+    for (std::int64_t p = 0; p < parts; ++p) EXPECT_EQ(runs[static_cast<std::size_t>(p)].load(), 1) << parts << " parts, " << threads << " threads, part " << p;
+  };
+  for (std::int64_t parts : {0, 1, 2, 3, 7, 64, 1001})
+    for (int threads : {1, 2, 3, 8, 33}) check(parts, threads);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&check, t] {
+      for (int r = 0; r < 50; ++r) check(97 + t * 13 + r, 2 + (r + t) % 4);
+    });
+  for (auto& c : callers) c.join();
+}
+
+TEST(CpuThreadPool, HomeRangesOnOneThreadInOrder) {
+  std::vector<std::int64_t> order;
+  portmat::cpu::run_parts_homed(9, 1, [&](std::int64_t p) { order.push_back(p); });
+  EXPECT_EQ(order, (std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
+}
 
 TEST(CpuDevice, IsListedWithItsInfo) {
   const auto info = portmat::find_device("cpu:0");
