@@ -419,18 +419,20 @@ bool small_device_spec(nb::handle device, std::string& spec) {
   return true;
 }
 
+bool large_operands_in_place(const std::string& device, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, portmat::DType dtype,
+                             std::optional<portmat::Precision> mode);
+
 // A stack through the fast path (an operand of 3 or more dimensions, the other of 1 or more, of
 // one dtype): a new array, or null, with no Python error set, where the general path must decide:
-// an `out`, operands of kSmallOperandBytes or a result of kSmallResultBytes and more (the general
-// path's host-memory policy), elements or strides not multiples of the element size, shapes NumPy
-// refuses (the general path raises its error). The shapes' rules are the core's, as for
-// matmul_arrays. Why: a stack of ten 8 x 8 float32 products cost 5.6 us through the general path
-// (NumPy: 1.6), of which the product is a fraction.
+// an `out`, a result of kSmallResultBytes and more, operands of kSmallOperandBytes and more unless
+// large_operands_in_place (the general path's host-memory policy), elements or strides not
+// multiples of the element size, shapes NumPy refuses (the general path raises its error). The
+// shapes' rules are the core's, as for matmul_arrays. Why: a stack of ten 8 x 8 float32 products
+// cost 5.6 us through the general path (NumPy: 1.6), of which the product is a fraction; 16
+// matrix-vector products of 256 x 256 float32 (4 MiB) 79-86 us, through here 70-73.
 PyObject* stack_product(const SmallOperand& va, const SmallOperand& vb, const std::string& device,
                         PyObject* out_obj, std::optional<portmat::Precision> mode) {
-  if (out_obj != Py_None || va.bytes() >= static_cast<double>(kSmallOperandBytes) ||
-      vb.bytes() >= static_cast<double>(kSmallOperandBytes))
-    return nullptr;
+  if (out_obj != Py_None) return nullptr;
   if (!element_aligned(va) || !element_aligned(vb)) return nullptr;
   auto view_of = [](const SmallOperand& v) {
     portmat::ArrayView out{v.data, v.dtype, {v.shape, v.shape + v.ndim}, {}};
@@ -446,6 +448,11 @@ PyObject* stack_product(const SmallOperand& va, const SmallOperand& vb, const st
   double elements = 1.0;
   for (std::int64_t d : c.shape) elements *= static_cast<double>(d);
   if (elements * static_cast<double>(va.itemsize) >= static_cast<double>(kSmallResultBytes)) return nullptr;
+  if (va.bytes() >= static_cast<double>(kSmallOperandBytes) || vb.bytes() >= static_cast<double>(kSmallOperandBytes)) {
+    // As one product of all the stack's rows: the core's device choice for a stack (multiply_batch).
+    const Py_ssize_t N = vb.ndim >= 2 ? vb.shape[vb.ndim - 1] : 1, K = va.shape[va.ndim - 1];
+    if (N == 0 || !large_operands_in_place(device, static_cast<Py_ssize_t>(elements) / N, N, K, va.dtype, mode)) return nullptr;
+  }
   nb::object shape = nb::cast(c.shape);  // a list: numpy.empty takes it as a shape
   PyObject* args[2] = {shape.ptr(), descr_of(va.dtype)};
   nb::object c_obj = nb::steal(PyObject_Vectorcall(numpy_empty, args, 2, nullptr));
@@ -472,10 +479,15 @@ PyObject* stack_product(const SmallOperand& va, const SmallOperand& vb, const st
 // (256) @ (256 x 4096) float32 (4 MiB), 131-141 us a call in a loop, 56-66 us through here (255
 // rows, under the limit: 63-70; NumPy 63-84), (1024) @ (1024 x 4096) 400-430 -> 346-354 (NumPy
 // 336-348). A discrete GPU's operands still go to the general path (pinned there), as do device
-// lists and empty products.
-bool large_operands_in_place(const std::string& device, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K) {
+// lists and empty products. The device is the one the core's multiply_batch opens: the automatic
+// choice by size (device_for), except in a precision mode other than float32, which takes the
+// default device as it is.
+bool large_operands_in_place(const std::string& device, Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, portmat::DType dtype,
+                             std::optional<portmat::Precision> mode) {
   if (M == 0 || N == 0 || K == 0 || portmat::core::names_device_list(device)) return false;
-  return portmat::device_for(device, M, N, K).host_unified;
+  const bool moded = (mode ? *mode : portmat::get_precision()) != portmat::Precision::float32 &&
+                     portmat::core::follows_precision(dtype);
+  return (moded ? portmat::find_device(device) : portmat::device_for(device, M, N, K)).host_unified;
 }
 
 // a @ b through the fast path: a new reference to the result (a new array, or `out`), or null,
@@ -500,7 +512,7 @@ PyObject* small_product(PyObject* a_obj, PyObject* b_obj, nb::handle device_obj,
       static_cast<double>(kSmallResultBytes))
     return nullptr;
   if ((va.bytes() >= static_cast<double>(kSmallOperandBytes) || vb.bytes() >= static_cast<double>(kSmallOperandBytes)) &&
-      !large_operands_in_place(device, M, N, K))
+      !large_operands_in_place(device, M, N, K, va.dtype, mode))
     return nullptr;
   const auto ma = matrix_of(va, true), mb = matrix_of(vb, false);
   if (!ma || !mb) return nullptr;

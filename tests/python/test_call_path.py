@@ -114,7 +114,7 @@ def test_large_operands_with_a_small_result(device, rng):
     """Operands of 4 MiB and more whose result is under 1 MiB: the C entry takes them where the
     device shares host memory (large_operands_in_place), the general path everywhere else (a
     discrete GPU pins them, a device list splits them). Either way np.matmul's result: vectors on
-    both sides, a strided view, out= plain and overlapping an operand, a list of devices."""
+    both sides, a strided view, out= plain and overlapping an operand, a list of devices, stacks."""
     long = random_matrix(rng, (300, 4100))                    # 4.9 MB
     x, y = random_matrix(rng, (300,)), random_matrix(rng, (4100,))
     pairs = [(x, long), (long, y), (random_matrix(rng, (3, 300)), long),
@@ -137,6 +137,17 @@ def test_large_operands_with_a_small_result(device, rng):
     assert np.allclose(b[7], want, rtol=1e-5, atol=1e-4)
     several = portmat.matmul(x, long, device=[device])  # a list (of one)
     assert np.allclose(several, x.astype(np.float64) @ long.astype(np.float64), rtol=1e-5, atol=1e-4)
+    # stacks of large operands (stack_product): a vector on either side, a few columns, a strided
+    # view, a stack broadcast against one matrix
+    stack = random_matrix(rng, (4, 300, 1001))  # 4.8 MB
+    for a, b in [(stack, random_matrix(rng, (1001,))), (random_matrix(rng, (300,)), stack),
+                 (stack, random_matrix(rng, (4, 1001, 3))), (stack[:, ::3, ::2], random_matrix(rng, (501, 2))),
+                 (random_matrix(rng, (2, 1, 5, 300)), stack)]:
+        want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+        bound = a.shape[-1] * np.finfo(np.float32).eps * np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))
+        for c in (portmat.matmul(a, b, device=device), portmat._matmul(a, b, device=device)):
+            assert c.shape == want.shape and c.dtype == np.float32
+            assert np.all(np.abs(c - want) <= bound)
 
 
 def test_out_positional_and_keyword(device, rng):
