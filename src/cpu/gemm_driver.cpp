@@ -117,6 +117,17 @@ bool prefetch_b_enabled() {
   static const bool on = !switched_off("PORTMAT_CPU_PREFETCH_B");
   return on;
 }
+// Where the kernel has a prefetching form (GemmConfig::ukernel_pf), it issues those lines itself,
+// one a k step among its multiply-adds; before, a burst of them before each micro-tile (~100 lines
+// at 64 x 16384 @ 16384 x 256) outran the misses a core keeps in flight and the thread waited:
+// 2-core Xeon, GFLOP/s, the kernel's / bursts / no prefetch: 64 x 16384 @ 16384 x 256 202.8 /
+// 193.4 / 199.3, 64 x 65536 @ 65536 x 64 195.4 / 184.2 / 189.6 (docs/cpu.md, "Prefetching the next
+// B block"). PORTMAT_CPU_KERNEL_PF=0 goes back to the bursts (A/B measurements; read once per
+// process).
+bool kernel_pf_enabled() {
+  static const bool on = !switched_off("PORTMAT_CPU_KERNEL_PF");
+  return on;
+}
 
 // Direct A (GemmConfig::ukernel_direct_a): with A outer, a row-major a's full micro-panels are
 // read in place by the kernel instead of packed (an edge panel of fewer than mr rows still is).
@@ -470,20 +481,39 @@ void run_thread(void* ctx, int tid) {
         pf_per_tile = ceil_div(pf_total, std::max<std::int64_t>(1, st.outer_panels * st.inner_panels));
       }
     }
+    // Line by line, row after row: no division a line (a 64-bit idiv each took 12% of (64 x 16384)
+    // @ (16384 x 256) on a 2-core Xeon).
+    auto prefetch_lines = [&](std::int64_t count) {
+      for (const std::int64_t end = pf_next + count; pf_next < end; ++pf_next) {
+        __builtin_prefetch(pf_row + pf_line * static_cast<std::int64_t>(64 / sizeof(T)), 0, 2);
+        if (++pf_line == pf_line_count) pf_line = 0, pf_row += job.b->ld;
+      }
+    };
     claim_all(job.c_phase[s], st.items(), tid, p.threads, progress, [&](std::int64_t item) {
       const std::int64_t o = item / st.chunks, i0 = (item % st.chunks) * st.chunk_panels;
       const std::int64_t i1 = std::min(st.inner_panels, i0 + st.chunk_panels);
       for (std::int64_t i = i0; i < i1; ++i) {
-        // Line by line, row after row: no division a line (a 64-bit idiv each took 12% of (64 x
-        // 16384) @ (16384 x 256) on a 2-core Xeon).
-        for (const std::int64_t end = std::min(pf_total, pf_next + pf_per_tile); pf_next < end; ++pf_next) {
-          __builtin_prefetch(pf_row + pf_line * static_cast<std::int64_t>(64 / sizeof(T)), 0, 2);
-          if (++pf_line == pf_line_count) pf_line = 0, pf_row += job.b->ld;
-        }
         const std::int64_t r = a_outer ? o : i, q = a_outer ? i : o;  // A panel, B panel
         const int m_tile = static_cast<int>(std::min<std::int64_t>(mr, mc - r * mr));
         const int n_tile = static_cast<int>(std::min<std::int64_t>(nr, nc - q * nr));
         T* c_tile = job.c + (ic + r * mr) * job.ldc + jc + q * nr;
+        const std::int64_t pf_now = std::min(pf_total - pf_next, pf_per_tile);
+        if (pf_now > 0 && cfg.ukernel_pf && cfg.ukernel_direct_a_pf && kernel_pf_enabled()) {
+          // The kernel asks for the lines one a k step, among its multiply-adds.
+          PrefetchLines pl{reinterpret_cast<const char*>(pf_row), static_cast<std::int64_t>(job.b->ld * sizeof(T)),
+                           pf_line, pf_line_count, pf_now};
+          if (r < a_skip)
+            cfg.ukernel_direct_a_pf(kc, a_in_place + (ic + r * mr) * job.a->ld + pc, job.a->ld, b_block + q * nr * kc,
+                                    c_tile, job.ldc, n_tile, pc > 0 || job.accumulate, &pl);
+          else
+            cfg.ukernel_pf(kc, a_block + (r - a_skip) * mr * kc, b_block + q * nr * kc, c_tile, job.ldc, m_tile,
+                           n_tile, pc > 0 || job.accumulate, &pl);
+          pf_next += pf_now - pl.left;  // what the tile's k steps were too few for: below, at once
+          pf_row = reinterpret_cast<const T*>(pl.row), pf_line = pl.line;
+          prefetch_lines(pl.left);
+          continue;
+        }
+        prefetch_lines(pf_now);
         if (r < a_skip)
           cfg.ukernel_direct_a(kc, a_in_place + (ic + r * mr) * job.a->ld + pc, job.a->ld, b_block + q * nr * kc,
                                c_tile, job.ldc, n_tile, pc > 0 || job.accumulate);

@@ -49,6 +49,9 @@ struct GemmConfig {
   // row-major a in place instead of packing it where A's packing is not amortised (direct_a in
   // gemm_driver.cpp).
   GemmUkernelDirectA<T> ukernel_direct_a = nullptr;
+  // The two kernels' forms that prefetch lines as they run (ukernel.hpp, PrefetchLines), or null.
+  GemmUkernelPf<T> ukernel_pf = nullptr;
+  GemmUkernelDirectAPf<T> ukernel_direct_a_pf = nullptr;
 };
 
 // The packers for a tile size, instantiated in gemm_driver.cpp for the shapes the table uses.

@@ -154,7 +154,8 @@ std::vector<KernelSet> detect() {
     KernelSet s;
     s.isa = "avx512";
     s.f32 = {"gemm_avx512_f32_14x32", 14, 32, 14 * 300, 512, 256, gemm_avx512_f32_14x32,
-             pack_a_avx512_f32, pack_b_panels<float, 32>, /*a_outer=*/true, gemm_avx512_f32_14x32_direct_a};
+             pack_a_avx512_f32, pack_b_panels<float, 32>, /*a_outer=*/true, gemm_avx512_f32_14x32_direct_a,
+             gemm_avx512_f32_14x32_pf, gemm_avx512_f32_14x32_direct_a_pf};
     s.f64 = {"gemm_avx512_f64_14x16", 14, 16, 14 * 300, 256, 256, gemm_avx512_f64_14x16,
              pack_a_panels<double, 14>, pack_b_panels<double, 16>, /*a_outer=*/true,
              gemm_avx512_f64_14x16_direct_a};

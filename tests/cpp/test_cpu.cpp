@@ -152,6 +152,68 @@ void check_direct_a_kernel(const GemmConfig<T>& cfg) {
   }
 }
 
+// The forms of cfg's kernels that prefetch as they run (ukernel.hpp, PrefetchLines), where it has
+// them: the same tiles as the plain kernels (edges, accumulate, direct A), and the stream of lines
+// advanced by one a k step (rows wrapping after `lines` lines) until none is left.
+template <class T>
+void check_prefetching_kernels(const GemmConfig<T>& cfg) {
+  if (!cfg.ukernel_pf || !cfg.ukernel_direct_a_pf) GTEST_SKIP() << cfg.kernel << " has no prefetching form";
+  SCOPED_TRACE(cfg.kernel);
+  auto ref = reference_for(cfg);
+  ASSERT_NE(ref, nullptr);
+  std::mt19937 rng(44);
+  const int mr = cfg.mr, nr = cfg.nr;
+  std::vector<char> lines(64 * 64 * 8);  // what the kernels prefetch: 64 rows of 8 lines
+  const std::int64_t ld = 64 * 8;
+  auto stream_after = [&](std::int64_t start, std::int64_t left, std::int64_t k, const portmat::cpu::PrefetchLines& pl) {
+    // Started at line `start` of 5-line rows with `left` to go, after k steps.
+    const std::int64_t issued = std::min(left, k), at = start + issued;
+    EXPECT_EQ(pl.left, left - issued) << "k=" << k;
+    EXPECT_EQ(pl.row, lines.data() + (at / 5) * ld) << "k=" << k;
+    EXPECT_EQ(pl.line, at % 5) << "k=" << k;
+    EXPECT_EQ(pl.lines, 5);
+    EXPECT_EQ(pl.ld, ld);
+  };
+  for (std::int64_t k : {1, 3, 37, 259}) {
+    for (std::int64_t left : {std::int64_t(0), std::int64_t(7), k + 40}) {
+      auto a = random_vector<T>(mr * k, rng), b = random_vector<T>(k * nr, rng);
+      for (int m : {1, mr / 2, mr})
+        for (int n : {1, nr - 3, nr})
+          for (bool accumulate : {false, true}) {
+            auto ap = a, bp = b;
+            for (std::int64_t p = 0; p < k; ++p) {
+              for (int i = m; i < mr; ++i) ap[p * mr + i] = 0;
+              for (int j = n; j < nr; ++j) bp[p * nr + j] = 0;
+            }
+            portmat::cpu::PrefetchLines pl{lines.data(), ld, 3, 5, left};
+            ASSERT_NO_FATAL_FAILURE(check_tile<T>(
+                [&](T* c, std::int64_t ldc) { cfg.ukernel_pf(k, ap.data(), bp.data(), c, ldc, m, n, accumulate, &pl); },
+                ref, ap, bp, k, mr, nr, m, n, accumulate));
+            stream_after(3, left, k, pl);
+          }
+      // Direct A: rows of a row-major a, lda past k.
+      const std::int64_t lda = k + 5;
+      auto ar = random_vector<T>((mr - 1) * lda + k, rng);
+      std::vector<T> apk(mr * k);
+      for (std::int64_t p = 0; p < k; ++p)
+        for (int i = 0; i < mr; ++i) apk[p * mr + i] = ar[i * lda + p];
+      for (int n : {1, nr})
+        for (bool accumulate : {false, true}) {
+          auto bp = b;
+          for (std::int64_t p = 0; p < k; ++p)
+            for (int j = n; j < nr; ++j) bp[p * nr + j] = 0;
+          portmat::cpu::PrefetchLines pl{lines.data(), ld, 0, 5, left};
+          ASSERT_NO_FATAL_FAILURE(check_tile<T>(
+              [&](T* c, std::int64_t ldc) {
+                cfg.ukernel_direct_a_pf(k, ar.data(), lda, bp.data(), c, ldc, n, accumulate, &pl);
+              },
+              ref, apk, bp, k, mr, nr, mr, n, accumulate));
+          stream_after(0, left, k, pl);
+        }
+    }
+  }
+}
+
 // The portable packer at the A tile height of cfg: the oracle for ISA-specific packers.
 template <class T>
 portmat::cpu::PackFn<T> reference_pack_a(const GemmConfig<T>& cfg) {
@@ -802,6 +864,7 @@ TEST_P(KernelSets, MicroKernelFloat32EveryEdgeTile) { check_micro_kernel(set().f
 TEST_P(KernelSets, MicroKernelFloat64EveryEdgeTile) { check_micro_kernel(set().f64); }
 TEST_P(KernelSets, DirectAKernelFloat32) { check_direct_a_kernel(set().f32); }
 TEST_P(KernelSets, DirectAKernelFloat64) { check_direct_a_kernel(set().f64); }
+TEST_P(KernelSets, PrefetchingKernelsFloat32) { check_prefetching_kernels(set().f32); }
 TEST_P(KernelSets, PackAFloat32EveryEdgePanel) { check_pack_a(set().f32); }
 TEST_P(KernelSets, PackAFloat64EveryEdgePanel) { check_pack_a(set().f64); }
 TEST_P(KernelSets, PackBComplexFloat32IsBDoublePrime) { check_pack_b_complex(set().f32); }

@@ -1,6 +1,7 @@
 // AVX-512 micro-kernels: gemm_avx512_f32_14x32 and gemm_avx512_f64_14x16 (contract: ukernel.hpp),
-// their direct-A forms (A read in place from a row-major a), and the float32 A packer for their
-// 14-row panels (pack_a_avx512_f32_14).
+// their direct-A forms (A read in place from a row-major a), the float32 kernels' forms that
+// prefetch a stream of lines as they run (_pf), and the float32 A packer for their 14-row panels
+// (pack_a_avx512_f32_14).
 //
 // Compiled with -mavx512f -mfma (cpu.cmake) and only ever called after a run-time check, so the
 // same build runs on CPUs without AVX-512. Everything here has internal linkage except the named
@@ -52,32 +53,61 @@ template <class S, int MR, int NV, bool EarlyC, class Loop>
   store_tile<S, MR, NV>(acc, c, ldc, m, n, accumulate);  // edge columns through masked stores
 }
 
-template <class S, int MR, int NV, bool EarlyC = false>
+// `each` runs once a k step (NoStep, or PrefetchEach below).
+template <class S, int MR, int NV, bool EarlyC = false, class Each = NoStep>
 [[gnu::always_inline]] inline void gemm_tile(std::int64_t k, const typename S::T* a,
                                              const typename S::T* b, typename S::T* c,
-                                             std::int64_t ldc, int m, int n, bool accumulate) {
+                                             std::int64_t ldc, int m, int n, bool accumulate, Each each = {}) {
   tile_around<S, MR, NV, EarlyC>(
       [&](auto& acc, std::int64_t tail, auto&& before_tail) PM_LAMBDA_ALWAYS_INLINE {
-        accumulate_broadcast<S, MR, NV>(k, a, b, acc, tail, before_tail);
+        accumulate_broadcast<S, MR, NV>(k, a, b, acc, tail, before_tail, each);
       },
       c, ldc, m, n, accumulate);
 }
 
 // The same tile with A read in place from a row-major a (ukernel.hpp, GemmUkernelDirectA): all
 // MR rows real.
-template <class S, int MR, int NV, bool EarlyC = false>
+template <class S, int MR, int NV, bool EarlyC = false, class Each = NoStep>
 [[gnu::always_inline]] inline void gemm_tile_direct_a(std::int64_t k, const typename S::T* a,
                                                       std::int64_t lda, const typename S::T* b,
                                                       typename S::T* c, std::int64_t ldc, int n,
-                                                      bool accumulate) {
+                                                      bool accumulate, Each each = {}) {
   tile_around<S, MR, NV, EarlyC>(
       [&](auto& acc, std::int64_t tail, auto&& before_tail) PM_LAMBDA_ALWAYS_INLINE {
-        accumulate_broadcast_direct_a<S, MR, NV>(k, a, lda, b, acc, tail, before_tail);
+        accumulate_broadcast_direct_a<S, MR, NV>(k, a, lda, b, acc, tail, before_tail, each);
       },
       c, ldc, MR, n, accumulate);
 }
 
+// One line of pf a k step (PrefetchLines), to L2.
+struct PrefetchEach {
+  PrefetchLines& pf;
+  [[gnu::always_inline]] void operator()() const {
+    if (pf.left > 0) {
+      _mm_prefetch(pf.row + 64 * pf.line, _MM_HINT_T1);
+      --pf.left;
+      if (++pf.line == pf.lines) pf.line = 0, pf.row += pf.ld;
+    }
+  }
+};
+
 }  // namespace
+
+// The float32 kernels' prefetching forms (ukernel.hpp, PrefetchLines; the driver's run_thread).
+// The stream is copied in and out so that its fields can live in registers.
+void gemm_avx512_f32_14x32_direct_a_pf(std::int64_t k, const float* a, std::int64_t lda, const float* b, float* c,
+                                       std::int64_t ldc, int n, bool accumulate, PrefetchLines* pf) {
+  PrefetchLines p = *pf;
+  gemm_tile_direct_a<F32, 14, 2, true>(k, a, lda, b, c, ldc, n, accumulate, PrefetchEach{p});
+  *pf = p;
+}
+
+void gemm_avx512_f32_14x32_pf(std::int64_t k, const float* a, const float* b, float* c, std::int64_t ldc, int m,
+                              int n, bool accumulate, PrefetchLines* pf) {
+  PrefetchLines p = *pf;
+  gemm_tile<F32, 14, 2, true>(k, a, b, c, ldc, m, n, accumulate, PrefetchEach{p});
+  *pf = p;
+}
 
 void gemm_avx512_f32_14x32_direct_a(std::int64_t k, const float* a, std::int64_t lda, const float* b,
                                     float* c, std::int64_t ldc, int n, bool accumulate) {

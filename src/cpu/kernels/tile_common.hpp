@@ -65,24 +65,29 @@ template <class S, int MR, int NV, class ARow, class AStep, class Hook>
 }
 
 // The packed kernels' loop: A a k-major micro-panel (ukernel.hpp), MR elements a step.
-template <class S, int MR, int NV, class Hook>
+// The packed and direct-A loops call `each()` once a k step, after moving A: nothing by default,
+// a prefetch of the next line of a stream in the AVX-512 kernels' _pf forms (gemm_avx512.cpp).
+struct NoStep {
+  void operator()() const {}
+};
+template <class S, int MR, int NV, class Hook, class Each = NoStep>
 [[gnu::always_inline]] inline void accumulate_broadcast(std::int64_t k, const typename S::T* a,
                                                         const typename S::T* b,
                                                         typename S::V (&acc)[MR][NV],
-                                                        std::int64_t tail, Hook&& before_tail) {
+                                                        std::int64_t tail, Hook&& before_tail, Each&& each = {}) {
   accumulate_broadcast_rows<S, MR, NV>(
       k, [&](auto i) PM_LAMBDA_ALWAYS_INLINE { return a + i; },
-      [&]() PM_LAMBDA_ALWAYS_INLINE { a += MR; }, b, acc, tail, before_tail);
+      [&]() PM_LAMBDA_ALWAYS_INLINE { a += MR; each(); }, b, acc, tail, before_tail);
 }
 
 // The direct-A kernels' loop: row i of the tile is a row-major a's row at a + i * lda (k
 // contiguous), every one of the MR rows real (the driver packs an edge panel). The rows are
 // reached as two bases (rows 0 and MR/2 on) plus the same MR/2 offsets, so that the k loop
 // advances two pointers and addresses every row as base + offset: no row pointer spills.
-template <class S, int MR, int NV, class Hook>
+template <class S, int MR, int NV, class Hook, class Each = NoStep>
 [[gnu::always_inline]] inline void accumulate_broadcast_direct_a(
     std::int64_t k, const typename S::T* a, std::int64_t lda, const typename S::T* b,
-    typename S::V (&acc)[MR][NV], std::int64_t tail, Hook&& before_tail) {
+    typename S::V (&acc)[MR][NV], std::int64_t tail, Hook&& before_tail, Each&& each = {}) {
   using T = typename S::T;
   constexpr int H = (MR + 1) / 2;  // rows per base
   std::intptr_t off[H];            // byte offsets of the rows below each base
@@ -100,6 +105,7 @@ template <class S, int MR, int NV, class Hook>
       [&]() PM_LAMBDA_ALWAYS_INLINE {
         lo += sizeof(T);
         hi += sizeof(T);
+        each();
       },
       b, acc, tail, before_tail);
 }

@@ -34,6 +34,22 @@ template <class T>
 using GemmUkernelDirectA = void (*)(std::int64_t k, const T* a, std::int64_t lda, const T* b, T* c,
                                     std::int64_t ldc, int n, bool accumulate);
 
+// Lines a kernel asks into L2 while it runs, one a k step until `left` is 0 (the driver's source of
+// its next B block: gemm_driver.cpp, run_thread): rows of `lines` 64-byte lines, `ld` bytes apart,
+// the next at row + 64 * line. The kernel advances it; what it leaves the driver issues itself.
+struct PrefetchLines {
+  const char* row;
+  std::int64_t ld;
+  std::int64_t line, lines;
+  std::int64_t left;
+};
+template <class T>
+using GemmUkernelPf = void (*)(std::int64_t k, const T* a, const T* b, T* c, std::int64_t ldc, int m, int n,
+                               bool accumulate, PrefetchLines* pf);
+template <class T>
+using GemmUkernelDirectAPf = void (*)(std::int64_t k, const T* a, std::int64_t lda, const T* b, T* c,
+                                      std::int64_t ldc, int n, bool accumulate, PrefetchLines* pf);
+
 // A complex64 / complex128 element as NumPy stores it: the real part, then the imaginary part.
 // The complex micro-kernels (kernels/gemm_complex_<isa>.cpp) follow the contract above with T one
 // of these: a, b and c hold complex elements, the tile is MR x NR complex elements and ldc counts
@@ -71,6 +87,10 @@ void gemm_avx512_f64_14x16(std::int64_t k, const double* a, const double* b, dou
                            std::int64_t ldc, int m, int n, bool accumulate);
 void gemm_avx512_f32_14x32_direct_a(std::int64_t k, const float* a, std::int64_t lda, const float* b,
                                     float* c, std::int64_t ldc, int n, bool accumulate);
+void gemm_avx512_f32_14x32_pf(std::int64_t k, const float* a, const float* b, float* c, std::int64_t ldc, int m,
+                              int n, bool accumulate, PrefetchLines* pf);
+void gemm_avx512_f32_14x32_direct_a_pf(std::int64_t k, const float* a, std::int64_t lda, const float* b, float* c,
+                                       std::int64_t ldc, int n, bool accumulate, PrefetchLines* pf);
 void gemm_avx512_f64_14x16_direct_a(std::int64_t k, const double* a, std::int64_t lda, const double* b,
                                     double* c, std::int64_t ldc, int n, bool accumulate);
 void gemm_avx2_f32_6x16(std::int64_t k, const float* a, const float* b, float* c,
