@@ -293,3 +293,73 @@ def test_boolean_and_integer_skinny_products_on_every_isa(isa):
         pytest.skip("no cpu:0")
     r = run_python("-c", ISA_SCRIPT, env={"PORTMAT_CPU_ISA": isa}, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+LINE_OFFSET_SCRIPT = r"""
+import numpy as np, portmat, sys
+device = sys.argv[1]
+rng = np.random.default_rng()
+
+def at_offset(shape, dtype, offset):
+    # An array of random values and of `shape` whose data starts `offset` elements past a 64-byte line.
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape))
+    flat = np.empty(size + 128 // dtype.itemsize, dtype)
+    skip = (-flat.ctypes.data % 64) // dtype.itemsize + offset
+    a = flat[skip:skip + size].reshape(shape)
+    assert a.ctypes.data % 64 == offset * dtype.itemsize
+    a[...] = random(shape, dtype)
+    return a
+
+def random(shape, dtype):
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-50, 50, shape).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        return (rng.uniform(-1, 1, shape) + 1j * rng.uniform(-1, 1, shape)).astype(dtype)
+    return rng.uniform(-1, 1, shape).astype(dtype)
+
+m = 37
+for dtype in (np.float32, np.float64, np.complex64, np.int32):
+    lanes = 64 // np.dtype(dtype).itemsize
+    for offset in range(lanes):
+        for k in (64, 160, 200, 1024):  # multiples of the lanes (every row at one offset) and not
+            L = at_offset((m, k), dtype, offset)
+            for b in (random(k, dtype), random((k, 2), dtype), random((k, 4), dtype)):
+                for x, y in ((L, b), (b.T, L.T), (L.T.T, b)):
+                    got = portmat.matmul(x, y, device=device)
+                    if dtype == np.int32:
+                        assert np.array_equal(got, np.matmul(x, y)), (dtype, offset, k)
+                        continue
+                    want = np.matmul(x.astype(np.complex128 if dtype == np.complex64 else np.float64), y)
+                    tol = 1e-5 if dtype in (np.float32, np.complex64) else 1e-12
+                    assert np.allclose(got, want, rtol=tol, atol=tol * k), (dtype, offset, k, x.shape, y.shape)
+            if dtype == np.float32:
+                # Infinities and NaN in the elements before and after the vector boundaries: the
+                # products the kernels drop must not turn into NaN, the ones they keep must stay.
+                L2 = at_offset((m, k), dtype, offset)
+                L2[...] = 1.0
+                for r in range(16):  # an infinity at every lane of the first and the last vector
+                    L2[r, r + 1], L2[16 + r, k - 2 - r] = np.inf, -np.inf
+                L2[32, 0], L2[33, k - 1], L2[34, 2] = np.inf, -np.inf, np.nan
+                v = np.ones(k, np.float32)
+                assert np.array_equal(portmat.matmul(L2, v, device=device), L2 @ v, equal_nan=True), (offset, k)
+                w = np.ones(m, np.float32)
+                assert np.array_equal(portmat.matmul(w, L2, device=device), w @ L2, equal_nan=True), (offset, k)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("isa", [None, "avx2", "scalar"])
+def test_streamed_operand_at_every_line_offset(device, isa):
+    """Matrix-vector and vector-matrix products (and 2 or 4 columns or rows) with the long operand
+    starting at every element offset from a 64-byte line: the skinny kernels align their vector
+    loops to the lines and take the elements before and after with vectors whose other lanes they
+    drop (skinny.cpp, dots and axpy). float32, float64, complex64, int32; infinities and NaN next to
+    the boundaries give NumPy's infinities and NaN, not NaN from a dropped lane. The skinny kernels
+    are compiled per ISA: `isa` runs them in a fresh process under PORTMAT_CPU_ISA."""
+    from conftest import run_python
+
+    if isa is not None and device != "cpu:0":
+        pytest.skip("the ISA clones are the CPU backend's")
+    r = run_python("-c", LINE_OFFSET_SCRIPT, device, env={"PORTMAT_CPU_ISA": isa}, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
