@@ -716,6 +716,47 @@ void check_complex_driver(GemmConfig<C> cfg) {
 
 }  // namespace
 
+// A matrix times a few columns and a few rows times a matrix, the matrix at every element offset
+// from a 64-byte line and allocated to its last element (the skinny kernels align their vector
+// loops to the lines and read the elements around them as whole vectors: under ASan a read past a
+// row's end is reported), against a float64 sum.
+template <class T>
+void check_skinny_line_offsets() {
+  const int lanes = 64 / static_cast<int>(sizeof(T));
+  const DType dt = sizeof(T) == 4 ? DType::f32 : DType::f64;
+  const std::int64_t M = 37;
+  for (int off = 0; off < lanes; ++off)
+    for (std::int64_t K : {64, 160, 200, 1024})
+      for (std::int64_t ns : {1, 2, 4}) {
+        void* raw = nullptr;
+        ASSERT_EQ(posix_memalign(&raw, 64, (off + M * K) * sizeof(T)), 0);
+        T* L = static_cast<T*>(raw) + off;
+        for (std::int64_t i = 0; i < M * K; ++i) L[i] = T((i * 7 % 13) - 6) / T(8);
+        std::vector<T> s(K * ns), x(ns * M), c(M * ns), c2(ns * K);
+        for (std::int64_t i = 0; i < K * ns; ++i) s[i] = T((i * 5 % 11) - 5) / T(4);
+        for (std::int64_t i = 0; i < ns * M; ++i) x[i] = T((i * 3 % 7) - 3) / T(2);
+        MatrixView a{L, M, K, K, 1, dt}, b{s.data(), K, ns, ns, 1, dt}, cv{c.data(), M, ns, ns, 1, dt};
+        portmat::matmul(a, b, cv, "cpu:0");  // dots along L's rows
+        MatrixView xa{x.data(), ns, M, M, 1, dt}, lb{L, M, K, K, 1, dt}, c2v{c2.data(), ns, K, K, 1, dt};
+        portmat::matmul(xa, lb, c2v, "cpu:0");  // axpy along L's rows
+        // Every product is a multiple of 1/32 and every sum below 2^10 in size: exact in both types.
+        for (std::int64_t i = 0; i < M; ++i)
+          for (std::int64_t j = 0; j < ns; ++j) {
+            double want = 0;
+            for (std::int64_t k = 0; k < K; ++k) want += double(L[i * K + k]) * s[k * ns + j];
+            ASSERT_EQ(double(c[i * ns + j]), want) << "offset " << off << " K " << K << " ns " << ns;
+          }
+        for (std::int64_t i = 0; i < ns; ++i)
+          for (std::int64_t j = 0; j < K; ++j) {
+            double want = 0;
+            for (std::int64_t k = 0; k < M; ++k) want += double(x[i * M + k]) * L[k * K + j];
+            ASSERT_EQ(double(c2[i * K + j]), want) << "offset " << off << " K " << K << " ns " << ns;
+          }
+        std::free(raw);
+      }
+}
+TEST(CpuSkinny, EveryLineOffsetFloat32) { check_skinny_line_offsets<float>(); }
+TEST(CpuSkinny, EveryLineOffsetFloat64) { check_skinny_line_offsets<double>(); }
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat32) { check_skinny<float>(); }
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountFloat64) { check_skinny<double>(); }
 TEST(CpuSkinny, EveryLayoutSizeAndThreadCountUint32) { check_skinny<std::uint32_t>(); }
