@@ -498,28 +498,29 @@ void run_thread(void* ctx, int tid) {
         const int n_tile = static_cast<int>(std::min<std::int64_t>(nr, nc - q * nr));
         T* c_tile = job.c + (ic + r * mr) * job.ldc + jc + q * nr;
         const std::int64_t pf_now = std::min(pf_total - pf_next, pf_per_tile);
+        // The tile through the direct-A kernel (A read in place) or the packed one, either form
+        // (`pf`: the prefetching forms' PrefetchLines*, or nothing).
+        const bool acc = pc > 0 || job.accumulate;
+        auto tile = [&](auto direct_a, auto packed, auto... pf) {
+          if (r < a_skip)
+            direct_a(kc, a_in_place + (ic + r * mr) * job.a->ld + pc, job.a->ld, b_block + q * nr * kc, c_tile,
+                     job.ldc, n_tile, acc, pf...);
+          else
+            packed(kc, a_block + (r - a_skip) * mr * kc, b_block + q * nr * kc, c_tile, job.ldc, m_tile, n_tile,
+                   acc, pf...);
+        };
         if (pf_now > 0 && cfg.ukernel_pf && cfg.ukernel_direct_a_pf && kernel_pf_enabled()) {
           // The kernel asks for the lines one a k step, among its multiply-adds.
           PrefetchLines pl{reinterpret_cast<const char*>(pf_row), static_cast<std::int64_t>(job.b->ld * sizeof(T)),
                            pf_line, pf_line_count, pf_now};
-          if (r < a_skip)
-            cfg.ukernel_direct_a_pf(kc, a_in_place + (ic + r * mr) * job.a->ld + pc, job.a->ld, b_block + q * nr * kc,
-                                    c_tile, job.ldc, n_tile, pc > 0 || job.accumulate, &pl);
-          else
-            cfg.ukernel_pf(kc, a_block + (r - a_skip) * mr * kc, b_block + q * nr * kc, c_tile, job.ldc, m_tile,
-                           n_tile, pc > 0 || job.accumulate, &pl);
+          tile(cfg.ukernel_direct_a_pf, cfg.ukernel_pf, &pl);
           pf_next += pf_now - pl.left;  // what the tile's k steps were too few for: below, at once
           pf_row = reinterpret_cast<const T*>(pl.row), pf_line = pl.line;
           prefetch_lines(pl.left);
           continue;
         }
         prefetch_lines(pf_now);
-        if (r < a_skip)
-          cfg.ukernel_direct_a(kc, a_in_place + (ic + r * mr) * job.a->ld + pc, job.a->ld, b_block + q * nr * kc,
-                               c_tile, job.ldc, n_tile, pc > 0 || job.accumulate);
-        else
-          cfg.ukernel(kc, a_block + (r - a_skip) * mr * kc, b_block + q * nr * kc, c_tile, job.ldc, m_tile, n_tile,
-                      pc > 0 || job.accumulate);
+        tile(cfg.ukernel_direct_a, cfg.ukernel);
       }
     });
   }

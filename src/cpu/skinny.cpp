@@ -88,10 +88,8 @@ template <class T, int NS, int B>
   constexpr int V = kLanes<T, B>;
   constexpr int R = NS <= 2 || B >= 64 ? 4 : 2;  // 4 x 4 zmm accumulators fit AVX-512's 32 registers
   constexpr int U = NS * R >= 8 ? 1 : 8 / (NS * R);
-  std::int64_t h = 0;  // elements before the first vector boundary of every row
-  const auto start = reinterpret_cast<std::uintptr_t>(L + r0 * ldl);
-  if (K >= 2 * V * U && ldl % V == 0 && start % sizeof(T) == 0)
-    h = static_cast<std::int64_t>((B - start % B) % B / sizeof(T));
+  // Elements before the first vector boundary of every row.
+  const std::int64_t h = K >= 2 * V * U ? elements_to_boundary<T, B>(L + r0 * ldl, ldl) : 0;
   const std::int64_t kv = h + (K - h) / (V * U) * (V * U);  // the unrolled loop: [h, kv)
   const std::int64_t kw = h + (K - h) / V * V;              // then single vectors: [kv, kw)
   // The lanes' numbers, to keep the head's first h and the tail's last K - kw.
@@ -245,9 +243,7 @@ template <class T, int NS, int B>
   // first block of columns ends at the first boundary, so that the others' loads of L read whole
   // cache lines (dots' why: NumPy's arrays mostly start 16 bytes past a 64-byte line).
   constexpr std::int64_t V = kLanes<T, B>;
-  const auto start = reinterpret_cast<std::uintptr_t>(L + k0 * ldl);
-  const std::int64_t h = W >= 4 * V && ldl % V == 0 && start % sizeof(T) == 0
-                             ? static_cast<std::int64_t>((B - start % B) % B / sizeof(T)) : 0;
+  const std::int64_t h = W >= 4 * V ? elements_to_boundary<T, B>(L + k0 * ldl, ldl) : 0;
   for (std::int64_t kb = k0; kb < k1; kb += kAxpyRows) {
     const std::int64_t ke = std::min(k1, kb + kAxpyRows);
     for (std::int64_t xb = 0; xb < W; xb = xb == 0 && h > 0 ? h : xb + XB) {

@@ -9,6 +9,7 @@
 // AVX-512 rate (docs/cpu.md, "AVX-512 tiles"). skinny.cpp's baseline uses 16 (one xmm on x86-64).
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 
 #include "cpu/always_inline.hpp"
@@ -30,6 +31,16 @@ template <class T, int B = 32>
 using Vec = typename VecOf<T, B>::type;
 template <class T, int B = 32>
 constexpr int kLanes = B / sizeof(T);
+
+// Elements of T from `row` to the next B-byte boundary where every row of a matrix `ld` elements
+// apart sits at that same offset (ld a multiple of the lanes, the start element-aligned), else 0:
+// where skinny.cpp's vector loops start, so that their loads read whole cache lines.
+template <class T, int B = 32>
+inline std::int64_t elements_to_boundary(const T* row, std::int64_t ld) {
+  const auto start = reinterpret_cast<std::uintptr_t>(row);
+  if (ld % kLanes<T, B> != 0 || start % sizeof(T) != 0) return 0;
+  return static_cast<std::int64_t>((B - start % B) % B / sizeof(T));
+}
 
 // Internal linkage (static): a vector's calling convention differs between the AVX2 clones and
 // the baseline, so no out-of-line copy may be shared between translation units.
