@@ -98,6 +98,17 @@ class Scratch {
   std::size_t bytes_ = 0;
 };
 
+// A panel of `bytes` for one call (the short operand of skinny.cpp's rows_gemm and skinny_gemm,
+// small.cpp's copy of b's strips): of a buffer kept per thread for the next call up to
+// kKeptPanelBytes, else of `once` (the caller's, freed on return). One buffer serves them all: a
+// thread runs one product at a time.
+constexpr std::size_t kKeptPanelBytes = 4 << 20;
+template <class T>
+T* kept_panel(std::size_t bytes, Scratch& once) {
+  thread_local Scratch kept;
+  return static_cast<T*>((bytes <= kKeptPanelBytes ? kept : once).get(bytes));
+}
+
 // Whether an A/B switch of the CPU paths (PORTMAT_CPU_PIPELINE, PORTMAT_CPU_ROWS: measurements)
 // is set to 0: its value starts with '0'. Callers read it once per process.
 bool switched_off(const char* name);

@@ -517,17 +517,6 @@ constexpr std::int64_t kRowsPartBytes = 128 << 10;
 // at least 1 KiB rows: the last columns (under a vector) are scalar code.
 constexpr std::int64_t kRowsMinK = 2 * kRowsChunk;
 constexpr std::int64_t kRowsMinWidthBytes = 1024;
-// a's panel up to this size is kept for the caller's next call.
-constexpr std::size_t kRowsKeepBytes = 4 << 20;
-
-// The short operand's panel of a call (rows_gemm's, skinny_gemm's): `bytes` of a buffer kept per
-// thread for the next call up to kRowsKeepBytes, else of `once` (the caller's, freed on return).
-// One buffer serves both: a thread runs one product at a time.
-template <class T>
-T* short_panel(std::size_t bytes, Scratch& once) {
-  thread_local Scratch kept;
-  return static_cast<T*>((bytes <= kRowsKeepBytes ? kept : once).get(bytes));
-}
 
 int rows_ns(std::int64_t M) { return M <= 8 ? 8 : M <= 12 ? 12 : 16; }
 
@@ -551,7 +540,7 @@ void rows_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std::
   const std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
   const std::size_t panel_bytes = static_cast<std::size_t>(NS * K) * sizeof(T);
   Scratch once;
-  T* S = short_panel<T>(panel_bytes, once);  // a's panel
+  T* S = kept_panel<T>(panel_bytes, once);  // a's panel
   for (std::int64_t k = 0; k < K; ++k)
     for (std::int64_t s = 0; s < NS; ++s) S[k * NS + s] = s < M ? at<T>(a, s, k) : T(0);
   const std::int64_t tile = 2 * skinny_kernels().vector_bytes / static_cast<std::int64_t>(sizeof(T));
@@ -626,7 +615,7 @@ bool skinny_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std
   const std::int64_t s_step = few_rows ? along_rows : along_cols, k_step = few_rows ? along_cols : along_rows;
   const std::size_t panel_bytes = static_cast<std::size_t>(NS * K) * sizeof(T);
   Scratch once;
-  T* S = in_place ? nullptr : short_panel<T>(panel_bytes, once);
+  T* S = in_place ? nullptr : kept_panel<T>(panel_bytes, once);
   if (!in_place && use_dots) {
     for (int s = 0; s < NS; ++s) {
       T* row = S + s * K;
@@ -705,7 +694,7 @@ bool complex_dots(const core::HostMatrix& a, const core::HostMatrix& b, T* c, st
   const std::int64_t K = K2 / 2;
   const int NS = static_cast<int>(2 * N);  // 2 or 4: dots' panel sizes
   Scratch once;
-  T* S = short_panel<T>(static_cast<std::size_t>(NS * K2) * sizeof(T), once);
+  T* S = kept_panel<T>(static_cast<std::size_t>(NS * K2) * sizeof(T), once);
   // b's element (k, j) at src[k * k_step + j * j_step]: the layout resolved once, not per element.
   const auto* src = static_cast<const std::complex<T>*>(b.data) + b.offset;
   const std::int64_t k_step = b.col_major ? 1 : b.ld, j_step = b.col_major ? b.ld : 1;
