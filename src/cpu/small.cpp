@@ -188,6 +188,22 @@ constexpr std::int64_t kRowBlockBytes = 64 << 10;
 // (128^3 175 / 161, 64^3 95 / 90); AVX-512's tiles, 4 lines of each row, lost or tied with it.
 constexpr std::int64_t kPackedStripsMinBlocks = 3;
 
+// AVX-512's tiles read a strip as 4 vectors of a row, each a whole cache line where b's rows start
+// on one. Where they all start at one offset past a line (NumPy's arrays mostly start 16 bytes
+// past one), every load reads parts of two lines, and (256 x 256) @ (256 x 256) float32 took
+// 134 us against 113 with a line-aligned b (2-core Xeon, two threads). From this many rows of c
+// on (two row tiles), the first tile of each strip also copies it to line-aligned memory (the
+// kPackedStripsMinBlocks copy, at a cost of one store a load for one tile) and the others read
+// the copy.
+constexpr std::int64_t kMisalignedCopyMinRows = 2 * kRows;
+// Whether b's rows are all at one offset past a 64-byte line (PORTMAT_CPU_SMALL_COPY=0: read in
+// place all the same, for A/B measurements; read once per process).
+template <class T>
+bool copies_misaligned_b(const T* b, std::int64_t ldb) {
+  static const bool on = !switched_off("PORTMAT_CPU_SMALL_COPY");
+  return on && elements_to_boundary<T, 64>(b, ldb) > 0;
+}
+
 template <class T, int V, int B, bool ShortK>
 [[gnu::always_inline]] inline void small_strips(const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                                                 std::int64_t ldc, std::int64_t M, std::int64_t N, std::int64_t K) {
@@ -220,10 +236,16 @@ template <class T, int V, int B, bool ShortK>
   const std::int64_t chunk = std::max<std::int64_t>(W, kShortKChunkBytes / std::int64_t(sizeof(T)) / W * W);
   // The copies are optional, and this may run on a pool worker, where an exception cannot go:
   // without the memory for one, b is read in place.
-  std::unique_ptr<T[]> packed_b;  // see kPackedStripsMinBlocks
-  if constexpr (!ShortK && B < 64)
-    if (M >= kPackedStripsMinBlocks * rows_per_block && rows_per_block >= 2 * kRows && j_strips > 0)
-      packed_b.reset(new (std::nothrow) T[K * j_strips]);
+  Scratch once;
+  T* packed_b = nullptr;  // see kPackedStripsMinBlocks and kMisalignedCopyMinRows
+  if constexpr (!ShortK) {
+    const bool copy = B < 64 ? M >= kPackedStripsMinBlocks * rows_per_block && rows_per_block >= 2 * kRows
+                             : M >= kMisalignedCopyMinRows && copies_misaligned_b(b, ldb);
+    if (copy && j_strips > 0) try {
+        packed_b = kept_panel<T>(static_cast<std::size_t>(K * j_strips) * sizeof(T), once);
+      } catch (const std::bad_alloc&) {
+      }
+  }
   std::unique_ptr<T[]> chunk_copy;  // see kShortKCopySkewBytes
   const std::int64_t copy_ld = chunk + kShortKCopySkewBytes / std::int64_t(sizeof(T));
   if constexpr (ShortK && B < 64)
@@ -239,12 +261,12 @@ template <class T, int V, int B, bool ShortK>
     } else if (!packed_b) {
       for (std::int64_t j = 0; j < j_strips; j += W)
         strip_rows<T, V, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, W);
-    } else if constexpr (B < 64) {
+    } else {
       for (std::int64_t j = 0; j < j_strips; j += W)
         if (i0 == 0)  // the first block's first tile packs the strip
-          strip_rows<T, V, B, true>(a, lda, b + j, ldb, c + j, ldc, m, K, W, packed_b.get() + j * K);
+          strip_rows<T, V, B, true>(a, lda, b + j, ldb, c + j, ldc, m, K, W, packed_b + j * K);
         else
-          strip_rows<T, V, B>(a + i0 * lda, lda, packed_b.get() + j * K, W, c + i0 * ldc + j, ldc, m, K, W);
+          strip_rows<T, V, B>(a + i0 * lda, lda, packed_b + j * K, W, c + i0 * ldc + j, ldc, m, K, W);
     }
     std::int64_t j_pairs = j_strips;  // whole two-vector strips after wider ones end here
     if constexpr (V > 2) {
@@ -467,7 +489,12 @@ bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std:
     small_gemm_sliced<T>(pa, lda, pb, ldb, c, ldc, M, N, K, by_rows ? kRows : M, by_rows ? N : W, threads);
     return true;
   }
-  const std::int64_t parts = std::min<std::int64_t>(2 * threads, tiles);
+  // Two parts a thread, so that a thread that starts late takes fewer; one where each part copies
+  // all of b's strips (kMisalignedCopyMinRows): (256 x 256) @ (256 x 256) float32 with b 16 bytes
+  // past a line, 2-core Xeon, 130 us in place, 122 with 4 copies, 114 with 2 (113 line-aligned).
+  const bool copies_b = !short_k && small_kernels().vector_bytes == 64 && M >= threads * kMisalignedCopyMinRows &&
+                        N >= kLanes<T, 64> && copies_misaligned_b(pb, ldb);
+  const std::int64_t parts = std::min<std::int64_t>((copies_b ? 1 : 2) * threads, tiles);
   if (threads <= 1 || parts <= 1) {
     run(pa, pb, c, M, N);
     return true;

@@ -802,6 +802,43 @@ TEST(CpuBoolean, EveryLayoutDensityAndThreadCount) {
             }
           }
 }
+// Small products with b at every element offset from a 64-byte line, its rows a whole number of
+// vectors long so that they all share the offset: AVX-512's tiles then copy b's strips to aligned
+// memory (small.cpp, kMisalignedCopyMinRows) and read the copy. Rows that fill one tile, two and
+// many (several parts and blocks), strips of 1, 2 and 4 vectors and columns past them, 1-3
+// threads; b allocated to its last element (ASan reports a read past it), exact sums.
+template <class T>
+void check_small_line_offsets() {
+  const int lanes = 64 / static_cast<int>(sizeof(T));
+  const DType dt = sizeof(T) == 4 ? DType::f32 : DType::f64;
+  for (int off = 0; off < lanes; ++off)
+    for (auto [m, k, n] : {std::tuple{12, 40, 64}, {13, 7, 4 * 16}, {40, 64, 128}, {130, 33, 256}, {64, 200, 96},
+                           {25, 1, 48}, {200, 100, 64}})
+      for (int threads : {1, 2, 3}) {
+        const std::int64_t ldb = (n + lanes - 1) / lanes * lanes;  // rows of whole lines
+        void* raw = nullptr;
+        ASSERT_EQ(posix_memalign(&raw, 64, (off + (k - 1) * ldb + n) * sizeof(T)), 0);
+        T* b = static_cast<T*>(raw) + off;
+        for (std::int64_t i = 0; i < (k - 1) * ldb + n; ++i) b[i] = T((i * 5 % 11) - 5) / T(4);
+        std::vector<T> a(m * k), c(m * n, T(-7));
+        for (std::int64_t i = 0; i < m * k; ++i) a[i] = T((i * 7 % 13) - 6) / T(8);
+        portmat::core::HostMatrix ha{a.data(), 0, m, k, k, false, dt};
+        portmat::core::HostMatrix hb{b, 0, k, n, ldb, false, dt};
+        ASSERT_TRUE(portmat::cpu::small_gemm<T>(ha, hb, c.data(), n, threads)) << m << "x" << k << "x" << n;
+        // Every product is a multiple of 1/32 and every sum below 2^10 in size: exact in both types.
+        for (std::int64_t i = 0; i < m; ++i)
+          for (std::int64_t j = 0; j < n; ++j) {
+            double want = 0;
+            for (std::int64_t q = 0; q < k; ++q) want += double(a[i * k + q]) * b[q * ldb + j];
+            ASSERT_EQ(double(c[i * n + j]), want) << m << "x" << k << "x" << n << " offset " << off << " threads "
+                                                  << threads << " at " << i << "," << j;
+          }
+        std::free(raw);
+      }
+}
+TEST(CpuSmall, EveryLineOffsetOfBFloat32) { check_small_line_offsets<float>(); }
+TEST(CpuSmall, EveryLineOffsetOfBFloat64) { check_small_line_offsets<double>(); }
+
 // The size limit in use (small.hpp, small_elements): the base one, or the larger one exactly where
 // the small path runs AVX-512 tiles on a core with half-rate 512-bit FMAs; products up to it are
 // taken (a 256^3 and an oblong one past the base limit, checked against the reference where this
