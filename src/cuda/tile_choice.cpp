@@ -191,15 +191,19 @@ TileChoice choose_f32_tile(std::int64_t m, std::int64_t n, std::int64_t k, int s
     // Data-parallel: the busiest SM runs ceil(tiles / SMs) tiles in turn (128x256: its stream-K
     // tile, which launch() runs data-parallel below a wave, a turn of a short run costing
     // kBigShortRunTurnS more); for a short run of a tile that shares its SM, a sparse last wave
-    // costs kSparseTailTurns turns, and where the busiest SM is full (min_blocks), the SMs run at
-    // crowded_flops_per_sm.
+    // costs kSparseTailTurns turns, and where the busiest SM holds two blocks or more, the SMs run
+    // at crowded_flops_per_sm. (Until session 56: where it held min_blocks. H200, session 54: 64x64
+    // ran 214 GFLOP/s a turn with two blocks on most SMs, against the 170 the model gave it below
+    // four. Out of sample, an H100 on 2026-12-08: the 46 of 6000 random products (seed 54) this
+    // moved, all from a 128x64 or 64x128 tile to 64x64, took 0.730x their old plans' time under
+    // graph replay, every one faster. docs/cuda.md, "A start for every family".)
     double turns = static_cast<double>(ceil_div(tiles, s));
     double dp_tile_s = big && short_run ? tile_s + kBigShortRunTurnS : tile_s;
     if (!big && short_run && t.min_blocks > 1) {
       const std::int64_t wave = s * t.min_blocks, rest = tiles % wave;
       if (tiles > wave && rest > 0 && rest <= s)
         turns = static_cast<double>(tiles / wave * t.min_blocks) + kSparseTailTurns;
-      if (c.crowded_flops_per_sm > 0 && ceil_div(tiles, s) >= t.min_blocks)
+      if (c.crowded_flops_per_sm > 0 && ceil_div(tiles, s) >= 2)
         dp_tile_s = tile_s * c.flops_per_sm / c.crowded_flops_per_sm;
     }
     const double data_parallel_s = kTileStartS + turns * dp_tile_s;
