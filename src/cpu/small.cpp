@@ -236,9 +236,12 @@ template <class T, int V, int B, bool ShortK>
   const std::int64_t chunk = std::max<std::int64_t>(W, kShortKChunkBytes / std::int64_t(sizeof(T)) / W * W);
   // The copies are optional, and this may run on a pool worker, where an exception cannot go:
   // without the memory for one, b is read in place.
+  // (AVX-512 copies only its 4-vector strips: every form that copies doubles its code, and the
+  // small path's function grew from 95 to 147 KiB when all of them did.)
+  constexpr bool kCopies = !ShortK && (B < 64 || V == 4);
   Scratch once;
   T* packed_b = nullptr;  // see kPackedStripsMinBlocks and kMisalignedCopyMinRows
-  if constexpr (!ShortK) {
+  if constexpr (kCopies) {
     const bool copy = B < 64 ? M >= kPackedStripsMinBlocks * rows_per_block && rows_per_block >= 2 * kRows
                              : M >= kMisalignedCopyMinRows && copies_misaligned_b(b, ldb);
     if (copy && j_strips > 0) try {
@@ -261,7 +264,7 @@ template <class T, int V, int B, bool ShortK>
     } else if (!packed_b) {
       for (std::int64_t j = 0; j < j_strips; j += W)
         strip_rows<T, V, B>(a + i0 * lda, lda, b + j, ldb, c + i0 * ldc + j, ldc, m, K, W);
-    } else {
+    } else if constexpr (kCopies) {
       for (std::int64_t j = 0; j < j_strips; j += W)
         if (i0 == 0)  // the first block's first tile packs the strip
           strip_rows<T, V, B, true>(a, lda, b + j, ldb, c + j, ldc, m, K, W, packed_b + j * K);
@@ -493,7 +496,7 @@ bool small_gemm(const core::HostMatrix& a, const core::HostMatrix& b, T* c, std:
   // all of b's strips (kMisalignedCopyMinRows): (256 x 256) @ (256 x 256) float32 with b 16 bytes
   // past a line, 2-core Xeon, 130 us in place, 122 with 4 copies, 114 with 2 (113 line-aligned).
   const bool copies_b = !short_k && small_kernels().vector_bytes == 64 && M >= threads * kMisalignedCopyMinRows &&
-                        N >= kLanes<T, 64> && copies_misaligned_b(pb, ldb);
+                        N >= 4 * kLanes<T, 64> && copies_misaligned_b(pb, ldb);
   const std::int64_t parts = std::min<std::int64_t>((copies_b ? 1 : 2) * threads, tiles);
   if (threads <= 1 || parts <= 1) {
     run(pa, pb, c, M, N);
