@@ -34,7 +34,8 @@ constexpr int kLanes = B / sizeof(T);
 
 // Elements of T from `row` to the next B-byte boundary where every row of a matrix `ld` elements
 // apart sits at that same offset (ld a multiple of the lanes, the start element-aligned), else 0:
-// where skinny.cpp's vector loops start, so that their loads read whole cache lines.
+// where skinny.cpp's vector loops start, so that their loads read whole cache lines, and whether
+// small.cpp copies b's strips to aligned memory.
 template <class T, int B = 32>
 inline std::int64_t elements_to_boundary(const T* row, std::int64_t ld) {
   const auto start = reinterpret_cast<std::uintptr_t>(row);

@@ -803,10 +803,11 @@ TEST(CpuBoolean, EveryLayoutDensityAndThreadCount) {
           }
 }
 // Small products with b at every element offset from a 64-byte line, its rows a whole number of
-// vectors long so that they all share the offset: AVX-512's tiles then copy b's strips to aligned
-// memory (small.cpp, kMisalignedCopyMinRows) and read the copy. Rows that fill one tile, two and
-// many (several parts and blocks), strips of 1, 2 and 4 vectors and columns past them, 1-3
-// threads; b allocated to its last element (ASan reports a read past it), exact sums.
+// vectors long so that they all share the offset: AVX-512's 4-vector strips are then copied to
+// aligned memory (small.cpp, kMisalignedCopyMinRows) and read from the copy, the 1- and 2-vector
+// ones read in place. Rows that fill one tile, two and many (several parts and blocks), strips of
+// 1, 2 and 4 vectors and columns past them, 1-3 threads; b allocated to its last element (ASan
+// reports a read past it), exact sums.
 template <class T>
 void check_small_line_offsets() {
   const int lanes = 64 / static_cast<int>(sizeof(T));
